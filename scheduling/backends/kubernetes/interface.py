@@ -97,8 +97,11 @@ class ClusterGateway(Protocol):
         """Delete an object; False when it did not exist."""
         ...
 
-    def list_pods(self, namespace: str, label_selector: str) -> tuple[list[JsonDict], str]:
-        """List pods matching an equality label selector; returns (items, list resourceVersion)."""
+    def list_pods(
+        self, namespace: str, label_selector: str, *, node_name: str = ""
+    ) -> tuple[list[JsonDict], str]:
+        """List pods matching an equality label selector (and `spec.nodeName` when given);
+        returns (items, the list's resourceVersion to watch from)."""
         ...
 
     def patch_pod_metadata(

@@ -1,0 +1,391 @@
+"""An in-memory cluster behind the gateway interface, for unit tests and portal demos.
+
+It encodes the API semantics Tessera relies on (k8s-integration.md section 7): every write bumps a
+global resourceVersion; creating a taken name answers 409; merge patches delete keys set to None;
+a node patch carrying a stale resourceVersion answers 409; binding answers 409 when the pod is
+already bound; label selectors and the `spec.nodeName` field selector filter lists; a watch resumes
+after a resourceVersion and answers 410 Gone once that version has been compacted away.
+
+With `auto_start=True` (demos), a pod whose node is known (binding, `spec.nodeName`, node affinity
+or Koordinator hint) is scheduled there and turns Running at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduling.backends.kubernetes import constants as c
+from scheduling.backends.kubernetes.interface import (
+    ClusterApiError,
+    JsonDict,
+    Kind,
+    WatchEvent,
+    WatchExpired,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    resource_version: int
+    type: str
+    namespace: str
+    object: JsonDict
+
+
+def matches_selector(labels: Mapping[str, str], selector: str) -> bool:
+    """Equality-based selectors: `a=b`, `a==b`, `a!=b`, `a` (exists), `!a`, comma = AND."""
+    for raw in filter(None, (part.strip() for part in selector.split(","))):
+        if "!=" in raw:
+            key, value = raw.split("!=", 1)
+            if labels.get(key.strip()) == value.strip():
+                return False
+        elif "=" in raw:
+            key, value = raw.replace("==", "=").split("=", 1)
+            if labels.get(key.strip()) != value.strip():
+                return False
+        elif raw.startswith("!"):
+            if raw[1:].strip() in labels:
+                return False
+        elif raw not in labels:
+            return False
+    return True
+
+
+def merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """RFC 7386 merge patch in place: dicts merge recursively, None deletes, the rest replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        elif isinstance(value, Mapping):
+            target[key] = {}
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+class FakeCluster:
+    """A thread-safe in-memory implementation of `ClusterGateway` plus helpers to drive it."""
+
+    def __init__(self, *, auto_start: bool = False, history_limit: int = 1000) -> None:
+        self.auto_start = auto_start
+        self.history_limit = history_limit
+        self.calls: list[str] = []  # operation names, in order (for assertions)
+        self._lock = threading.RLock()
+        self._rv = 0
+        self._objects: dict[tuple[Kind, str, str], JsonDict] = {}
+        self._nodes: dict[str, JsonDict] = {}
+        self._devices: dict[str, JsonDict] = {}
+        self._events: list[_Event] = []
+        self._oldest_watchable = 0
+        self._failures: dict[str, list[int | None]] = {}
+        self.devices_crd_installed = True
+
+    # --- gateway interface ---------------------------------------------------------------------
+
+    def create(self, kind: Kind, namespace: str, body: JsonDict) -> JsonDict:
+        with self._lock:
+            self._enter("create")
+            obj = copy.deepcopy(body)
+            meta = obj.setdefault("metadata", {})
+            name = meta.get("name", "")
+            key = (kind, namespace, name)
+            if not name:
+                raise ClusterApiError(f"{kind.value}: metadata.name is required", status=422)
+            if key in self._objects:
+                raise ClusterApiError(
+                    f'{kind.value} "{name}" already exists', status=409, reason="AlreadyExists"
+                )
+            meta.update(
+                namespace=namespace,
+                uid=str(uuid.uuid4()),
+                creationTimestamp=_now(),
+                resourceVersion=self._bump(),
+            )
+            if kind == Kind.POD:
+                obj.setdefault("status", {"phase": "Pending", "conditions": []})
+                if obj.get("spec", {}).get("nodeName"):
+                    self._schedule(obj, obj["spec"]["nodeName"])
+                elif self.auto_start and (target := _intended_node(obj)):
+                    self._schedule(obj, target)
+            self._objects[key] = obj
+            self._record(kind, "ADDED", obj)
+            return copy.deepcopy(obj)
+
+    def get(self, kind: Kind, namespace: str, name: str) -> JsonDict | None:
+        with self._lock:
+            self._enter("get")
+            obj = self._objects.get((kind, namespace, name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        with self._lock:
+            self._enter("delete")
+            obj = self._objects.pop((kind, namespace, name), None)
+            if obj is None:
+                return False
+            obj["metadata"]["resourceVersion"] = self._bump()
+            self._record(kind, "DELETED", obj)
+            return True
+
+    def list_pods(
+        self, namespace: str, label_selector: str, *, node_name: str = ""
+    ) -> tuple[list[JsonDict], str]:
+        with self._lock:
+            self._enter("list_pods")
+            items = [
+                copy.deepcopy(obj)
+                for (kind, ns, _), obj in sorted(self._objects.items())
+                if kind == Kind.POD
+                and ns == namespace
+                and matches_selector(obj["metadata"].get("labels", {}), label_selector)
+                and (not node_name or obj.get("spec", {}).get("nodeName") == node_name)
+            ]
+            return items, str(self._rv)
+
+    def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> JsonDict:
+        with self._lock:
+            self._enter("patch_pod_metadata")
+            obj = self._require(Kind.POD, namespace, name)
+            merge_patch(
+                obj, {"metadata": {"labels": labels or {}, "annotations": annotations or {}}}
+            )
+            obj["metadata"]["resourceVersion"] = self._bump()
+            self._record(Kind.POD, "MODIFIED", obj)
+            return copy.deepcopy(obj)
+
+    def bind_pod(self, namespace: str, name: str, node_name: str) -> None:
+        with self._lock:
+            self._enter("bind_pod")
+            obj = self._require(Kind.POD, namespace, name)
+            if obj.get("spec", {}).get("nodeName"):
+                raise ClusterApiError(
+                    f'pod "{name}" is already assigned to node "{obj["spec"]["nodeName"]}"',
+                    status=409,
+                    reason="Conflict",
+                )
+            self._schedule(obj, node_name)
+            obj["metadata"]["resourceVersion"] = self._bump()
+            self._record(Kind.POD, "MODIFIED", obj)
+
+    def watch_pods(
+        self,
+        namespace: str,
+        label_selector: str,
+        resource_version: str,
+        timeout_seconds: int,
+    ) -> Iterator[WatchEvent]:
+        with self._lock:
+            self._enter("watch_pods")
+            since = int(resource_version or 0)
+            if since < self._oldest_watchable:
+                raise WatchExpired(f"too old resource version: {since} ({self._oldest_watchable})")
+            events = [
+                WatchEvent(e.type, copy.deepcopy(e.object))
+                for e in self._events
+                if e.resource_version > since
+                and e.namespace == namespace
+                and matches_selector(e.object["metadata"].get("labels", {}), label_selector)
+            ]
+        return iter(events)
+
+    def list_nodes(self) -> list[JsonDict]:
+        with self._lock:
+            self._enter("list_nodes")
+            return [copy.deepcopy(node) for _, node in sorted(self._nodes.items())]
+
+    def get_node(self, name: str) -> JsonDict | None:
+        with self._lock:
+            self._enter("get_node")
+            node = self._nodes.get(name)
+            return copy.deepcopy(node) if node is not None else None
+
+    def cas_patch_node_annotations(
+        self, name: str, annotations: Mapping[str, str | None], resource_version: str
+    ) -> JsonDict:
+        with self._lock:
+            self._enter("cas_patch_node_annotations")
+            node = self._nodes.get(name)
+            if node is None:
+                raise ClusterApiError(f'node "{name}" not found', status=404, reason="NotFound")
+            current = node["metadata"]["resourceVersion"]
+            if resource_version != current:
+                raise ClusterApiError(
+                    f'Operation cannot be fulfilled on nodes "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                    status=409,
+                    reason="Conflict",
+                )
+            merge_patch(node, {"metadata": {"annotations": dict(annotations)}})
+            node["metadata"]["resourceVersion"] = self._bump()
+            return copy.deepcopy(node)
+
+    def list_koordinator_devices(self) -> list[JsonDict]:
+        with self._lock:
+            self._enter("list_koordinator_devices")
+            if not self.devices_crd_installed:
+                return []
+            return [copy.deepcopy(d) for _, d in sorted(self._devices.items())]
+
+    # --- helpers for tests and demos -----------------------------------------------------------
+
+    def fail_next(self, operation: str, status: int | None, times: int = 1) -> None:
+        """Make the next `times` calls of `operation` fail with HTTP `status` (None = timeout)."""
+        with self._lock:
+            self._failures.setdefault(operation, []).extend([status] * times)
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        allocatable: Mapping[str, str] | None = None,
+        taints: list[JsonDict] | None = None,
+        unschedulable: bool = False,
+        ready: bool = True,
+    ) -> JsonDict:
+        """Add (or replace) a node."""
+        with self._lock:
+            node: JsonDict = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {c.HOSTNAME_LABEL: name, **(labels or {})},
+                    "annotations": dict(annotations or {}),
+                    "resourceVersion": self._bump(),
+                },
+                "spec": {"unschedulable": unschedulable, "taints": list(taints or [])},
+                "status": {
+                    "allocatable": dict(allocatable or {"cpu": "32", "memory": "256Gi"}),
+                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                },
+            }
+            self._nodes[name] = node
+            return copy.deepcopy(node)
+
+    def add_device(self, device: JsonDict) -> None:
+        """Add a Koordinator `Device` object (named after its node)."""
+        with self._lock:
+            self._devices[device["metadata"]["name"]] = copy.deepcopy(device)
+
+    def set_node_annotation(self, name: str, key: str, value: str | None) -> None:
+        """Change a node annotation as another actor would (bumps its resourceVersion)."""
+        with self._lock:
+            node = self._nodes[name]
+            merge_patch(node, {"metadata": {"annotations": {key: value}}})
+            node["metadata"]["resourceVersion"] = self._bump()
+
+    def set_pod_status(
+        self,
+        namespace: str,
+        name: str,
+        phase: str,
+        *,
+        reason: str = "",
+        message: str = "",
+        conditions: list[JsonDict] | None = None,
+        container_statuses: list[JsonDict] | None = None,
+    ) -> None:
+        """Change a pod's status as the kubelet would."""
+        with self._lock:
+            obj = self._require(Kind.POD, namespace, name)
+            status: JsonDict = {"phase": phase, "conditions": conditions or []}
+            if reason:
+                status["reason"] = reason
+            if message:
+                status["message"] = message
+            if container_statuses is not None:
+                status["containerStatuses"] = container_statuses
+            obj["status"] = status
+            obj["metadata"]["resourceVersion"] = self._bump()
+            self._record(Kind.POD, "MODIFIED", obj)
+
+    def compact(self) -> None:
+        """Forget the event history, as etcd compaction does: older watches get 410 Gone."""
+        with self._lock:
+            self._events.clear()
+            self._oldest_watchable = self._rv
+
+    def objects(self, kind: Kind, namespace: str) -> list[str]:
+        """Names of the objects of one kind in a namespace, sorted."""
+        with self._lock:
+            return sorted(n for (k, ns, n) in self._objects if k == kind and ns == namespace)
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _enter(self, operation: str) -> None:
+        self.calls.append(operation)
+        pending = self._failures.get(operation)
+        if pending:
+            status = pending.pop(0)
+            if status is None:
+                raise ClusterApiError(f"{operation}: timed out (injected)", status=None)
+            raise ClusterApiError(f"{operation}: HTTP {status} (injected)", status=status)
+
+    def _bump(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _require(self, kind: Kind, namespace: str, name: str) -> JsonDict:
+        obj = self._objects.get((kind, namespace, name))
+        if obj is None:
+            raise ClusterApiError(f'{kind.value} "{name}" not found', status=404, reason="NotFound")
+        return obj
+
+    def _schedule(self, pod: JsonDict, node_name: str) -> None:
+        pod.setdefault("spec", {})["nodeName"] = node_name
+        status = pod.setdefault("status", {})
+        conditions = [
+            cond for cond in status.get("conditions", []) if cond.get("type") != "PodScheduled"
+        ]
+        conditions.append({"type": "PodScheduled", "status": "True"})
+        status["conditions"] = conditions
+        if self.auto_start:
+            status["phase"] = "Running"
+            status["conditions"].append({"type": "Ready", "status": "True"})
+
+    def _record(self, kind: Kind, event_type: str, obj: JsonDict) -> None:
+        if kind != Kind.POD:
+            return
+        rv = int(obj["metadata"]["resourceVersion"])
+        namespace = obj["metadata"].get("namespace", "")
+        self._events.append(_Event(rv, event_type, namespace, copy.deepcopy(obj)))
+        if len(self._events) > self.history_limit:
+            dropped = self._events.pop(0)
+            self._oldest_watchable = dropped.resource_version
+
+
+def _intended_node(pod: JsonDict) -> str:
+    """The node a delegating scheduler would pick: affinity hostname or Koordinator hint."""
+    hint = pod.get("metadata", {}).get("annotations", {}).get(c.KOORD_SCHEDULING_HINT)
+    if hint:
+        names = json.loads(hint).get("nodeNames") or [""]
+        return str(names[0])
+    affinity = pod.get("spec", {}).get("affinity", {}).get("nodeAffinity", {})
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {})
+    for term in required.get("nodeSelectorTerms", []):
+        for expr in term.get("matchExpressions", []):
+            if expr.get("key") == c.HOSTNAME_LABEL and expr.get("operator") == "In":
+                return str(expr["values"][0])
+    return ""
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

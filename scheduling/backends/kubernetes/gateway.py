@@ -1,0 +1,260 @@
+"""The only module that imports `kubernetes`: the official client behind `ClusterGateway`.
+
+Every call carries `_request_timeout` and `_preload_content=False`: responses are parsed as plain
+JSON dicts, which sidesteps the client's model deserialisation (it fails on the `Status` body that
+`pods/binding` answers with; kubernetes-client/python #547, #825, spec section 6.2). ApiException,
+timeouts and connection errors become `ClusterApiError`, transient or permanent by HTTP status.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from scheduling.backends.kubernetes import constants as c
+from scheduling.backends.kubernetes.interface import (
+    ClusterApiError,
+    JsonDict,
+    Kind,
+    WatchEvent,
+    WatchExpired,
+)
+
+_T = TypeVar("_T")
+
+
+def api_client_from_kubeconfig(kubeconfig: str, context: str = "") -> client.ApiClient:
+    """An ApiClient from a kubeconfig file, or from the pod's ServiceAccount when `kubeconfig` is
+    "" (in-cluster)."""
+    try:
+        if not kubeconfig:
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+        return config.new_client_from_config(config_file=kubeconfig, context=context or None)
+    except config.ConfigException as exc:
+        raise ClusterApiError(f"Kubernetes credentials: {exc}", permanent=True) from exc
+
+
+class KubernetesGateway:
+    """`ClusterGateway` over the official client. Thread-compatible (one ApiClient per instance)."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+    ) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.timeout = (connect_timeout, read_timeout)
+
+    # --- namespaced objects --------------------------------------------------------------------
+
+    def create(self, kind: Kind, namespace: str, body: JsonDict) -> JsonDict:
+        create = {
+            Kind.POD: self.core.create_namespaced_pod,
+            Kind.PVC: self.core.create_namespaced_persistent_volume_claim,
+            Kind.SERVICE: self.core.create_namespaced_service,
+        }[kind]
+        return self._json(f"create {kind.value}", lambda **kw: create(namespace, body, **kw))
+
+    def get(self, kind: Kind, namespace: str, name: str) -> JsonDict | None:
+        read = {
+            Kind.POD: self.core.read_namespaced_pod,
+            Kind.PVC: self.core.read_namespaced_persistent_volume_claim,
+            Kind.SERVICE: self.core.read_namespaced_service,
+        }[kind]
+        try:
+            return self._json(f"get {kind.value}/{name}", lambda **kw: read(name, namespace, **kw))
+        except ClusterApiError as exc:
+            if exc.is_not_found:
+                return None
+            raise
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        remove = {
+            Kind.POD: self.core.delete_namespaced_pod,
+            Kind.PVC: self.core.delete_namespaced_persistent_volume_claim,
+            Kind.SERVICE: self.core.delete_namespaced_service,
+        }[kind]
+        try:
+            self._json(f"delete {kind.value}/{name}", lambda **kw: remove(name, namespace, **kw))
+        except ClusterApiError as exc:
+            if exc.is_not_found:
+                return False
+            raise
+        return True
+
+    def list_pods(
+        self, namespace: str, label_selector: str, *, node_name: str = ""
+    ) -> tuple[list[JsonDict], str]:
+        field_selector = f"spec.nodeName={node_name}" if node_name else None
+        body = self._json(
+            "list pods",
+            lambda **kw: self.core.list_namespaced_pod(
+                namespace, label_selector=label_selector, field_selector=field_selector, **kw
+            ),
+        )
+        return list(body.get("items") or []), str(body.get("metadata", {}).get("resourceVersion"))
+
+    def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        labels: Mapping[str, str | None] | None = None,
+        annotations: Mapping[str, str | None] | None = None,
+    ) -> JsonDict:
+        # A dict body goes out as strategic-merge-patch+json; for metadata maps that is a merge.
+        patch = {"metadata": {"labels": dict(labels or {}), "annotations": dict(annotations or {})}}
+        return self._json(
+            f"patch pods/{name}",
+            lambda **kw: self.core.patch_namespaced_pod(name, namespace, patch, **kw),
+        )
+
+    def bind_pod(self, namespace: str, name: str, node_name: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+        }
+        self._json(
+            f"bind pods/{name} to {node_name}",
+            lambda **kw: self.core.create_namespaced_pod_binding(name, namespace, body, **kw),
+        )
+
+    def watch_pods(
+        self,
+        namespace: str,
+        label_selector: str,
+        resource_version: str,
+        timeout_seconds: int,
+    ) -> Iterator[WatchEvent]:
+        response = self._call(
+            "watch pods",
+            lambda **kw: self.core.list_namespaced_pod(
+                namespace,
+                label_selector=label_selector,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                watch=True,
+                **kw,
+            ),
+            read_timeout=timeout_seconds + self.timeout[1],
+        )
+        return self._events(response)
+
+    # --- nodes and CRDs ------------------------------------------------------------------------
+
+    def list_nodes(self) -> list[JsonDict]:
+        return list(self._json("list nodes", self.core.list_node).get("items") or [])
+
+    def get_node(self, name: str) -> JsonDict | None:
+        try:
+            return self._json(f"get nodes/{name}", lambda **kw: self.core.read_node(name, **kw))
+        except ClusterApiError as exc:
+            if exc.is_not_found:
+                return None
+            raise
+
+    def cas_patch_node_annotations(
+        self, name: str, annotations: Mapping[str, str | None], resource_version: str
+    ) -> JsonDict:
+        # resourceVersion inside the patch body makes the API server compare-and-swap (409).
+        patch = {
+            "metadata": {"annotations": dict(annotations), "resourceVersion": resource_version}
+        }
+        return self._json(
+            f"patch nodes/{name}", lambda **kw: self.core.patch_node(name, patch, **kw)
+        )
+
+    def list_koordinator_devices(self) -> list[JsonDict]:
+        try:
+            body = self._json(
+                "list koordinator devices",
+                lambda **kw: self.custom.list_cluster_custom_object(
+                    c.KOORD_DEVICE_GROUP, c.KOORD_DEVICE_VERSION, c.KOORD_DEVICE_PLURAL, **kw
+                ),
+            )
+        except ClusterApiError as exc:
+            if exc.is_not_found:  # the CRD is not installed: no Koordinator on this cluster
+                return []
+            raise
+        return list(body.get("items") or [])
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _json(self, what: str, call: Callable[..., Any]) -> JsonDict:
+        response = self._call(what, call)
+        try:
+            data = response.data
+            return json.loads(data) if data else {}
+        except ValueError as exc:
+            raise ClusterApiError(f"{what}: response is not JSON", status=502) from exc
+        finally:
+            response.release_conn()
+
+    def _call(self, what: str, call: Callable[..., _T], *, read_timeout: float = 0) -> _T:
+        timeout = (self.timeout[0], read_timeout or self.timeout[1])
+        try:
+            result = call(_preload_content=False, _request_timeout=timeout)
+        except ApiException as exc:
+            raise _api_error(what, exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterApiError(f"{what}: {type(exc).__name__}: {exc}", status=None) from exc
+        status = getattr(result, "status", 200)
+        if status not in (200, 201, 202):
+            raise ClusterApiError(f"{what}: unexpected HTTP {status}", status=status)
+        return result
+
+    def _events(self, response: Any) -> Iterator[WatchEvent]:
+        try:
+            for line in iter_resp_lines(response):
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    code = obj.get("code")
+                    if code == 410:
+                        raise WatchExpired(f"watch pods: {obj.get('message', 'Gone')}")
+                    raise ClusterApiError(
+                        f"watch pods: {obj.get('reason', '')}: {obj.get('message', '')}",
+                        status=code,
+                    )
+                yield WatchEvent(str(event.get("type")), obj)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            # A read timeout or a dropped connection ends this watch; the caller resumes it.
+            if not isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+                raise ClusterApiError(f"watch pods: {type(exc).__name__}", status=None) from exc
+        finally:
+            response.close()
+            response.release_conn()
+
+
+def _api_error(what: str, exc: ApiException) -> ClusterApiError:
+    """Turn an ApiException into ClusterApiError, with the server's Status message if present."""
+    message = exc.reason or ""
+    reason = ""
+    try:
+        status_body = json.loads(exc.body) if exc.body else {}
+        message = status_body.get("message", message)
+        reason = status_body.get("reason", "")
+    except (ValueError, TypeError, AttributeError):
+        pass
+    if exc.status == 410:
+        return WatchExpired(f"{what}: {message}")
+    return ClusterApiError(
+        f"{what}: HTTP {exc.status} {message}".strip(), status=exc.status, reason=reason
+    )
