@@ -1,0 +1,140 @@
+"""FGD's target workload ("typical pods", protocol §6.1) and node fragmentation (§6.2).
+
+``F(node) = Σ_t p_t · fragment_t(node)``: the expected idle GPU milli of the node that a random pod of the
+target workload could not use. The sum is accumulated per category in the simulator's order (Q1, Q2, Q4,
+XL, XR, NA, each summed over the types in list order) so that the float values, and therefore FGD's
+truncated integer scores, are bit-identical to the original.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping
+
+from .state import NodeKey
+from .types import PlacementRequest, TypicalPod
+
+PodKey = tuple[int, int, int]  # (cpu milli, gpu milli per GPU, gpu count)
+
+
+def pod_type_key(request: PlacementRequest) -> tuple[int, int, int, str]:
+    """The FGD type of a request: (cpu milli, gpu milli per GPU, gpu count, raw model spec)."""
+    if request.is_cpu_only:
+        return (request.cpu_milli, 0, 0, "")
+    return (request.cpu_milli, request.gpu_milli, request.gpu_count, "|".join(request.gpu_models))
+
+
+def typical_pods(
+    requests: Iterable[PlacementRequest], threshold: float = 0.95
+) -> tuple[TypicalPod, ...]:
+    """FGD's typical pods: the most frequent pod types covering ``threshold`` of all pods.
+
+    Types are sorted by count, then by (cpu, milli, count, spec) descending; the first ones are kept until
+    their cumulative share reaches ``threshold``, and their shares are renormalised to sum to 1.
+
+    Args:
+        requests: the workload (for the protocol: the original trace, before tuning).
+        threshold: popularity threshold (0.95 in the paper).
+
+    Returns:
+        The typical pods with their frequencies.
+    """
+    counts: dict[tuple[int, int, int, str], int] = {}
+    total = 0
+    for r in requests:
+        k = pod_type_key(r)
+        counts[k] = counts.get(k, 0) + 1
+        total += 1
+    if total == 0:
+        return ()
+    ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    kept: list[tuple[tuple[int, int, int, str], float]] = []
+    cum = 0.0
+    for key, cnt in ranked:
+        if cum >= threshold:
+            break
+        share = cnt / total
+        kept.append((key, share))
+        cum += share
+    return tuple(TypicalPod(k[0], k[1], k[2], k[3], share / cum) for k, share in kept)
+
+
+class FragModel:
+    """Fragmentation of node states against a fixed list of typical pods, memoised per node state.
+
+    Args:
+        typical: the target workload.
+        model_index: GPU model name -> model id of the cluster state.
+    """
+
+    def __init__(self, typical: Iterable[TypicalPod], model_index: Mapping[str, int]) -> None:
+        self.typical = tuple(typical)
+        self.types: list[tuple[int, int, int, float, frozenset[int] | None]] = []
+        for t in self.typical:
+            access: frozenset[int] | None = None
+            if t.gpu_spec and t.gpu_milli > 0:
+                names = t.gpu_spec.split("|")
+                access = frozenset(model_index[n] for n in names if n in model_index)
+            self.types.append((t.cpu_milli, t.gpu_milli, t.gpu_count, t.freq, access))
+        self._memo: dict[NodeKey, float] = {}
+
+    def frag(self, key: NodeKey) -> float:
+        """``F(node)`` in GPU milli for a node state ``(model id, free CPU, sorted free GPU milli)``."""
+        v = self._memo.get(key)
+        if v is None:
+            v = self._frag(key)
+            self._memo[key] = v
+        return v
+
+    def _frag(self, key: NodeKey) -> float:
+        model, cpu, idle = key
+        total = sum(idle)
+        prefix = [0]
+        for g in idle:
+            prefix.append(prefix[-1] + g)
+        n = len(idle)
+        q1 = q2 = q4 = xl = xr = na = 0.0
+        for c, m, k, p, access in self.types:
+            if m == 0:
+                if cpu >= c:
+                    xl += p * total
+                else:
+                    xr += p * total
+            elif access is not None and model not in access:
+                na += p * total
+            else:
+                pos = bisect_left(idle, m)
+                if n - pos >= k:
+                    if cpu >= c:
+                        q2 += p * prefix[pos]
+                    else:
+                        q4 += p * total
+                elif cpu >= c:
+                    q2 += p * total
+                else:
+                    q1 += p * total
+        out = 0.0
+        for part in (q1, q2, q4, xl, xr, na):
+            out += part
+        return out
+
+
+def after_placement(key: NodeKey, pod: PodKey, gpu_value: int | None) -> NodeKey:
+    """Node state after placing ``pod``.
+
+    A slice goes on one GPU whose free milli is ``gpu_value``; other pods take the first ``count`` GPUs
+    with enough free milli in ascending free order (whole GPUs: completely free ones), as the simulator's
+    ``NodeResource.Sub`` does.
+    """
+    model, cpu, idle = key
+    c, m, k = pod
+    new = list(idle)
+    if gpu_value is not None:
+        new.remove(gpu_value)
+        new.append(gpu_value - m)
+    elif k > 0 and m > 0:
+        pos = bisect_left(idle, m)
+        for j in range(pos, pos + k):
+            new[j] -= m
+    new.sort()
+    return (model, cpu - c, tuple(new))

@@ -1,0 +1,147 @@
+"""``plan_placements``: a batch of requests (and gangs) in, a plan out; the input state is never mutated.
+
+Order: priority descending, then input order (a stable sort). A gang is placed when its first member (in
+that order) comes up: all its members are tried in order, and either at least ``min_available`` of them are
+placed (kept) or every one is rolled back and reported ``GANG_INCOMPLETE`` with the blocking reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .explain import explain
+from .filters import validate
+from .placer import place_one
+from .policies import POLICIES, Policy
+from .state import ClusterState
+from .types import (
+    Assignment,
+    GangSpec,
+    PlacementPlan,
+    PlacementRequest,
+    TypicalPod,
+    Unplaced,
+    UnplacedReason,
+)
+from .fragmentation import typical_pods
+
+
+def _order(requests: Sequence[PlacementRequest]) -> list[PlacementRequest]:
+    """Priority descending, then input order (stable)."""
+    return sorted(requests, key=lambda r: -r.priority)
+
+
+def _why(state: ClusterState, r: PlacementRequest) -> Unplaced:
+    u = explain(state, r)
+    if u is None:  # feasible but the policy found no node: cannot happen, kept as data
+        u = Unplaced(r.request_id, UnplacedReason.INSUFFICIENT_GPU, "No node was chosen.")
+    return u
+
+
+def _place_gang(
+    state: ClusterState,
+    gang: GangSpec,
+    members: list[PlacementRequest],
+    policy: Policy,
+    prio: np.ndarray,
+) -> tuple[list[Assignment], list[Unplaced]]:
+    """Place a gang all-or-nothing (at least ``min_available`` members)."""
+    placed: list[Assignment] = []
+    failed: list[Unplaced] = []
+    for r in members:
+        problem = validate(r)
+        a = None if problem else place_one(state, r, policy, prio)
+        if a is None:
+            failed.append(_why(state, r))
+        else:
+            placed.append(a)
+    if len(placed) >= gang.min_available:
+        return placed, failed
+    for a in reversed(placed):
+        state.release(a)
+    block = failed[0] if failed else None
+    detail = f"{block.request_id}: {block.message}" if block else "too few members"
+    out = [
+        Unplaced(
+            r.request_id,
+            UnplacedReason.GANG_INCOMPLETE,
+            f"Gang {gang.gang_id} needs {gang.min_available} of {len(members)} members placed, only "
+            f"{len(placed)} fit; blocked by {detail}",
+            block.failed_constraints if block else (),
+            block.largest_fitting_slice if block else None,
+        )
+        for r in members
+    ]
+    return [], out
+
+
+def plan_placements(
+    state: ClusterState,
+    requests: Sequence[PlacementRequest],
+    *,
+    policy: str = "tessera",
+    gangs: Sequence[GangSpec] = (),
+    seed: int = 0,
+    typical: Sequence[TypicalPod] = (),
+    node_priority: Sequence[int] | None = None,
+) -> PlacementPlan:
+    """Place a batch of requests on a copy of ``state``.
+
+    Args:
+        state: the cluster now (not modified).
+        requests: what to place (unique ``request_id``).
+        policy: a name of :data:`POLICIES`.
+        gangs: all-or-nothing groups of request ids.
+        seed: seed of the random policy.
+        typical: target workload for FGD/Tessera; default: the batch itself.
+        node_priority: tie-break priority per node (lower wins); default: node order.
+
+    Returns:
+        The plan; every request is placed or listed as unplaced exactly once.
+    """
+    ids = [r.request_id for r in requests]
+    if len(set(ids)) != len(ids):
+        raise ValueError("request ids must be unique")
+    work = state.copy()
+    target = tuple(typical) or typical_pods(requests)
+    pol = POLICIES[policy](typical=target, seed=seed)
+    prio = (
+        np.arange(len(work), dtype=np.int64)
+        if node_priority is None
+        else np.asarray(node_priority, np.int64)
+    )
+    by_id = {r.request_id: r for r in requests}
+    gang_of: dict[str, GangSpec] = {}
+    for g in gangs:
+        for rid in g.request_ids:
+            if rid in by_id:
+                gang_of[rid] = g
+    placements: list[Assignment] = []
+    unplaced: list[Unplaced] = []
+    done: set[str] = set()
+    ordered = _order(requests)
+    for r in ordered:
+        if r.request_id in done:
+            continue
+        g = gang_of.get(r.request_id)
+        if g is not None:
+            members = [m for m in ordered if gang_of.get(m.request_id) is g]
+            done.update(m.request_id for m in members)
+            ok, bad = _place_gang(work, g, members, pol, prio)
+            placements.extend(ok)
+            unplaced.extend(bad)
+            continue
+        done.add(r.request_id)
+        problem = validate(r)
+        if problem is not None:
+            unplaced.append(_why(work, r))
+            continue
+        a = place_one(work, r, pol, prio)
+        if a is None:
+            unplaced.append(_why(work, r))
+        else:
+            placements.append(a)
+    assert len(placements) + len(unplaced) == len(requests)
+    return PlacementPlan(tuple(placements), tuple(unplaced))

@@ -1,0 +1,158 @@
+"""The policy interface and the helpers every policy shares (tie-break, default GPU choice, score cache).
+
+A policy sees the state, one valid request, the indices of the feasible nodes (``cand``, never empty) and
+the node priorities (``prio``, lower wins a score tie, as the protocol's node-name prefix does). It returns
+the chosen node index and the GPU indices on it. Policies may keep caches; a cache is tied to one state
+(``state.uid``) and to each node's ``version``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ..gpu_select import best_slice_gpu, slice_candidates, whole_gpus
+from ..state import ClusterState, NodeKey
+from ..types import PlacementRequest, TypicalPod
+
+Choice = tuple[int, tuple[int, ...]]
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: Scale constants of the simulator (``MaxSpecCpu``, ``MaxSpecGpu``).
+MAX_SPEC_CPU = 128000.0
+MAX_SPEC_GPU = 8000.0
+
+
+class Policy(Protocol):
+    """A placement policy: score the feasible nodes, pick one, choose its GPUs."""
+
+    name: str
+
+    def choose(
+        self, state: ClusterState, request: PlacementRequest, cand: IntArray, prio: IntArray
+    ) -> Choice:
+        """Pick a node among ``cand`` and the GPUs on it."""
+        ...
+
+
+class PolicyFactory(Protocol):
+    """Builds a policy; ``typical`` is the target workload (used by FGD and Tessera only)."""
+
+    def __call__(self, *, typical: Sequence[TypicalPod] = (), seed: int = 0) -> Policy: ...
+
+
+def pick(cand: IntArray, scores: npt.NDArray[np.int64] | FloatArray, prio: IntArray) -> int:
+    """Highest score wins; among equal scores the lowest priority value (protocol §4.4)."""
+    best = scores.max()
+    sel = cand[scores == best]
+    if sel.size == 1:
+        return int(sel[0])
+    return int(sel[int(np.argmin(prio[sel]))])
+
+
+def default_gpus(state: ClusterState, i: int, request: PlacementRequest) -> tuple[int, ...]:
+    """The ``best`` GPU rule of §4.5: a slice on the tightest GPU that fits (lowest index on ties),
+    whole GPUs on the lowest-index free GPUs, nothing for CPU-only work."""
+    if request.is_cpu_only:
+        return ()
+    if request.is_whole_gpu:
+        return whole_gpus(state, i, request)
+    return (best_slice_gpu(state, i, request),)
+
+
+def pod_key(request: PlacementRequest) -> tuple[int, int, int]:
+    """(cpu milli, gpu milli per GPU, gpu count) of a request; (cpu, 0, 0) when CPU-only."""
+    if request.is_cpu_only:
+        return (request.cpu_milli, 0, 0)
+    return (request.cpu_milli, request.gpu_milli, request.gpu_count)
+
+
+class CachedNodeScorer:
+    """Base for policies whose node score depends only on the node's own state (:meth:`ClusterState.node_key`).
+
+    Subclasses implement :meth:`score_key`, returning ``(score, gpu values)`` where ``gpu values`` are the
+    free-milli values of the GPUs that reach the score for a slice (the GPU chosen is the lowest-index one
+    with such a value). Scores are cached per request shape and per node, and recomputed only for nodes whose
+    ``version`` changed since; results are memoised per node state too, so identical nodes cost one
+    evaluation.
+    """
+
+    name = "cached"
+
+    def __init__(self) -> None:
+        self._uid = -1
+        self._tables: dict[tuple[int, int, int], tuple[FloatArray, IntArray, list[tuple[int, ...]]]] = {}
+        self._memo: dict[tuple[NodeKey, tuple[int, int, int]], tuple[float, tuple[int, ...]]] = {}
+
+    def score_key(
+        self, key: NodeKey, pod: tuple[int, int, int], allowed: frozenset[int] | None
+    ) -> tuple[float, tuple[int, ...]]:
+        """Score of a node state for a pod; ``allowed`` restricts the GPU values a slice may use."""
+        raise NotImplementedError
+
+    def choose(
+        self, state: ClusterState, request: PlacementRequest, cand: IntArray, prio: IntArray
+    ) -> Choice:
+        """Pick the best-scoring node (ties -> lowest priority value) and its GPUs."""
+        if state.uid != self._uid:
+            self._uid = state.uid
+            self._tables.clear()
+        pk = pod_key(request)
+        slice_mem = (not request.is_cpu_only) and (not request.is_whole_gpu) and (
+            request.gpu_memory_mib > 0
+        )
+        if slice_mem:
+            return self._choose_uncached(state, request, cand, prio, pk)
+        table = self._tables.get(pk)
+        n = len(state)
+        if table is None:
+            table = (np.zeros(n, np.float64), np.full(n, -1, np.int64), [()] * n)
+            self._tables[pk] = table
+        scores, vers, vals = table
+        stale = cand[vers[cand] != state.version[cand]]
+        memo = self._memo
+        for i in stale.tolist():
+            key = state.node_key(i)
+            r = memo.get((key, pk))
+            if r is None:
+                r = self.score_key(key, pk, None)
+                memo[(key, pk)] = r
+            scores[i] = r[0]
+            vals[i] = r[1]
+        vers[stale] = state.version[stale]
+        i = pick(cand, scores[cand], prio)
+        return i, self._gpus(state, i, request, vals[i])
+
+    def _choose_uncached(
+        self,
+        state: ClusterState,
+        request: PlacementRequest,
+        cand: IntArray,
+        prio: IntArray,
+        pk: tuple[int, int, int],
+    ) -> Choice:
+        scores = np.zeros(cand.size, np.float64)
+        vals: list[tuple[int, ...]] = []
+        for pos, i in enumerate(cand.tolist()):
+            allowed = frozenset(int(v) for v in state.gpu_free[i, slice_candidates(state, i, request)])
+            s, v = self.score_key(state.node_key(i), pk, allowed)
+            scores[pos] = s
+            vals.append(v)
+        i = pick(cand, scores, prio)
+        return i, self._gpus(state, i, request, vals[int(np.flatnonzero(cand == i)[0])])
+
+    @staticmethod
+    def _gpus(
+        state: ClusterState, i: int, request: PlacementRequest, values: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        if request.is_cpu_only or request.is_whole_gpu:
+            return default_gpus(state, i, request)
+        cand = slice_candidates(state, i, request)
+        for j in cand.tolist():
+            if int(state.gpu_free[i, j]) in values:
+                return (j,)
+        return (best_slice_gpu(state, i, request),)
