@@ -372,6 +372,34 @@ class FakeCluster:
             self._oldest_watchable = dropped.resource_version
 
 
+def demo_cluster() -> FakeCluster:
+    """A small HAMi cluster for demos: two nodes with four A100-80GB each; pods start at once."""
+    cluster = FakeCluster(auto_start=True)
+    for n in range(2):
+        name = f"demo-gpu-{n}"
+        register = [
+            {
+                "id": f"GPU-demo{n}{i}00-0000-0000-0000-000000000000",
+                "index": i,
+                "count": 10,
+                "devmem": 81920,
+                "devcore": 100,
+                "type": "NVIDIA-NVIDIA A100-SXM4-80GB",
+                "numa": i // 2,
+                "mode": "hami-core",
+                "health": True,
+            }
+            for i in range(4)
+        ]
+        cluster.add_node(
+            name,
+            labels={"gpu": "on", c.GFD_PRODUCT: "NVIDIA-A100-SXM4-80GB", c.GFD_COUNT: "4"},
+            annotations={c.HAMI_NODE_REGISTER: json.dumps(register)},
+            allocatable={"cpu": "64", "memory": "512Gi", c.HAMI_GPU: "40"},
+        )
+    return cluster
+
+
 def _intended_node(pod: JsonDict) -> str:
     """The node a delegating scheduler would pick: affinity hostname or Koordinator hint."""
     hint = pod.get("metadata", {}).get("annotations", {}).get(c.KOORD_SCHEDULING_HINT)

@@ -136,8 +136,11 @@ def build_pod(request: MaterializeRequest, config: KubeConfig, *, now: int) -> J
             c.Mode.KOORDINATOR: _koordinator,
         }[config.mode]
         mode_parts(request, config, metadata, spec, container, now)
-    elif request.gang_name and config.mode == c.Mode.KOORDINATOR:
-        metadata["annotations"].update(_gang(request, config))
+    else:
+        # CPU-only workloads go through the default scheduler, pinned to the planned node.
+        spec["affinity"] = _node_affinity(request.node_name)
+        if request.gang_name and config.mode == c.Mode.KOORDINATOR:
+            metadata["annotations"].update(_gang(request, config))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
@@ -211,7 +214,12 @@ def _hami_delegate(
     metadata["annotations"][c.HAMI_USE_GPUUUID] = ",".join(gpu.uuid for gpu in request.gpus)
     metadata["annotations"][c.HAMI_GPU_SCHEDULER_POLICY] = "binpack"
     spec["schedulerName"] = config.hami_scheduler_name
-    spec["affinity"] = {
+    spec["affinity"] = _node_affinity(request.node_name)
+
+
+def _node_affinity(node_name: str) -> JsonDict:
+    """Required node affinity on `kubernetes.io/hostname` (spec section 6.1, option A)."""
+    return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [
@@ -220,7 +228,7 @@ def _hami_delegate(
                             {
                                 "key": c.HOSTNAME_LABEL,
                                 "operator": "In",
-                                "values": [request.node_name],
+                                "values": [node_name],
                             }
                         ]
                     }

@@ -1,0 +1,200 @@
+"""`KubernetesBackend`: the Backend protocol over a ClusterGateway; `from_settings()` builds it from
+Django settings (the only Django import of this package, done lazily inside `from_settings`).
+
+Every method is idempotent. Cluster failures surface as BackendError (ClusterApiError): transient
+ones (`permanent=False`: 5xx, timeouts, 409/410/429) are retried by the calling task with backoff,
+permanent ones mark the workload FAILED with the message.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduling.backends.base import MaterializeRequest, NodeInventory, StatusReport
+from scheduling.backends.kubernetes import constants as c
+from scheduling.backends.kubernetes.binding import bind_with_lock, release_node_lock
+from scheduling.backends.kubernetes.config import KubeConfig
+from scheduling.backends.kubernetes.interface import (
+    ClusterApiError,
+    ClusterGateway,
+    JsonDict,
+    Kind,
+)
+from scheduling.backends.kubernetes.inventory import nodes_to_inventory
+from scheduling.backends.kubernetes.manifests import build_objects, home_pvc_name
+from scheduling.backends.kubernetes.status import PodTracker, pod_report, pod_workload_id
+
+logger = logging.getLogger(__name__)
+
+
+class KubernetesBackend:
+    """Makes placements real as Pods (+ home PVC + Service for codespaces) in one namespace."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        gateway: ClusterGateway,
+        config: KubeConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        tracker: PodTracker | None = None,
+    ) -> None:
+        self.gateway = gateway
+        self.config = config or KubeConfig()
+        self.clock = clock
+        self.tracker = tracker or PodTracker(
+            gateway, self.config.namespace, watch_timeout_seconds=self.config.watch_timeout_seconds
+        )
+
+    # --- Backend protocol ----------------------------------------------------------------------
+
+    def materialize(self, request: MaterializeRequest) -> None:
+        """Create-or-get the home PVC, the Pod and the Service; in hami-bind mode also lock the
+        node and bind the pod."""
+        objects = build_objects(request, self.config, now=int(self.clock()))
+        if objects.home_pvc is not None:
+            self._ensure(Kind.PVC, objects.home_pvc, request.workload_id)
+        pod = self._ensure(Kind.POD, objects.pod, request.workload_id)
+        if pod.get("metadata", {}).get("deletionTimestamp"):
+            raise ClusterApiError(
+                f"pod {request.name} from a previous run is still terminating", status=409
+            )
+        if self.config.mode == c.Mode.HAMI_BIND and request.gpus:
+            bind_with_lock(
+                self.gateway, self.config.namespace, request.name, request.node_name, now=_utcnow
+            )
+        if objects.service is not None:
+            self._ensure(Kind.SERVICE, objects.service, request.workload_id)
+
+    def release(self, workload_id: int, name: str, *, delete_home: bool) -> None:
+        """Delete the pod and the Service (the home PVC too when `delete_home`); missing is fine.
+        In hami-bind mode, a node lock still held by the pod is released."""
+        namespace = self.config.namespace
+        pod = self.gateway.get(Kind.POD, namespace, name)
+        if pod is not None and self._owned(pod, workload_id):
+            self.gateway.delete(Kind.POD, namespace, name)
+            if self.config.mode == c.Mode.HAMI_BIND:
+                node = _pod_node(pod)
+                if node and release_node_lock(self.gateway, node, namespace, name):
+                    logger.info("released HAMi lock on %s held by deleted pod %s", node, name)
+        self._delete_owned(Kind.SERVICE, name, workload_id)
+        if delete_home:
+            self._delete_owned(Kind.PVC, home_pvc_name(name), workload_id)
+        self.tracker.forget(workload_id)
+
+    def sync_status(self, workload_ids: Iterable[int]) -> Sequence[StatusReport]:
+        """Refresh the pod cache (list once, then resume the watch) and report each workload."""
+        self.tracker.refresh()
+        return [pod_report(wid, self.tracker.pod(wid)) for wid in workload_ids]
+
+    def sync_inventory(self) -> Sequence[NodeInventory]:
+        """Nodes with their GPUs (HAMi annotation, Koordinator Device, or GFD labels)."""
+        prefer_koordinator = self.config.mode == c.Mode.KOORDINATOR
+        devices = self.gateway.list_koordinator_devices() if prefer_koordinator else []
+        return nodes_to_inventory(
+            self.gateway.list_nodes(), devices, prefer_koordinator=prefer_koordinator
+        )
+
+    # --- reconciliation helper -----------------------------------------------------------------
+
+    def reconcile_orphans(self, known_workload_ids: Iterable[int], *, delete: bool) -> list[str]:
+        """Managed pods whose workload Tessera no longer knows; deleted when `delete`. Returns their
+        names and logs each fix (the other direction, DB without pod, is MISSING in sync_status)."""
+        known = set(known_workload_ids)
+        pods, _ = self.gateway.list_pods(self.config.namespace, c.MANAGED_SELECTOR)
+        orphans = sorted(
+            pod["metadata"]["name"] for pod in pods if pod_workload_id(pod) not in known
+        )
+        for name in orphans:
+            if delete:
+                self.gateway.delete(Kind.POD, self.config.namespace, name)
+                self.gateway.delete(Kind.SERVICE, self.config.namespace, name)
+                logger.warning("reconcile: deleted orphaned pod %s/%s", self.config.namespace, name)
+            else:
+                logger.warning("reconcile: orphaned pod %s/%s", self.config.namespace, name)
+        return orphans
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _ensure(self, kind: Kind, body: JsonDict, workload_id: int) -> JsonDict:
+        """Create-or-get by name; a same-named object of another workload is a permanent error."""
+        name = body["metadata"]["name"]
+        for _ in range(2):
+            try:
+                return self.gateway.create(kind, self.config.namespace, body)
+            except ClusterApiError as exc:
+                if not exc.is_conflict:
+                    raise
+            existing = self.gateway.get(kind, self.config.namespace, name)
+            if existing is None:
+                continue  # deleted between our create and get: create again
+            if not self._owned(existing, workload_id):
+                raise ClusterApiError(
+                    f"{kind.value}/{name} already exists for another workload", permanent=True
+                )
+            return existing
+        raise ClusterApiError(f"{kind.value}/{name}: create and delete keep racing", status=409)
+
+    def _delete_owned(self, kind: Kind, name: str, workload_id: int) -> None:
+        existing = self.gateway.get(kind, self.config.namespace, name)
+        if existing is not None and self._owned(existing, workload_id):
+            self.gateway.delete(kind, self.config.namespace, name)
+
+    @staticmethod
+    def _owned(obj: JsonDict, workload_id: int) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        return labels.get(c.WORKLOAD_ID_LABEL) == str(workload_id)
+
+
+def _pod_node(pod: JsonDict) -> str:
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(c.HAMI_VGPU_NODE) or (pod.get("spec") or {}).get("nodeName") or "")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def config_from_settings(settings: Any) -> KubeConfig:
+    """KubeConfig from a settings object; every name is optional (getattr with the default)."""
+    defaults = KubeConfig()
+    return KubeConfig(
+        kubeconfig=getattr(settings, "TESSERA_KUBECONFIG", defaults.kubeconfig),
+        context=getattr(settings, "TESSERA_KUBE_CONTEXT", defaults.context),
+        namespace=getattr(settings, "TESSERA_KUBE_NAMESPACE", defaults.namespace),
+        mode=getattr(settings, "TESSERA_KUBE_MODE", defaults.mode),
+        image_pull_policy=getattr(
+            settings, "TESSERA_CODESPACE_IMAGE_PULL_POLICY", defaults.image_pull_policy
+        ),
+        codespace_port=int(getattr(settings, "TESSERA_CODESPACE_PORT", defaults.codespace_port)),
+        storage_class=getattr(settings, "TESSERA_KUBE_STORAGE_CLASS", defaults.storage_class),
+        runtime_class=getattr(settings, "TESSERA_KUBE_RUNTIME_CLASS", defaults.runtime_class),
+    )
+
+
+def from_settings() -> KubernetesBackend:
+    """The backend configured by Django settings. `TESSERA_KUBE_FAKE = True` swaps the cluster for
+    a process-wide in-memory demo cluster (pods start at once)."""
+    from django.conf import settings
+
+    config = config_from_settings(settings)
+    if getattr(settings, "TESSERA_KUBE_FAKE", False):
+        return KubernetesBackend(_demo_cluster(), config)
+    from scheduling.backends.kubernetes.gateway import KubernetesGateway, api_client_from_kubeconfig
+
+    api_client = api_client_from_kubeconfig(config.kubeconfig, config.context)
+    gateway = KubernetesGateway(api_client, read_timeout=config.request_timeout_seconds)
+    return KubernetesBackend(gateway, config)
+
+
+@functools.cache
+def _demo_cluster() -> ClusterGateway:
+    from scheduling.backends.kubernetes.fake import demo_cluster
+
+    return demo_cluster()
