@@ -1,0 +1,29 @@
+# Tessera: the two commands a newcomer needs.
+#   make run   set up .venv, migrate, load demo data, start web + worker + beat (no external service)
+#   make test  run the whole test suite (SQLite by default; PostgreSQL when DATABASE_URL is set)
+.PHONY: run test lint venv
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+run: venv
+	./scripts/run.sh
+
+test: venv
+	$(BIN)/python -m pytest
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+	$(BIN)/lint-imports
+	$(BIN)/python manage.py makemigrations --check --dry-run

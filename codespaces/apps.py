@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CodespacesConfig(AppConfig):
+    name = "codespaces"
+    verbose_name = "Codespaces"

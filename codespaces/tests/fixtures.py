@@ -1,0 +1,1 @@
+"""Fixtures of the codespaces app (registered in the root conftest.py)."""

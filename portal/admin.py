@@ -1,0 +1,45 @@
+from django.contrib import admin
+
+from portal.models import ApiToken, Membership, Tenant
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    raw_id_fields = ("user",)
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ("slug", "name", "created_at")
+    search_fields = ("slug", "name")
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "tenant", "role", "created_at")
+    list_filter = ("role", "tenant")
+    search_fields = ("user__username", "tenant__slug")
+    list_select_related = ("user", "tenant")
+    raw_id_fields = ("user", "tenant")
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Operators can see and revoke tokens; the secret is never stored, so never shown."""
+
+    list_display = (
+        "name",
+        "user",
+        "prefix",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    list_filter = ("revoked_at",)
+    search_fields = ("name", "user__username", "prefix")
+    list_select_related = ("user",)
+    readonly_fields = ("prefix", "key_hash", "created_at", "last_used_at")
+    raw_id_fields = ("user",)

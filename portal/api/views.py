@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from portal import services
+from portal.api.serializers import (
+    ApiTokenCreateSerializer,
+    ApiTokenSerializer,
+    IssuedTokenSerializer,
+    MeSerializer,
+    TenantSerializer,
+)
+from portal.models import ApiToken, Tenant
+from portal.scoping import current_user, is_operator, tenants_for
+
+
+class TenantViewSet(viewsets.ReadOnlyModelViewSet):
+    """The tenants (teams) the caller belongs to; operators see all."""
+
+    serializer_class = TenantSerializer
+    queryset = Tenant.objects.none()  # for the schema; real rows: get_queryset
+    ordering = "slug"
+    ordering_fields = ["slug", "name", "created_at"]
+
+    def get_queryset(self) -> QuerySet[Tenant]:
+        return tenants_for(self.request.user)
+
+
+class ApiTokenViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """The caller's own personal API tokens: create (the raw value is returned once), list, revoke."""
+
+    serializer_class = ApiTokenSerializer
+    queryset = (
+        ApiToken.objects.none()
+    )  # typed path parameter for the schema; real rows: get_queryset
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        return ApiToken.objects.filter(user=current_user(self.request))
+
+    @extend_schema(request=ApiTokenCreateSerializer, responses={201: IssuedTokenSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        payload = ApiTokenCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        issued = services.issue_token(
+            request.user,
+            name=payload.validated_data["name"],
+            expires_at=payload.validated_data.get("expires_at"),
+        )
+        data = IssuedTokenSerializer(issued.token).data
+        data["token"] = issued.raw
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: ApiTokenSerializer})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        token = self.get_object()
+        token = services.revoke_token(request.user, token.pk)
+        return Response(ApiTokenSerializer(token).data)
+
+
+class MeViewSet(viewsets.ViewSet):
+    """Who the caller is, and the tenants they act in."""
+
+    @extend_schema(responses={200: MeSerializer})
+    def list(self, request: Request, **kwargs: Any) -> Response:
+        user = request.user
+        data = {
+            "id": user.pk,
+            "username": user.get_username(),
+            "is_operator": is_operator(user),
+            "memberships": user.memberships.select_related("tenant"),  # type: ignore[union-attr]
+        }
+        return Response(MeSerializer(data).data)

@@ -1,0 +1,11 @@
+"""The Celery application. Tasks are discovered per app (`<app>/tasks.py`)."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+app = Celery("tessera")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,3 @@
+"""The Prometheus /metrics endpoint (mounted at the site root)."""
+
+urlpatterns: list = []

@@ -1,0 +1,93 @@
+"""Typed readers for environment variables. Every variable is documented in docs/configuration.md.
+
+Unknown or malformed values fail loudly at start-up (ImproperlyConfigured) instead of being guessed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r}: use 'true' or 'false'")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a whole number") from exc
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value}: must be at least {minimum}")
+    return value
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a number") from exc
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(name, default) or default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r}: choose one of {', '.join(choices)}")
+    return value
+
+
+def env_secret(name: str) -> str | None:
+    """Read NAME, or the contents of the file named by NAME_FILE (Kubernetes Secret mounts)."""
+    value = os.environ.get(name)
+    if value:
+        return value
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={path!r}: cannot read it ({exc})") from exc
+    return None
+
+
+def dev_secret_key(var_dir: Path) -> str:
+    """A random key generated once for this checkout and kept in var/ (development only)."""
+    from django.core.management.utils import get_random_secret_key
+
+    var_dir.mkdir(parents=True, exist_ok=True)
+    key_file = var_dir / "secret_key"
+    if not key_file.exists():
+        key_file.write_text(get_random_secret_key())
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()

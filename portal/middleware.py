@@ -1,0 +1,28 @@
+"""Puts the user's active tenant (chosen with the tenant switcher, kept in the session) on the request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+
+from portal.scoping import tenants_for
+
+SESSION_KEY = "active_tenant_id"
+
+
+class ActiveTenantMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        request.active_tenant = None  # type: ignore[attr-defined]
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated and hasattr(request, "session"):
+            wanted = request.session.get(SESSION_KEY)
+            tenants = tenants_for(user)
+            tenant = tenants.filter(pk=wanted).first() if wanted else None
+            if tenant is None:
+                tenant = tenants.order_by("slug").first()
+            request.active_tenant = tenant  # type: ignore[attr-defined]
+        return self.get_response(request)

@@ -1,0 +1,105 @@
+"""Tenancy (teams and their members) and personal API tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+from portal.choices import MembershipRole
+
+TOKEN_PREFIX = "tsr_"
+dns_label_validator = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+    "Use lowercase letters, digits and '-', starting and ending with a letter or digit (max 63).",
+)
+
+
+class Tenant(models.Model):
+    """A team that owns quotas, codespaces and jobs. Every tenant-owned object is scoped through
+    `portal.scoping`."""
+
+    slug = models.SlugField(max_length=63, unique=True, validators=[dns_label_validator])
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's membership of a tenant, with a role (`member` or `tenant_admin`)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(
+        max_length=20, choices=MembershipRole.choices, default=MembershipRole.MEMBER
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="uniq_membership")]
+        ordering = ["tenant__slug", "user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant} ({self.role})"
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def usable(self) -> ApiTokenQuerySet:
+        now = timezone.now()
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
+
+
+class ApiToken(models.Model):
+    """A personal API token. Only its SHA-256 is stored; the raw value is shown once at creation.
+
+    Format: `tsr_<8-char lookup prefix>_<secret>`; the prefix finds the row, the hash proves the secret.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=8, unique=True)
+    key_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({TOKEN_PREFIX}{self.prefix}_…)"
+
+    @property
+    def is_active(self) -> bool:
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()
+
+    @staticmethod
+    def generate() -> tuple[str, str, str]:
+        """Return (raw token, prefix, hash)."""
+        prefix = secrets.token_hex(4)
+        raw = f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+        return raw, prefix, hash_token(raw)

@@ -1,0 +1,111 @@
+"""Tenant scoping: the ONE place that decides which tenant-owned rows a user may see.
+
+Every view, form and API endpoint limits its querysets with `scope_queryset` (or the mixins below). Rows of
+other tenants are simply absent, so they answer 404 (never 403 with details). Platform operators
+(`is_staff`) see every tenant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar, cast
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.db.models import Model, QuerySet
+from django.http import Http404
+
+from portal.choices import MembershipRole
+from portal.models import Membership, Tenant
+
+M = TypeVar("M", bound=Model)
+UserLike = AbstractBaseUser | AnonymousUser
+
+
+def current_user(request: Any) -> User:
+    """The authenticated user of a request (views behind login_required / IsAuthenticated)."""
+    user = request.user
+    if not user.is_authenticated:
+        raise PermissionDenied("Log in first.")
+    return cast(User, user)
+
+
+def is_operator(user: Any) -> bool:
+    return bool(getattr(user, "is_authenticated", False) and getattr(user, "is_staff", False))
+
+
+def tenant_ids_for(user: Any) -> set[int]:
+    """Ids of the tenants the user belongs to (cached on the user object for the request)."""
+    if not getattr(user, "is_authenticated", False):
+        return set()
+    cached = getattr(user, "_tessera_tenant_ids", None)
+    if cached is None:
+        cached = set(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
+        user._tessera_tenant_ids = cached
+    return set(cached)
+
+
+def admin_tenant_ids_for(user: Any) -> set[int]:
+    if not getattr(user, "is_authenticated", False):
+        return set()
+    return set(
+        Membership.objects.filter(user=user, role=MembershipRole.TENANT_ADMIN).values_list(
+            "tenant_id", flat=True
+        )
+    )
+
+
+def tenants_for(user: Any) -> QuerySet[Tenant]:
+    """The tenants a user may act in: all for operators, their memberships otherwise."""
+    if is_operator(user):
+        return Tenant.objects.all()
+    return Tenant.objects.filter(pk__in=tenant_ids_for(user))
+
+
+def scope_queryset(queryset: QuerySet[M], user: Any, tenant_field: str = "tenant") -> QuerySet[M]:
+    """Limit `queryset` to rows whose `tenant_field` is one of the user's tenants.
+
+    `tenant_field` is a lookup path to the Tenant foreign key (e.g. "tenant", "quota__tenant").
+    Operators get the queryset unchanged; anonymous users get nothing.
+    """
+    if is_operator(user):
+        return queryset
+    if not getattr(user, "is_authenticated", False):
+        return queryset.none()
+    return queryset.filter(**{f"{tenant_field}_id__in": tenant_ids_for(user)})
+
+
+def get_scoped_or_404(
+    queryset: QuerySet[M], user: Any, tenant_field: str = "tenant", **lookup: Any
+) -> M:
+    """Fetch one row the user may see, or raise Http404 (also for rows of other tenants)."""
+    try:
+        return scope_queryset(queryset, user, tenant_field).get(**lookup)
+    except ObjectDoesNotExist as exc:
+        raise Http404("Not found.") from exc
+
+
+def can_admin_tenant(user: Any, tenant: Tenant | int) -> bool:
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    return is_operator(user) or tenant_id in admin_tenant_ids_for(user)
+
+
+def require_member(user: Any, tenant: Tenant | int) -> None:
+    """Raise Http404 unless the user may act in `tenant` (hides the tenant's existence)."""
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    if not (is_operator(user) or tenant_id in tenant_ids_for(user)):
+        raise Http404("Not found.")
+
+
+class TenantScopedQuerysetMixin:
+    """For Django class-based views and DRF viewsets: `get_queryset` goes through `scope_queryset`.
+
+    Set `tenant_field` when the tenant is reached through a relation.
+    """
+
+    tenant_field = "tenant"
+    request: Any
+
+    def get_queryset(self) -> QuerySet[Any]:
+        queryset = super().get_queryset()  # type: ignore[misc]
+        return scope_queryset(queryset, self.request.user, self.tenant_field)

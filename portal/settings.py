@@ -1,0 +1,273 @@
+"""Tessera settings: one module, every value from the environment through typed helpers (portal.env).
+
+Development defaults need no external service: SQLite under var/, a filesystem Celery broker, the simulated
+cluster. `TESSERA_ENV=production` turns on the strict settings (secure cookies, HSTS, SSL redirect, required
+SECRET_KEY and ALLOWED_HOSTS). Every variable is documented in docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.env import (
+    dev_secret_key,
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_secret,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("TESSERA_VAR_DIR", str(BASE_DIR / "var")))
+
+TESSERA_ENV = env_choice("TESSERA_ENV", "development", ("development", "production"))
+PRODUCTION = TESSERA_ENV == "production"
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+
+_secret = env_secret("SECRET_KEY")
+if _secret is None:
+    if PRODUCTION:
+        raise ImproperlyConfigured(
+            "SECRET_KEY (or SECRET_KEY_FILE) is required when TESSERA_ENV=production"
+        )
+    _secret = dev_secret_key(VAR_DIR)
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = env_list(
+    "ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "testserver", "[::1]"]
+)
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS is required when TESSERA_ENV=production")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "portal",
+    "quotas",
+    "scheduling",
+    "scheduling.telemetry",
+    "codespaces",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "portal.middleware.ActiveTenantMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.tenancy",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------------
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tessera.sqlite3'}")
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL + immediate transactions: the web process and the worker write concurrently in dev.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Static files: served by whitenoise; plotly.min.js comes from the plotly package (no CDN) -------
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "portal.staticfinders.PlotlyFinder",
+]
+
+# --- Security ---------------------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- REST API ---------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_VERSIONING_CLASS": "rest_framework.versioning.URLPathVersioning",
+    "ALLOWED_VERSIONS": ["v1"],
+    "DEFAULT_VERSION": "v1",
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.LimitCursorPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    "DEFAULT_FILTER_BACKENDS": ["rest_framework.filters.OrderingFilter"],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Tessera API",
+    "DESCRIPTION": "GPU platform: elastic quotas, GPU-slice codespaces, gang jobs, placement and usage.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]",
+}
+TESSERA_API_RATE_PER_TOKEN = env_int("TESSERA_API_RATE_PER_TOKEN", 600, minimum=1)
+TESSERA_API_RATE_PER_TENANT = env_int("TESSERA_API_RATE_PER_TENANT", 3000, minimum=1)
+TESSERA_API_RATE_WINDOW_SECONDS = env_int("TESSERA_API_RATE_WINDOW_SECONDS", 60, minimum=1)
+TESSERA_IDEMPOTENCY_TTL_HOURS = env_int("TESSERA_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)
+
+# --- Cache (rate limits, per-worker snapshots' version checks) --------------------------------------
+REDIS_URL = env_str("REDIS_URL", "")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "tessera"}
+    )
+}
+
+# --- Celery -----------------------------------------------------------------------------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+_broker_dir = VAR_DIR / "celery-broker"
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {
+        "data_folder_in": str(_broker_dir),
+        "data_folder_out": str(_broker_dir),
+        "processed_folder": str(VAR_DIR / "celery-processed"),
+        "store_processed": False,
+    }
+    if CELERY_BROKER_URL.startswith("filesystem://")
+    else {"visibility_timeout": 3600}
+)
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir.mkdir(parents=True, exist_ok=True)
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
+CELERY_TASK_ALWAYS_EAGER = env_bool("TESSERA_CELERY_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 240, minimum=1)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "health-check": {"task": "portal.tasks.health_check_task", "schedule": crontab(minute="*/5")},
+}
+
+# --- Scheduling, cluster backend, codespaces, telemetry ---------------------------------------------
+TESSERA_BACKEND = env_choice("TESSERA_BACKEND", "simulated", ("simulated", "kubernetes"))
+TESSERA_PLACEMENT_POLICY = env_str("TESSERA_PLACEMENT_POLICY", "tessera")
+TESSERA_CYCLE_INTERVAL_SECONDS = env_float("TESSERA_CYCLE_INTERVAL_SECONDS", 5.0)
+TESSERA_GPU_NODE_CPU_RESERVED_FRACTION = env_float("TESSERA_GPU_NODE_CPU_RESERVED_FRACTION", 0.25)
+TESSERA_GPU_NODE_MEMORY_RESERVED_FRACTION = env_float(
+    "TESSERA_GPU_NODE_MEMORY_RESERVED_FRACTION", 0.25
+)
+TESSERA_SIM_INVENTORY = env_str("TESSERA_SIM_INVENTORY", "demo")
+TESSERA_SIM_START_DELAY_SECONDS = env_float("TESSERA_SIM_START_DELAY_SECONDS", 3.0)
+TESSERA_KUBECONFIG = env_str("TESSERA_KUBECONFIG", "")
+TESSERA_KUBE_CONTEXT = env_str("TESSERA_KUBE_CONTEXT", "")
+TESSERA_KUBE_NAMESPACE = env_str("TESSERA_KUBE_NAMESPACE", "tessera-workloads")
+TESSERA_KUBE_MODE = env_choice(
+    "TESSERA_KUBE_MODE", "hami-delegate", ("hami-delegate", "hami-bind", "koordinator")
+)
+TESSERA_IDE_URL_PATTERN = env_str(
+    "TESSERA_IDE_URL_PATTERN", "https://{name}.codespaces.example.com/"
+)
+TESSERA_SSH_COMMAND_PATTERN = env_str(
+    "TESSERA_SSH_COMMAND_PATTERN", "ssh {user}@{name}.codespaces.example.com"
+)
+TESSERA_PROMETHEUS_URL = env_str("TESSERA_PROMETHEUS_URL", "")
+TESSERA_METRICS_TOKEN = env_secret("TESSERA_METRICS_TOKEN") or ""
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,44 @@
+"""Project URLs. Each app mounts its pages under its own prefix and its API under /api/v1/."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import URLPattern, URLResolver, include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from portal import views
+
+api_v1: list[URLPattern | URLResolver] = [
+    path("", include("portal.api.urls")),
+    path("", include("quotas.api.urls")),
+    path("", include("scheduling.api.urls")),
+    path("", include("codespaces.api.urls")),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+]
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "accounts/password/",
+        auth_views.PasswordChangeView.as_view(),
+        name="password_change",
+    ),
+    path(
+        "accounts/password/done/",
+        auth_views.PasswordChangeDoneView.as_view(),
+        name="password_change_done",
+    ),
+    path("account/tokens/", views.tokens, name="tokens"),
+    path("account/tokens/<int:token_id>/revoke/", views.revoke_token, name="token-revoke"),
+    path("tenant/switch/", views.switch_tenant, name="tenant-switch"),
+    path("quotas/", include("quotas.urls")),
+    path("codespaces/", include("codespaces.urls")),
+    path("cluster/", include("scheduling.urls")),
+    path("dashboards/", include("portal.dashboards.urls")),
+    path("", include("portal.dashboards.metrics_urls")),
+    path("admin/", admin.site.urls),
+    re_path(r"^api/(?P<version>v1)/", include(api_v1)),
+]

@@ -1,0 +1,76 @@
+"""Shell pages: home, API tokens, tenant switcher. Thin: validate, call a service, render."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from portal import services
+from portal.forms import TenantSwitchForm, TokenForm
+from portal.middleware import SESSION_KEY
+from portal.models import ApiToken, Membership
+from portal.scoping import current_user, tenants_for
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    memberships = Membership.objects.filter(user=current_user(request)).select_related("tenant")
+    return render(request, "portal/home.html", {"memberships": memberships})
+
+
+@login_required
+def tokens(request: HttpRequest) -> HttpResponse:
+    issued = None
+    form = TokenForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            issued = services.issue_token(
+                request.user,
+                name=form.cleaned_data["name"],
+                expires_at=form.cleaned_data["expires_at"],
+            )
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            form = TokenForm()
+    context = {
+        "form": form,
+        "issued": issued,
+        "tokens": ApiToken.objects.filter(user=current_user(request)).order_by("-created_at"),
+    }
+    return render(request, "portal/tokens.html", context)
+
+
+@login_required
+@require_POST
+def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
+    try:
+        token = services.revoke_token(request.user, token_id)
+    except ApiToken.DoesNotExist as exc:
+        raise Http404("Not found.") from exc
+    messages.success(request, f"Token “{token.name}” revoked.")
+    return redirect("tokens")
+
+
+@login_required
+@require_POST
+def switch_tenant(request: HttpRequest) -> HttpResponse:
+    form = TenantSwitchForm(request.POST)
+    if not form.is_valid():
+        raise Http404("Not found.")
+    tenant = tenants_for(request.user).filter(pk=form.cleaned_data["tenant"]).first()
+    if tenant is None:
+        raise Http404("Not found.")
+    request.session[SESSION_KEY] = tenant.pk
+    messages.info(request, f"Now working in {tenant.name}.")
+    target = request.POST.get("next") or reverse("home")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = reverse("home")
+    return redirect(target)

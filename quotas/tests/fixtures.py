@@ -1,0 +1,1 @@
+"""Fixtures of the quotas app (registered in the root conftest.py)."""

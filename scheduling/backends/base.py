@@ -1,0 +1,129 @@
+"""The backend interface: how the scheduling service makes placements real on a cluster.
+
+The scheduling service decides *where* a workload runs (with `scheduling.engine`) and records it in the
+database; a backend makes that decision real (a simulated pod, or a Kubernetes Pod + PVC + Service) and
+reports back what the cluster says. Backends see plain dataclasses, never Django models, so each one can
+be tested without a database and the service owns every state transition.
+
+Two implementations: `scheduling.backends.simulated` (the default) and
+`scheduling.backends.kubernetes` (HAMi / Koordinator). `scheduling.backends.registry.get_backend()`
+returns the configured one.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class WorkloadKind(str, enum.Enum):
+    CODESPACE = "codespace"
+    JOB_POD = "job_pod"
+
+
+class ObservedPhase(str, enum.Enum):
+    """What the cluster says about a materialized workload."""
+
+    PENDING = "pending"  # accepted by the cluster, not running yet (image pull, binding, ...)
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    MISSING = "missing"  # the cluster has no object for it (deleted outside Tessera)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuBinding:
+    """One GPU of the chosen node, and the share of it the workload gets."""
+
+    index: int
+    uuid: str
+    gpu_milli: int  # 1000 = the whole card
+    gpu_memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class MaterializeRequest:
+    """Everything a backend needs to run one placed workload. Names are deterministic (idempotent create)."""
+
+    workload_id: int
+    name: str  # DNS-safe, unique per namespace, e.g. "cs-alice-7f3k" or "job-train-12-pod-3"
+    kind: WorkloadKind
+    tenant_slug: str
+    image: str
+    node_name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[GpuBinding, ...] = ()
+    gpu_model: str = ""
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    home_volume_gib: int = 0  # codespaces: a PVC kept across stop/start, deleted only on delete
+    gang_name: str = ""
+    gang_min_available: int = 0
+    priority: int = 0
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """One observation of a workload's state in the cluster."""
+
+    workload_id: int
+    phase: ObservedPhase
+    message: str = ""
+    node_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInventory:
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    numa_node: int = 0
+    nvlink_group: int = 0
+    healthy: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInventory:
+    """A node as the cluster reports it (inventory sync upserts Node and Gpu rows from these)."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_model: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[str, ...] = ()
+    cordoned: bool = False
+    gpus: tuple[GpuInventory, ...] = field(default_factory=tuple)
+
+
+class BackendError(Exception):
+    """A cluster call failed. `permanent=False` errors are retried by the task with backoff; permanent
+    ones mark the workload FAILED with the message."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+
+
+class Backend(Protocol):
+    """What the scheduling service needs from a cluster. Every method is idempotent."""
+
+    name: str
+
+    def materialize(self, request: MaterializeRequest) -> None:
+        """Create (or find) the cluster objects for a placed workload. Create-or-get by name."""
+
+    def release(self, workload_id: int, name: str, *, delete_home: bool) -> None:
+        """Remove the running object(s); keep the home volume unless `delete_home`. Missing is fine."""
+
+    def sync_status(self, workload_ids: Iterable[int]) -> Sequence[StatusReport]:
+        """Report the observed phase of the given materialized workloads."""
+
+    def sync_inventory(self) -> Sequence[NodeInventory]:
+        """List the nodes and GPUs the cluster has now."""

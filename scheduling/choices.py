@@ -1,0 +1,50 @@
+from django.db import models
+
+
+class WorkloadKind(models.TextChoices):
+    CODESPACE = "codespace", "Codespace"
+    JOB_POD = "job_pod", "Job pod"
+
+
+class WorkloadState(models.TextChoices):
+    """PENDING → PLACED → RUNNING → SUCCEEDED | FAILED | RELEASED.
+
+    PENDING: waiting for admission or capacity (pending_reason says why). PLACED: a placement is committed
+    and the backend is materializing it. RUNNING: the backend reports it running. RELEASED: stopped,
+    cancelled or reclaimed; it holds nothing. PLACED and RUNNING hold an active Placement.
+    """
+
+    PENDING = "pending", "Pending"
+    PLACED = "placed", "Placed"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    RELEASED = "released", "Released"
+
+
+ACTIVE_STATES = (WorkloadState.PLACED, WorkloadState.RUNNING)
+TERMINAL_STATES = (WorkloadState.SUCCEEDED, WorkloadState.FAILED, WorkloadState.RELEASED)
+
+
+class TopologyPolicy(models.TextChoices):
+    NONE = "none", "None"
+    PREFERRED = "preferred", "Preferred (same NUMA node / NVLink group when possible)"
+    RESTRICTED = "restricted", "Restricted (same NUMA node / NVLink group or wait)"
+
+
+class UtilizationProfile(models.TextChoices):
+    """How the simulated cluster makes up GPU utilization for a workload."""
+
+    DEVELOPMENT = "development", "Developer environment (mostly idle, bursts)"
+    INFERENCE = "inference", "Inference (steady)"
+    TRAINING = "training", "Training (high)"
+
+
+class GangState(models.TextChoices):
+    WAITING = "waiting", "Waiting"
+    PLACED = "placed", "Placed"
+    RUNNING = "running", "Running"
+    TIMED_OUT = "timed_out", "Timed out"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"

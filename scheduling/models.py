@@ -1,0 +1,241 @@
+"""Inventory (Node, Gpu), the schedulable unit (Workload, Gang) and what was decided (Placement)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from portal.models import Tenant
+from quotas.models import Quota, QuotaGroup
+from scheduling.choices import (
+    ACTIVE_STATES,
+    GangState,
+    TopologyPolicy,
+    UtilizationProfile,
+    WorkloadKind,
+    WorkloadState,
+)
+
+
+class Node(models.Model):
+    """A cluster node. `labels` select its pool (QuotaGroup.node_selector); cordoned nodes take no new work;
+    an unhealthy node (simulated failure) fails its workloads."""
+
+    name = models.CharField(max_length=253, unique=True)
+    pool = models.CharField(max_length=63, blank=True, db_index=True)
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    cpu_milli = models.PositiveBigIntegerField()
+    memory_mib = models.PositiveBigIntegerField()
+    gpu_model = models.CharField(max_length=63, blank=True)
+    cordoned = models.BooleanField(default=False)
+    healthy = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Gpu(models.Model):
+    """One physical GPU: 1000 milli of compute and `memory_mib` of memory, shareable in slices."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True)
+    model = models.CharField(max_length=63)
+    memory_mib = models.PositiveIntegerField()
+    numa_node = models.PositiveSmallIntegerField(default=0)
+    nvlink_group = models.PositiveSmallIntegerField(default=0)
+    healthy = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="uniq_gpu_index_on_node")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+
+class Gang(models.Model):
+    """A distributed job: its member workloads are placed all together (at least `min_available`) or not
+    at all. A gang that cannot complete before `deadline_at` releases what it held and says why."""
+
+    name = models.CharField(max_length=63)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="gangs")
+    quota = models.ForeignKey(Quota, on_delete=models.PROTECT, related_name="gangs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="gangs",
+    )
+    min_available = models.PositiveIntegerField()
+    timeout_seconds = models.PositiveIntegerField(default=600)
+    state = models.CharField(max_length=20, choices=GangState.choices, default=GangState.WAITING)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="uniq_gang_name_in_tenant")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name}"
+
+
+class Workload(models.Model):
+    """The schedulable unit: a codespace, or one pod of a job. Charged to `quota` (GPU side when it uses a
+    GPU, CPU side otherwise). `pending_reason` and `queue_position` tell a waiting user why and where."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="workloads")
+    quota = models.ForeignKey(Quota, on_delete=models.PROTECT, related_name="workloads")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="workloads",
+    )
+    kind = models.CharField(max_length=20, choices=WorkloadKind.choices)
+    name = models.CharField(max_length=63)
+    gang = models.ForeignKey(
+        Gang, null=True, blank=True, on_delete=models.CASCADE, related_name="members"
+    )
+    image = models.CharField(max_length=255, blank=True)
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveIntegerField()
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    gpu_milli = models.PositiveIntegerField(default=0, help_text="Per GPU; 1000 = whole card")
+    gpu_memory_mib = models.PositiveIntegerField(default=0, help_text="Per GPU")
+    gpu_models = models.JSONField(
+        default=list, blank=True, help_text="Allowed GPU models; empty = any"
+    )
+    node_labels = models.JSONField(default=dict, blank=True, help_text="Required node labels")
+    topology = models.CharField(
+        max_length=20, choices=TopologyPolicy.choices, default=TopologyPolicy.NONE
+    )
+    priority = models.IntegerField(default=0)
+    preemptible = models.BooleanField(default=True)
+    profile = models.CharField(
+        max_length=20, choices=UtilizationProfile.choices, default=UtilizationProfile.DEVELOPMENT
+    )
+    state = models.CharField(
+        max_length=20, choices=WorkloadState.choices, default=WorkloadState.PENDING
+    )
+    pending_reason = models.TextField(blank=True)
+    pending_code = models.CharField(max_length=40, blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True)
+    submitted_at = models.DateTimeField(auto_now_add=True)
+    placed_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "quota"], name="workload_state_quota"),
+            models.Index(fields=["tenant", "state"], name="workload_tenant_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.gpu_count > 0
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+
+class Placement(models.Model):
+    """Where a workload runs: a node, its CPU and memory, and (PlacementGpu) the GPU shares.
+
+    At most one active (unreleased) placement per workload — a database constraint, so that no race
+    between two scheduling cycles can ever place a workload twice.
+    """
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="placements")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="placements")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="placements")
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveIntegerField()
+    gpu_milli_total = models.PositiveIntegerField(default=0, help_text="Sum over its GPUs")
+    created_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workload"],
+                condition=Q(released_at__isnull=True),
+                name="one_active_placement_per_workload",
+            )
+        ]
+        indexes = [models.Index(fields=["node", "released_at"], name="placement_node_active")]
+
+    def __str__(self) -> str:
+        return f"{self.workload} on {self.node}"
+
+
+class PlacementGpu(models.Model):
+    """The share of one GPU that a placement holds."""
+
+    placement = models.ForeignKey(Placement, on_delete=models.CASCADE, related_name="gpu_shares")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="shares")
+    gpu_milli = models.PositiveIntegerField()
+    gpu_memory_mib = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["placement", "gpu"], name="uniq_gpu_in_placement"),
+            models.CheckConstraint(
+                condition=Q(gpu_milli__gt=0, gpu_milli__lte=1000), name="gpu_share_milli_in_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu}: {self.gpu_milli}m / {self.gpu_memory_mib} MiB"
+
+
+class Reservation(models.Model):
+    """CPU and memory on a GPU node kept for GPU work: CPU-only workloads may not use it, so they cannot
+    strand the node's GPUs."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="reservation")
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveBigIntegerField()
+    reason = models.CharField(max_length=200, default="kept for GPU work")
+
+    def __str__(self) -> str:
+        return f"{self.node}: {self.cpu_milli}m CPU, {self.memory_mib} MiB kept for GPU work"
+
+
+class Shard(models.Model):
+    """Scheduling state of one quota group (a shard). `version` increments on every change to its
+    inventory or placements, so a worker's cached engine snapshot knows when it is stale."""
+
+    group = models.OneToOneField(QuotaGroup, on_delete=models.CASCADE, related_name="shard")
+    version = models.PositiveBigIntegerField(default=0)
+    last_cycle_at = models.DateTimeField(null=True, blank=True)
+    last_cycle_ms = models.FloatField(null=True, blank=True)
+    last_cycle_placed = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"shard {self.group.name} v{self.version}"

@@ -1,0 +1,1 @@
+"""Fixtures of the scheduling app (registered in the root conftest.py)."""
