@@ -4,6 +4,7 @@ pytest_plugins = [
     "portal.tests.fixtures",
     "quotas.tests.fixtures",
     "scheduling.tests.fixtures",
+    "scheduling.telemetry.tests.fixtures",
     "codespaces.tests.fixtures",
     "tests.integration.fixtures",
     "tests.browser.fixtures",

@@ -12,6 +12,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("", include("quotas.api.urls")),
     path("", include("scheduling.api.urls")),
     path("", include("codespaces.api.urls")),
+    path("", include("scheduling.telemetry.api.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),

@@ -1,0 +1,1 @@
+"""Fixtures of the telemetry app (registered in the root conftest.py)."""
