@@ -27,6 +27,7 @@ from scheduling.backends.kubernetes.interface import (
 )
 
 _T = TypeVar("_T")
+_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 
 
 def api_client_from_kubeconfig(kubeconfig: str, context: str = "") -> client.ApiClient:
@@ -233,7 +234,11 @@ class KubernetesGateway:
                         f"watch pods: {obj.get('reason', '')}: {obj.get('message', '')}",
                         status=code,
                     )
-                yield WatchEvent(str(event.get("type")), obj)
+                if event.get("type") not in _EVENT_TYPES:
+                    raise ClusterApiError(
+                        f"watch pods: not a watch event: {line[:200]}", status=None
+                    )
+                yield WatchEvent(str(event["type"]), obj)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             # A read timeout or a dropped connection ends this watch; the caller resumes it.
             if not isinstance(exc, urllib3.exceptions.ReadTimeoutError):
