@@ -162,7 +162,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "policy": job["policy"],
         "seed": job["seed"],
         "pods": len(requests),
-        "placed": int(sum(1 for _ in ())) if False else None,
+        "allocated_gpu_milli": int(state.allocated_gpu_milli),
         "alloc100": cols[100],
         "alloc130": cols[130],
         "columns": cols,
@@ -170,3 +170,314 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "decisions_per_s": len(requests) / seconds if seconds else math.inf,
         "log": log,
     }
+
+
+# ---------------------------------------------------------------- published figures
+def load_published(trace_dir: Path) -> dict[tuple[str, str], dict[str, float]]:
+    """(trace, policy label) -> published means/min/max at 100 and 130 (``fgd-expected.csv``)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    path = trace_dir / "fgd-expected.csv"
+    if not path.exists():
+        return out
+    with open(path) as fh:
+        for row in csv.DictReader(fh):
+            vals = {k: float(v) for k, v in row.items() if k.startswith("alloc")}
+            out[(trace_name(row["workload"]), row["policy"])] = vals
+    return out
+
+
+def load_published_per_seed(trace_dir: Path) -> dict[tuple[str, str, int], tuple[float, float]]:
+    """(trace, policy label, seed) -> (alloc100, alloc130) from ``fgd-published-per-seed.csv``."""
+    out: dict[tuple[str, str, int], tuple[float, float]] = {}
+    path = trace_dir / "fgd-published-per-seed.csv"
+    if not path.exists():
+        return out
+    with open(path) as fh:
+        for row in csv.DictReader(fh):
+            key = (trace_name(row["workload"]), row["policy"], int(row["seed"]))
+            out[key] = (float(row["alloc100"]), float(row["alloc130"]))
+    return out
+
+
+# ---------------------------------------------------------------- speed and memory
+def synthetic_cluster(n_nodes: int, gpus: int) -> list[NodeSpec]:
+    """``n_nodes`` identical nodes of ``gpus`` GPUs (96 vCPU, 384 GiB, two models alternating)."""
+    out = []
+    for i in range(n_nodes):
+        model = "G2" if i % 4 else "T4"
+        gs = tuple(GpuSpec(j, model, 16384, numa_node=j // (gpus // 2 or 1)) for j in range(gpus))
+        out.append(NodeSpec(f"syn-{i:05d}", 96000, 393216, gs, model))
+    return out
+
+
+def speed_run(
+    nodes: list[NodeSpec], pods: Sequence[PlacementRequest], policy: str, typical: Any, limit: int
+) -> tuple[float, int]:
+    """Decisions per second of ``policy`` over the first ``limit`` pods (node order = priority)."""
+    state = ClusterState.from_nodes(nodes)
+    pol = POLICIES[policy](typical=typical, seed=0)
+    prio = np.arange(len(nodes), dtype=np.int64)
+    t0 = time.perf_counter()
+    n = 0
+    for r in pods[:limit]:
+        place_one(state, r, pol, prio)
+        n += 1
+    return n / (time.perf_counter() - t0), n
+
+
+def speed_section(trace_dir: Path, tool: ModuleType, policies: Sequence[str]) -> dict[str, Any]:
+    """Decisions/s on a synthetic 5,000-node × 8-GPU cluster (one core) and its state memory."""
+    csv_path = trace_dir / "openb_pod_list_default.csv"
+    orig = [to_request(p) for p in tool.load_pods(str(csv_path))]
+    typical = typical_pods(orig)
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(orig), 4000)
+    pods = [orig[int(i)] for i in picks]
+    nodes = synthetic_cluster(5000, 8)
+    state = ClusterState.from_nodes(nodes)
+    out: dict[str, Any] = {"state_bytes_5000x8": state.nbytes(), "synthetic": {}}
+    for pol in dict.fromkeys([*policies, "firstfit"]):
+        rate, n = speed_run(nodes, pods, pol, typical, 4000)
+        out["synthetic"][pol] = {"decisions_per_s": rate, "decisions": n}
+    return out
+
+
+# ---------------------------------------------------------------- output
+def summarise(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (trace, policy): mean/min/max at 100 and 130 over seeds, decisions/s."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["trace"], r["policy"]), []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        a100 = np.array([r["alloc100"] for r in rs])
+        a130 = np.array([r["alloc130"] for r in rs])
+        pods = sum(r["pods"] for r in rs)
+        secs = sum(r["seconds"] for r in rs)
+        out[key] = {
+            "seeds": sorted(r["seed"] for r in rs),
+            "alloc100_mean": float(a100.mean()),
+            "alloc100_min": float(a100.min()),
+            "alloc100_max": float(a100.max()),
+            "alloc130_mean": float(a130.mean()),
+            "alloc130_min": float(a130.min()),
+            "alloc130_max": float(a130.max()),
+            "decisions_per_s": pods / secs if secs else math.inf,
+        }
+    return out
+
+
+def print_table(
+    summary: dict[tuple[str, str], dict[str, Any]],
+    published: dict[tuple[str, str], dict[str, float]],
+    traces: Sequence[str],
+    policies: Sequence[str],
+) -> list[str]:
+    """Print the per trace × policy table; returns the lines."""
+    lines = [
+        f"{'trace':12s} {'policy':9s} {'alloc@100 mean [min-max]':26s} {'pub':>6s} {'diff':>6s} "
+        f"{'vsFGD':>6s} {'alloc@130 mean [min-max]':26s} {'pub':>6s} {'diff':>6s} {'dec/s':>7s}"
+    ]
+    for t in traces:
+        fgd_pub = published.get((t, "FGD"), {})
+        for p in policies:
+            s = summary.get((t, p))
+            if s is None:
+                continue
+            pub = published.get((t, POLICY_LABEL.get(p, "")), {})
+            p100, p130 = pub.get("alloc100_mean", math.nan), pub.get("alloc130_mean", math.nan)
+            f100 = fgd_pub.get("alloc100_mean", math.nan)
+            lines.append(
+                f"{t:12s} {p:9s} "
+                f"{s['alloc100_mean']:6.2f} [{s['alloc100_min']:6.2f}-{s['alloc100_max']:6.2f}]    "
+                f"{p100:6.2f} {s['alloc100_mean'] - p100:+6.2f} {s['alloc100_mean'] - f100:+6.2f} "
+                f"{s['alloc130_mean']:6.2f} [{s['alloc130_min']:6.2f}-{s['alloc130_max']:6.2f}]    "
+                f"{p130:6.2f} {s['alloc130_mean'] - p130:+6.2f} {s['decisions_per_s']:7.0f}"
+            )
+    for p in policies:
+        diffs = [
+            summary[(t, p)]["alloc100_mean"] - published[(t, "FGD")]["alloc100_mean"]
+            for t in traces
+            if (t, p) in summary and (t, "FGD") in published
+        ]
+        if diffs:
+            lines.append(
+                f"{p:9s} vs published FGD @100: mean {np.mean(diffs):+.2f}, "
+                f"worst {min(diffs):+.2f}, traces ahead {sum(d > 0 for d in diffs)}/{len(diffs)}"
+            )
+    for line in lines:
+        print(line)
+    return lines
+
+
+def write_curves(path: Path, results: list[dict[str, Any]]) -> None:
+    """One row per run: trace, policy, seed, columns 0..130."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["trace", "policy", "seed", *range(131)])
+        for r in sorted(results, key=lambda r: (r["trace"], r["policy"], r["seed"])):
+            w.writerow([r["trace"], r["policy"], r["seed"], *r["columns"]])
+
+
+def write_plot(path: Path, results: list[dict[str, Any]]) -> None:
+    """Mean allocation curves (arrived 75..130 %) per trace and policy, as a plotly HTML page."""
+    import plotly.graph_objects as go  # only here: the engine and the replay core stay plotly-free
+    from plotly.subplots import make_subplots
+
+    traces = sorted({r["trace"] for r in results})
+    fig = make_subplots(rows=len(traces), cols=1, subplot_titles=traces, shared_xaxes=True)
+    xs = list(range(75, 131))
+    for row, t in enumerate(traces, start=1):
+        for p in sorted({r["policy"] for r in results if r["trace"] == t}):
+            cols = np.array([r["columns"] for r in results if r["trace"] == t and r["policy"] == p])
+            fig.add_trace(
+                go.Scatter(x=xs, y=cols.mean(axis=0)[75:], name=f"{t}/{p}", mode="lines"),
+                row=row,
+                col=1,
+            )
+    fig.update_layout(height=300 * len(traces), title="GPU allocation (%) vs arrived (%)")
+    fig.write_html(str(path))
+
+
+def write_decision_log(path: Path, results: list[dict[str, Any]]) -> list[Path]:
+    """§11 decision log(s): one CSV per (trace, policy) when several were run."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["trace"], r["policy"]), []).append(r)
+    written = []
+    for (t, p), rs in sorted(groups.items()):
+        out = path if len(groups) == 1 else path.with_name(f"{path.stem}-{t}-{p}{path.suffix}")
+        with open(out, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["seed", "index", "pod", "node", "gpus", "gpu_milli"])
+            for r in sorted(rs, key=lambda r: r["seed"]):
+                w.writerows(r["log"])
+        written.append(out)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__.split("\n")[0])
+    ap.add_argument("--trace-dir", default="../shared/traces/openb")
+    ap.add_argument("--workload-tool", default=None, help="default: TRACE_DIR/../../tools/openb_workload.py")
+    ap.add_argument("--traces", default=",".join(DEFAULT_TRACES))
+    ap.add_argument("--policies", default="tessera,fgd,bestfit")
+    ap.add_argument("--seeds", default="42-51")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--curves-csv", type=Path)
+    ap.add_argument("--plot-html", type=Path)
+    ap.add_argument("--decision-log", type=Path)
+    ap.add_argument("--no-speed", action="store_true", help="skip the synthetic 5,000-node speed section")
+    args = ap.parse_args(argv)
+
+    trace_dir = Path(args.trace_dir).resolve()
+    tool_path = Path(args.workload_tool or trace_dir / ".." / ".." / "tools" / "openb_workload.py")
+    if not (trace_dir / NODE_CSV).exists() or not tool_path.exists():
+        print(f"trace dir {trace_dir} or workload tool {tool_path} not found", file=sys.stderr)
+        return 2
+    traces = [trace_name(t) for t in args.traces.split(",") if t.strip()]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for p in policies:
+        if p not in POLICIES:
+            print(f"unknown policy {p!r}; known: {', '.join(POLICIES)}", file=sys.stderr)
+            return 2
+    seeds = parse_seeds(args.seeds)
+    jobs = [
+        {
+            "trace_dir": str(trace_dir),
+            "tool": str(tool_path),
+            "trace": t,
+            "policy": p,
+            "seed": s,
+            "log": args.decision_log is not None,
+        }
+        for t in traces
+        for p in policies
+        for s in seeds
+    ]
+    t0 = time.perf_counter()
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as ex:
+            results = list(ex.map(run_one, jobs))
+    else:
+        results = [run_one(j) for j in jobs]
+    wall = time.perf_counter() - t0
+    summary = summarise(results)
+    published = load_published(trace_dir)
+    print(f"openb replay: {len(jobs)} runs ({len(traces)} traces x {len(policies)} policies x "
+          f"{len(seeds)} seeds) in {wall:.0f} s on {args.jobs} processes\n")
+    lines = print_table(summary, published, traces, policies)
+
+    per_seed = load_published_per_seed(trace_dir)
+    exact = [
+        (r["trace"], r["policy"], r["seed"])
+        for r in results
+        if per_seed.get((r["trace"], POLICY_LABEL.get(r["policy"], ""), r["seed"]))
+        == (r["alloc100"], r["alloc130"])
+    ]
+    comparable = [
+        r for r in results if (r["trace"], POLICY_LABEL.get(r["policy"], ""), r["seed"]) in per_seed
+    ]
+    if comparable:
+        print(f"\nruns identical to the published per-seed row (@100 and @130): "
+              f"{len(exact)}/{len(comparable)}")
+    ff_rows = []
+    for t, ref in FIRSTFIT_REF.items():
+        for p in policies:
+            mine = [r["alloc100"] for r in results if r["trace"] == t and r["policy"] == p
+                    and r["seed"] in (42, 43, 44)]
+            if len(mine) == 3:
+                ff_rows.append(f"  {t:12s} {p:9s} seeds 42-44 @100: {np.mean(mine):6.2f}"
+                               f"  FirstFit (§12): {np.mean(ref):6.2f}  diff {np.mean(mine) - np.mean(ref):+.2f}")
+    if ff_rows:
+        print("\nagainst FirstFit (protocol §12, same seeds):")
+        print("\n".join(ff_rows))
+
+    speed: dict[str, Any] = {}
+    if not args.no_speed:
+        rates = {p: summary_rate(results, p) for p in dict.fromkeys(policies)}
+        speed = speed_section(trace_dir, load_tool(tool_path), policies)
+        speed["openb"] = rates
+        print("\nspeed (one process per run, decisions/s):")
+        base_o = rates.get("firstfit") or rates.get("bestfit")
+        for p, v in rates.items():
+            ratio = f"  ({v / base_o:.2f}x bestfit)" if base_o and "firstfit" not in rates else ""
+            print(f"  openb 1,213 nodes      {p:9s} {v:8.0f}/s{ratio}")
+        syn = speed["synthetic"]
+        ff = syn["firstfit"]["decisions_per_s"]
+        for p, v in syn.items():
+            print(f"  synthetic 5,000 x 8    {p:9s} {v['decisions_per_s']:8.0f}/s "
+                  f"({v['decisions_per_s'] / ff:.2f}x firstfit)")
+        mb = speed["state_bytes_5000x8"] / 1e6
+        print(f"  state memory 5,000 nodes x 8 GPUs: {mb:.2f} MB ({mb / 10:.2f}x the 10 MB budget)")
+    if args.json:
+        payload = {
+            "summary": [{"trace": k[0], "policy": k[1], **v} for k, v in summary.items()],
+            "runs": [{k: v for k, v in r.items() if k != "log"} for r in results],
+            "published": [{"trace": k[0], "policy": k[1], **v} for k, v in published.items()],
+            "speed": speed,
+            "wall_seconds": wall,
+            "table": lines,
+        }
+        args.json.write_text(json.dumps(payload, indent=1))
+    if args.curves_csv:
+        write_curves(args.curves_csv, results)
+    if args.plot_html:
+        write_plot(args.plot_html, results)
+    if args.decision_log:
+        for path in write_decision_log(args.decision_log, results):
+            print(f"decision log: {path}")
+    return 0
+
+
+def summary_rate(results: list[dict[str, Any]], policy: str) -> float:
+    """Decisions/s of one policy over all its runs (time inside the replay loop only)."""
+    rs = [r for r in results if r["policy"] == policy]
+    secs = sum(r["seconds"] for r in rs)
+    return sum(r["pods"] for r in rs) / secs if secs else math.nan
+
+
+if __name__ == "__main__":
+    sys.exit(main())

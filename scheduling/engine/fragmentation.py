@@ -67,8 +67,15 @@ class FragModel:
         model_index: GPU model name -> model id of the cluster state.
     """
 
-    def __init__(self, typical: Iterable[TypicalPod], model_index: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        typical: Iterable[TypicalPod],
+        model_index: Mapping[str, int],
+        *,
+        no_access_is_fragment: bool = True,
+    ) -> None:
         self.typical = tuple(typical)
+        self.no_access_is_fragment = no_access_is_fragment
         self.types: list[tuple[int, int, int, float, frozenset[int] | None]] = []
         for t in self.typical:
             access: frozenset[int] | None = None
@@ -101,7 +108,8 @@ class FragModel:
                 else:
                     xr += p * total
             elif access is not None and model not in access:
-                na += p * total
+                if self.no_access_is_fragment:
+                    na += p * total
             else:
                 pos = bisect_left(idle, m)
                 if n - pos >= k:
