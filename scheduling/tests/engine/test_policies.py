@@ -1,0 +1,153 @@
+"""Every policy: its documented score on small hand-made clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduling.engine import POLICIES, PlacementRequest, TypicalPod, place_one
+from scheduling.engine.fragmentation import FragModel, typical_pods
+from scheduling.engine.policies.bestfit import normalize
+from scheduling.engine.policies.fgd import fgd_score
+from scheduling.engine.policies.tessera import model_pressure
+
+from .builders import cluster, node, req
+
+ALL = sorted(POLICIES)
+
+
+def _place(policy: str, state, r: PlacementRequest, prio=None, typical=()):  # type: ignore[no-untyped-def]
+    pol = POLICIES[policy](typical=typical, seed=1)
+    return place_one(state, r, pol, None if prio is None else np.asarray(prio, np.int64))
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_every_policy_places_a_slice_whole_gpus_and_cpu_only(policy: str) -> None:
+    s = cluster(node("a", 4), node("b", 2))
+    typical = typical_pods([req("t", gpus=1, milli=500)])
+    for r in (req("s", gpus=1, milli=500), req("w", gpus=2, milli=1000), req("c", cpu=2000)):
+        a = _place(policy, s, r, typical=typical)
+        assert a is not None, (policy, r)
+        if r.is_whole_gpu:
+            assert len(a.gpu_indices) == 2
+    assert s.allocated_gpu_milli == 2500
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_every_policy_returns_none_when_nothing_fits(policy: str) -> None:
+    s = cluster(node("a", 1))
+    assert _place(policy, s, req("x", gpus=2, milli=1000)) is None
+
+
+def test_firstfit_takes_the_lowest_priority_node_and_tightest_gpu() -> None:
+    s = cluster(node("a", 2), node("b", 2))
+    s.apply(_assign("pre", "b", 1, 600))
+    a = _place("firstfit", s, req("r", gpus=1, milli=300), prio=[5, 1])
+    assert (a.node, a.gpu_indices) == ("b", (1,))
+
+
+def _assign(rid: str, n: str, gpu: int, milli: int):  # type: ignore[no-untyped-def]
+    from scheduling.engine import Assignment
+
+    return Assignment(rid, n, (gpu,), milli, 0, 0, 0)
+
+
+def test_bestfit_prefers_least_leftover() -> None:
+    s = cluster(node("big", 8, cpu=96000), node("small", 2, cpu=16000))
+    a = _place("bestfit", s, req("r", cpu=4000, gpus=1, milli=500))
+    assert a.node == "small"
+
+
+def test_bestfit_normalisation_is_integer_min_max() -> None:
+    assert normalize(np.array([10, 20, 15], np.int64)).tolist() == [0, 100, 50]
+    assert normalize(np.array([7, 7], np.int64)).tolist() == [0, 0]
+
+
+def test_dotproduct_prefers_small_dot_product() -> None:
+    s = cluster(node("big", 8, cpu=96000), node("small", 2, cpu=16000))
+    a = _place("dotproduct", s, req("r", cpu=4000, gpus=1, milli=500))
+    assert a.node == "small"
+
+
+def test_gpupacking_fills_partly_used_gpu_first() -> None:
+    s = cluster(node("a", 2), node("b", 2))
+    s.apply(_assign("pre", "b", 1, 500))
+    a = _place("gpupacking", s, req("r", gpus=1, milli=300), prio=[0, 1])
+    assert (a.node, a.gpu_indices) == ("b", (1,))
+
+
+def test_gpuclustering_groups_same_tag() -> None:
+    s = cluster(node("a", 4), node("b", 4))
+    s.apply(_assign("pre", "b", 0, 500))
+    a = _place("gpuclustering", s, req("r", gpus=1, milli=200), prio=[0, 1])
+    assert a.node == "b"
+
+
+def test_random_is_seeded_and_feasible() -> None:
+    def run(seed: int) -> list[str]:
+        s = cluster(*(node(f"n{i}", 2) for i in range(6)))
+        pol = POLICIES["random"](seed=seed)
+        out = []
+        for k in range(8):
+            a = place_one(s, req(f"r{k}", gpus=1, milli=400), pol)
+            out.append(a.node if a else "")
+        return out
+
+    assert run(3) == run(3)
+
+
+def test_fgd_score_is_truncated_sigmoid() -> None:
+    assert fgd_score(0.0) == 50
+    assert fgd_score(-1e-9) == 49
+    assert fgd_score(10_000.0) == 99
+    assert fgd_score(-10_000.0) == 0
+
+
+def test_fragmentation_counts_unusable_idle_gpu() -> None:
+    typical = [TypicalPod(1000, 500, 1, "", 1.0)]
+    fm = FragModel(typical, {"A100": 0})
+    # GPUs with 300 and 1000 milli idle: only the 300 is a fragment for a 500m pod
+    assert fm.frag((0, 8000, (300, 1000))) == 300.0
+    # no CPU left: every idle GPU is a fragment
+    assert fm.frag((0, 0, (300, 1000))) == 1300.0
+
+
+def test_typical_pods_keep_95_percent_and_renormalise() -> None:
+    reqs = [req(f"a{i}", gpus=1, milli=500) for i in range(90)]
+    reqs += [req(f"b{i}", gpus=1, milli=1000) for i in range(8)]
+    reqs += [req(f"c{i}", cpu=3000) for i in range(2)]
+    t = typical_pods(reqs)
+    assert [(x.gpu_milli, round(x.freq, 4)) for x in t] == [(500, 0.9184), (1000, 0.0816)]
+
+
+def test_fgd_puts_a_slice_where_it_fragments_least() -> None:
+    typical = [TypicalPod(1000, 600, 1, "", 1.0)]
+    s = cluster(node("a", 1), node("b", 1))
+    # b has 500 left, a fragment for 600m pods; filling it removes the fragment, while using a creates one
+    s.apply(_assign("pre", "b", 0, 500))
+    a = _place("fgd", s, req("r", gpus=1, milli=500), prio=[0, 1], typical=typical)
+    assert a.node == "b"
+
+
+def test_model_pressure_is_zero_without_constraints_and_max_one() -> None:
+    free = [TypicalPod(1000, 500, 1, "", 1.0)]
+    assert model_pressure(free, {"A": 8, "B": 8}, {"A": 0, "B": 1}) == {0: 0.0, 1: 0.0}
+    typ = [TypicalPod(1000, 1000, 1, "B", 0.5), TypicalPod(1000, 500, 1, "", 0.5)]
+    assert model_pressure(typ, {"A": 8, "B": 8}, {"A": 0, "B": 1}) == {0: 0.0, 1: 1.0}
+
+
+def test_tessera_keeps_unconstrained_pods_off_a_pressed_model() -> None:
+    typical = (TypicalPod(1000, 1000, 1, "T4", 0.5), TypicalPod(1000, 1000, 1, "", 0.5))
+    s = cluster(node("t4", 2, model="T4"), node("g2", 2, model="G2"))
+    a = _place("tessera", s, req("r", gpus=1, milli=1000), prio=[0, 1], typical=typical)
+    assert a.node == "g2"
+    b = _place("fgd", s.copy(), req("r", gpus=1, milli=1000), prio=[0, 1], typical=typical)
+    assert b is not None
+
+
+def test_tessera_prefers_an_opened_node_on_equal_fgd_score() -> None:
+    typical = (TypicalPod(1000, 1000, 1, "", 1.0),)
+    s = cluster(node("idle", 4), node("used", 4))
+    s.apply(_assign("pre", "used", 0, 1000))
+    a = _place("tessera", s, req("r", gpus=1, milli=1000), prio=[0, 1], typical=typical)
+    assert a.node == "used"
