@@ -103,3 +103,59 @@ class ApiToken(models.Model):
         prefix = secrets.token_hex(4)
         raw = f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
         return raw, prefix, hash_token(raw)
+
+
+class IdempotencyRecord(models.Model):
+    """The first response to a POST sent with an `Idempotency-Key` (portal.api.idempotency).
+
+    The row is claimed (INSERT on the unique scope+method+path+key) *before* the view runs, so of N
+    concurrent duplicates exactly one executes; the others see the claim. When the view finishes, its
+    status, headers and body are stored and every retry within the TTL gets them back verbatim.
+    `fingerprint` is the SHA-256 of the canonical request body: the same key with another body is refused.
+    """
+
+    STATE_IN_PROGRESS = "in_progress"
+    STATE_COMPLETED = "completed"
+
+    scope = models.CharField(max_length=80, help_text="'token:<sha256>' or 'user:<id>'")
+    method = models.CharField(max_length=10)
+    path = models.CharField(max_length=500)
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    state = models.CharField(max_length=20, default=STATE_IN_PROGRESS)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_headers = models.JSONField(default=dict, blank=True)
+    response_body = models.BinaryField(default=b"", blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "method", "path", "key"], name="uniq_idempotency_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} key={self.key} ({self.state})"
+
+
+class RateLimitCounter(models.Model):
+    """Requests counted in one fixed window for one bucket ('token:<id>', 'user:<id>', 'tenant:<id>').
+
+    Incremented with one atomic upsert (`INSERT ... ON CONFLICT DO UPDATE SET count = count + 1
+    RETURNING count`), so concurrent requests never lose a count (portal.api.ratelimit).
+    """
+
+    bucket = models.CharField(max_length=80)
+    window_start = models.BigIntegerField(help_text="Unix time of the window's start")
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["bucket", "window_start"], name="uniq_ratelimit_window")
+        ]
+        indexes = [models.Index(fields=["window_start"], name="ratelimit_window_start")]
+
+    def __str__(self) -> str:
+        return f"{self.bucket}@{self.window_start}: {self.count}"

@@ -75,6 +75,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.ActiveTenantMiddleware",
+    # api: Idempotency-Key on every API POST (after auth so session callers are known).
+    "portal.api.idempotency.IdempotencyMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -177,7 +179,14 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.LimitCursorPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
-    "DEFAULT_FILTER_BACKENDS": ["rest_framework.filters.OrderingFilter"],
+    # api: ?<field>= filters declared per view (filter_fields), ?search=, ?ordering=; see docs/api.md.
+    "DEFAULT_FILTER_BACKENDS": [
+        "portal.api.filters.FieldFilterBackend",
+        "rest_framework.filters.SearchFilter",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    # api: per-token and per-tenant limits, atomic counters (portal.api.ratelimit).
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.ratelimit.TokenTenantRateThrottle"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Tessera API",
@@ -189,11 +198,19 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v[0-9]",
+    # api: document the one error body on every operation (400/401/403/404/409/412/422/428/429).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api.schema.add_error_responses",
+    ],
 }
 TESSERA_API_RATE_PER_TOKEN = env_int("TESSERA_API_RATE_PER_TOKEN", 600, minimum=1)
 TESSERA_API_RATE_PER_TENANT = env_int("TESSERA_API_RATE_PER_TENANT", 3000, minimum=1)
 TESSERA_API_RATE_WINDOW_SECONDS = env_int("TESSERA_API_RATE_WINDOW_SECONDS", 60, minimum=1)
 TESSERA_IDEMPOTENCY_TTL_HOURS = env_int("TESSERA_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)
+# api: a claim older than this is taken over (its process died mid-request); Redis for rate counters.
+TESSERA_IDEMPOTENCY_LOCK_SECONDS = env_int("TESSERA_IDEMPOTENCY_LOCK_SECONDS", 300, minimum=1)
+TESSERA_API_RATE_REDIS_URL = env_str("TESSERA_API_RATE_REDIS_URL", "")
 
 # --- Cache (rate limits, per-worker snapshots' version checks) --------------------------------------
 REDIS_URL = env_str("REDIS_URL", "")
@@ -236,7 +253,14 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "health-check": {"task": "portal.tasks.health_check_task", "schedule": crontab(minute="*/5")},
+    # api: expired idempotency records and past rate-limit windows.
+    "prune-api-records": {
+        "task": "portal.api.tasks.prune_api_records_task",
+        "schedule": crontab(minute="*/15"),
+    },
 }
+# api: the API's tasks live in portal/api/tasks.py (not an app module autodiscover finds).
+CELERY_IMPORTS = ["portal.api.tasks"]
 
 # --- Scheduling, cluster backend, codespaces, telemetry ---------------------------------------------
 TESSERA_BACKEND = env_choice("TESSERA_BACKEND", "simulated", ("simulated", "kubernetes"))
@@ -262,6 +286,18 @@ TESSERA_SSH_COMMAND_PATTERN = env_str(
 )
 TESSERA_PROMETHEUS_URL = env_str("TESSERA_PROMETHEUS_URL", "")
 TESSERA_METRICS_TOKEN = env_secret("TESSERA_METRICS_TOKEN") or ""
+
+# telemetry (scheduling.telemetry, portal.dashboards): ingest every minute, prune hourly; prices per GPU-hour.
+CELERY_BEAT_SCHEDULE["ingest-telemetry"] = {
+    "task": "scheduling.telemetry.tasks.ingest_telemetry_task",
+    "schedule": crontab(minute="*"),
+}
+CELERY_BEAT_SCHEDULE["prune-telemetry"] = {
+    "task": "scheduling.telemetry.tasks.prune_telemetry_task",
+    "schedule": crontab(minute="17"),
+}
+TESSERA_GPU_HOUR_PRICES = env_str("TESSERA_GPU_HOUR_PRICES", "H100=4.0,A100=2.5,L4=0.8,default=1.0")
+TESSERA_DASHBOARD_REFRESH_SECONDS = env_int("TESSERA_DASHBOARD_REFRESH_SECONDS", 60, minimum=5)
 
 LOGGING = {
     "version": 1,

@@ -1,0 +1,135 @@
+"""Rate limits per token (or session user) and per tenant, exact under concurrency.
+
+`TokenTenantRateThrottle` is a DRF throttle listed in REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"], so it
+applies to every API view after authentication. Each request counts once in a fixed window
+(`TESSERA_API_RATE_WINDOW_SECONDS`) against
+- its token (`token:<id>`; a session caller counts as `user:<id>`), limit `TESSERA_API_RATE_PER_TOKEN`;
+- every tenant the caller is a member of (`tenant:<id>`), limit `TESSERA_API_RATE_PER_TENANT`: a team's
+  members and scripts share one budget. Operators without a membership only have the token limit.
+
+The counters are incremented atomically, all buckets in one statement:
+`INSERT ... VALUES (...), (...) ON CONFLICT (bucket, window_start) DO UPDATE SET count = count + 1
+RETURNING bucket, count` on the database (default), or `INCR` + `EXPIRE` in one Redis pipeline when
+`TESSERA_API_RATE_REDIS_URL` is set. A request is admitted when every returned count is within its limit,
+so of 200 concurrent requests against a limit of N exactly N pass. Refused requests still count (they
+were attempts) and get 429 `rate_limited` with `Retry-After` = seconds to the next window.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
+
+from portal.errors import RateLimited
+from portal.models import ApiToken, RateLimitCounter
+from portal.scoping import tenant_ids_for
+
+
+@dataclass(frozen=True)
+class Bucket:
+    name: str
+    limit: int
+
+
+def _window(now: float, seconds: int) -> tuple[int, int]:
+    """(window start as Unix seconds, seconds until the next window, at least 1)."""
+    start = int(now // seconds) * seconds
+    return start, max(1, math.ceil(start + seconds - now))
+
+
+def _hit_database(buckets: list[Bucket], window_start: int) -> dict[str, int]:
+    table = connection.ops.quote_name(RateLimitCounter._meta.db_table)
+    values = ", ".join(["(%s, %s, 1)"] * len(buckets))
+    params: list[Any] = []
+    for bucket in buckets:
+        params += [bucket.name, window_start]
+    sql = (
+        f"INSERT INTO {table} (bucket, window_start, count) VALUES {values} "
+        f"ON CONFLICT (bucket, window_start) DO UPDATE SET count = {table}.count + 1 "
+        "RETURNING bucket, count"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {row[0]: int(row[1]) for row in cursor.fetchall()}
+
+
+@cache
+def _redis_client(url: str) -> Any:
+    import redis
+
+    return redis.Redis.from_url(url, socket_timeout=2)
+
+
+def _hit_redis(buckets: list[Bucket], window_start: int, window_seconds: int) -> dict[str, int]:
+    client = _redis_client(settings.TESSERA_API_RATE_REDIS_URL)
+    pipe = client.pipeline(transaction=True)
+    keys = [f"tessera:rate:{bucket.name}:{window_start}" for bucket in buckets]
+    for key in keys:
+        pipe.incr(key)
+        pipe.expire(key, window_seconds * 2)
+    results = pipe.execute()
+    return {bucket.name: int(results[2 * i]) for i, bucket in enumerate(buckets)}
+
+
+def hit(buckets: list[Bucket], *, now: float | None = None) -> tuple[dict[str, int], int]:
+    """Count one request in every bucket; returns ({bucket: count in this window}, retry_after)."""
+    window_seconds = settings.TESSERA_API_RATE_WINDOW_SECONDS
+    window_start, retry_after = _window(time.time() if now is None else now, window_seconds)
+    if settings.TESSERA_API_RATE_REDIS_URL:
+        counts = _hit_redis(buckets, window_start, window_seconds)
+    else:
+        counts = _hit_database(buckets, window_start)
+    return counts, retry_after
+
+
+def buckets_for(request: Request) -> list[Bucket]:
+    user = request.user
+    token = request.auth if isinstance(request.auth, ApiToken) else None
+    caller = f"token:{token.pk}" if token is not None else f"user:{user.pk}"
+    buckets = [Bucket(caller, settings.TESSERA_API_RATE_PER_TOKEN)]
+    # tenant_ids_for caches on the user object, so the view's scoping reuses this query.
+    buckets += [
+        Bucket(f"tenant:{tenant_id}", settings.TESSERA_API_RATE_PER_TENANT)
+        for tenant_id in sorted(tenant_ids_for(user))
+    ]
+    return buckets
+
+
+class TokenTenantRateThrottle(BaseThrottle):
+    """Fixed-window limits per token and per tenant; raises 429 `rate_limited` with Retry-After."""
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        if not getattr(request.user, "is_authenticated", False):
+            return True  # anonymous callers are refused by authentication, not counted
+        buckets = buckets_for(request)
+        counts, retry_after = hit(buckets)
+        over = [bucket for bucket in buckets if counts.get(bucket.name, 0) > bucket.limit]
+        if not over:
+            return True
+        window = settings.TESSERA_API_RATE_WINDOW_SECONDS
+        described = ", ".join(
+            f"{'this token' if not b.name.startswith('tenant:') else 'your team'} made "
+            f"{counts[b.name]} of {b.limit} allowed requests"
+            for b in over
+        )
+        raise RateLimited(
+            f"Rate limit reached: {described} in this {window}-second window; "
+            f"retry in {retry_after} s.",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+
+def prune_old_windows(now: float | None = None) -> int:
+    """Delete counters of windows that ended before the current one; returns how many."""
+    window_seconds = settings.TESSERA_API_RATE_WINDOW_SECONDS
+    window_start, _ = _window(time.time() if now is None else now, window_seconds)
+    deleted, _ = RateLimitCounter.objects.filter(window_start__lt=window_start).delete()
+    return deleted
