@@ -1,0 +1,453 @@
+"""Ingestion: one minute of telemetry, from the database's view of who holds what plus utilization metrics.
+
+Who holds which share of which GPU comes from our own placements (Placement + PlacementGpu), whatever the
+backend. How busy they are comes from a `MetricsSource`:
+
+* `SyntheticMetrics` — the simulated backend: `scheduling.telemetry.synthetic` per workload profile;
+* `scheduling.telemetry.prometheus.PrometheusMetrics` — real clusters: DCGM device metrics joined on GPU
+  UUID with HAMi's per-container metrics (k8s-integration.md §6.5).
+
+`ingest_minute` writes WorkloadSample, GpuSample, QuotaSample and PoolSample rows for the minute (an
+upsert: running it twice for the same minute writes the same rows), then refreshes the hour's rollups.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from django.db import transaction
+from django.utils import timezone
+
+from quotas.models import Quota, QuotaGroup
+from scheduling.choices import WorkloadKind, WorkloadState
+from scheduling.models import Gpu, Node, PlacementGpu, Workload
+from scheduling.telemetry import synthetic
+from scheduling.telemetry.models import (
+    GpuSample,
+    PoolSample,
+    QuotaSample,
+    Resolution,
+    Source,
+    WorkloadSample,
+)
+
+GPU_MILLI = 1000
+
+
+@dataclass(frozen=True)
+class Share:
+    """One workload's share of one GPU, as placed."""
+
+    workload_id: int
+    workload_name: str
+    profile: str
+    gpu_id: int
+    gpu_uuid: str
+    gpu_milli: int
+    gpu_memory_mib: int
+
+
+@dataclass
+class MinuteMetrics:
+    """What a metrics source measured for one minute.
+
+    `workload_utilization`: SM % of the workload's own allocation; `workload_memory_mib`: GPU memory used;
+    `gpu_utilization`: SM % of the whole card; `gpu_memory_mib`: framebuffer used. Missing keys = no metric.
+    """
+
+    workload_utilization: dict[int, float] = field(default_factory=dict)
+    workload_memory_mib: dict[int, int] = field(default_factory=dict)
+    gpu_utilization: dict[int, float] = field(default_factory=dict)
+    gpu_memory_mib: dict[int, int] = field(default_factory=dict)
+
+
+class MetricsSource(Protocol):
+    source: str
+
+    def measure(
+        self, minute: datetime, shares: Sequence[Share], gpus: Sequence[Gpu]
+    ) -> MinuteMetrics:
+        """Utilization and memory of the given shares and GPUs in `minute`."""
+        ...
+
+
+class SyntheticMetrics:
+    """The simulated cluster: every workload follows its profile (synthetic.py); a GPU's utilization is
+    the allocation-weighted sum of its workloads'; an idle card reads 0."""
+
+    source = Source.SIMULATED
+
+    def measure(
+        self, minute: datetime, shares: Sequence[Share], gpus: Sequence[Gpu]
+    ) -> MinuteMetrics:
+        out = MinuteMetrics()
+        per_workload_memory: dict[int, int] = defaultdict(int)
+        gpu_util: dict[int, float] = defaultdict(float)
+        gpu_mem: dict[int, int] = defaultdict(int)
+        for share in shares:
+            util = synthetic.utilization(share.workload_id, share.profile, minute)
+            used = synthetic.memory_used_mib(
+                share.workload_id, share.profile, minute, share.gpu_memory_mib
+            )
+            out.workload_utilization[share.workload_id] = util
+            per_workload_memory[share.workload_id] += used
+            gpu_util[share.gpu_id] += util * share.gpu_milli / GPU_MILLI
+            gpu_mem[share.gpu_id] += used
+        out.workload_memory_mib = dict(per_workload_memory)
+        for gpu in gpus:
+            out.gpu_utilization[gpu.pk] = round(min(gpu_util.get(gpu.pk, 0.0), 100.0), 2)
+            out.gpu_memory_mib[gpu.pk] = gpu_mem.get(gpu.pk, 0)
+        return out
+
+
+def metrics_source() -> MetricsSource:
+    """Prometheus when `TESSERA_PROMETHEUS_URL` is set, otherwise the synthetic source."""
+    from django.conf import settings
+
+    url = getattr(settings, "TESSERA_PROMETHEUS_URL", "")
+    if url:
+        from scheduling.telemetry.prometheus import PrometheusMetrics
+
+        return PrometheusMetrics(url)
+    return SyntheticMetrics()
+
+
+def floor_minute(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0)
+
+
+def floor_hour(at: datetime) -> datetime:
+    return at.replace(minute=0, second=0, microsecond=0)
+
+
+def node_in_group(node: Node, group: QuotaGroup) -> bool:
+    """A node belongs to a pool when its labels contain every key=value of the group's selector."""
+    labels = node.labels or {}
+    return all(labels.get(k) == v for k, v in (group.node_selector or {}).items())
+
+
+def quota_figures(group: QuotaGroup) -> dict[int, tuple[float, float, float, float]]:
+    """(min, max, runtime share, borrowed) GPU milli per quota id of `group` on the GPU side, from
+    `quotas.usage.group_snapshot`. Empty when the quotas app cannot answer (quota fields not there)."""
+    try:
+        from quotas.usage import group_snapshot
+    except ImportError:
+        return {}
+    snapshot = group_snapshot(group)
+    figures: dict[int, tuple[float, float, float, float]] = {}
+    for entry in _snapshot_entries(snapshot):
+        quota_id = _get(entry, "quota_id") or getattr(_get(entry, "quota"), "pk", None)
+        gpu_side = _get(entry, "gpu") or entry
+        if quota_id is None:
+            continue
+        figures[int(quota_id)] = (
+            _milli(_get(gpu_side, "min")),
+            _milli(_get(gpu_side, "max")),
+            _milli(_get(gpu_side, "runtime")),
+            _milli(_get(gpu_side, "borrowed")),
+        )
+    return figures
+
+
+def _snapshot_entries(snapshot: object) -> Iterable[object]:
+    quotas = getattr(snapshot, "quotas", snapshot)
+    if isinstance(quotas, dict):
+        return list(quotas.values())
+    return list(quotas)  # type: ignore[call-overload]
+
+
+def _get(obj: object, name: str) -> object:
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _milli(value: object) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    return float(getattr(value, "gpu_milli", 0) or 0)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0–100) by linear interpolation between closest ranks; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return float(ordered[0])
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return float(ordered[low] + (ordered[high] - ordered[low]) * (position - low))
+
+
+def wait_seconds(group_quota_ids: Iterable[int], start: datetime, end: datetime) -> list[float]:
+    """Submit → placed waits (seconds) of the GPU workloads of these quotas placed in [start, end)."""
+    rows = Workload.objects.filter(
+        quota_id__in=list(group_quota_ids),
+        placed_at__gte=start,
+        placed_at__lt=end,
+        gpu_count__gt=0,
+    ).values_list("submitted_at", "placed_at")
+    return [max((placed - submitted).total_seconds(), 0.0) for submitted, placed in rows]
+
+
+def active_shares() -> list[tuple[Share, Workload, Node]]:
+    """Every GPU share of every active placement, with its workload and node."""
+    rows = PlacementGpu.objects.filter(placement__released_at__isnull=True).select_related(
+        "placement__workload", "placement__node", "gpu"
+    )
+    out = []
+    for row in rows:
+        workload = row.placement.workload
+        out.append(
+            (
+                Share(
+                    workload_id=workload.pk,
+                    workload_name=workload.name,
+                    profile=workload.profile,
+                    gpu_id=row.gpu_id,
+                    gpu_uuid=row.gpu.uuid,
+                    gpu_milli=row.gpu_milli,
+                    gpu_memory_mib=row.gpu_memory_mib,
+                ),
+                workload,
+                row.placement.node,
+            )
+        )
+    return out
+
+
+@dataclass
+class IngestReport:
+    """What one ingestion wrote."""
+
+    minute: datetime
+    source: str
+    workloads: int
+    gpus: int
+    quotas: int
+    pools: int
+
+
+def ingest_minute(
+    now: datetime | None = None, source: MetricsSource | None = None, *, rollup: bool = True
+) -> IngestReport:
+    """Record one minute of telemetry (the minute containing `now`) and refresh that hour's rollups.
+
+    Idempotent per minute (rows are replaced). Reads placements, inventory and quota snapshots; writes only
+    telemetry tables, in one transaction.
+    """
+    from scheduling.telemetry import rollups
+
+    minute = floor_minute(now or timezone.now())
+    source = source or metrics_source()
+    shares_full = active_shares()
+    shares = [s for s, _w, _n in shares_full]
+    nodes = list(Node.objects.all())
+    gpus = list(Gpu.objects.select_related("node").all())
+    metrics = source.measure(minute, shares, gpus)
+
+    workloads: dict[int, Workload] = {}
+    workload_node: dict[int, Node] = {}
+    allocated: dict[int, int] = defaultdict(int)
+    gpu_allocated: dict[int, int] = defaultdict(int)
+    for share, workload, node in shares_full:
+        workloads[workload.pk] = workload
+        workload_node[workload.pk] = node
+        allocated[workload.pk] += share.gpu_milli
+        gpu_allocated[share.gpu_id] += share.gpu_milli
+
+    workload_rows = []
+    for workload_id, workload in workloads.items():
+        util = metrics.workload_utilization.get(workload_id)
+        milli = allocated[workload_id]
+        workload_rows.append(
+            WorkloadSample(
+                ts=minute,
+                workload_id=workload_id,
+                tenant_id=workload.tenant_id,
+                quota_id=workload.quota_id,
+                kind=workload.kind,
+                allocated_milli=milli,
+                sm_utilization=util,
+                used_milli=round(milli * (util or 0.0) / 100, 3),
+                memory_used_mib=metrics.workload_memory_mib.get(workload_id, 0),
+                source=source.source,
+            )
+        )
+    gpu_rows = [
+        GpuSample(
+            ts=minute,
+            gpu_id=gpu.pk,
+            sm_utilization=metrics.gpu_utilization.get(gpu.pk, 0.0),
+            memory_used_mib=metrics.gpu_memory_mib.get(gpu.pk, 0),
+            allocated_milli=gpu_allocated.get(gpu.pk, 0),
+            source=source.source,
+        )
+        for gpu in gpus
+    ]
+
+    groups = list(QuotaGroup.objects.all())
+    quotas = list(Quota.objects.all())
+    pending_by_quota: dict[int, int] = defaultdict(int)
+    for quota_id in Workload.objects.filter(
+        state=WorkloadState.PENDING, gpu_count__gt=0
+    ).values_list("quota_id", flat=True):
+        pending_by_quota[quota_id] += 1
+
+    quota_rows = _quota_rows(minute, groups, quotas, workload_rows, workload_node, pending_by_quota)
+    pool_rows = _pool_rows(
+        minute, groups, quotas, nodes, gpus, shares_full, metrics, gpu_allocated, pending_by_quota
+    )
+
+    with transaction.atomic():
+        WorkloadSample.objects.filter(ts=minute).delete()
+        WorkloadSample.objects.bulk_create(workload_rows)
+        GpuSample.objects.filter(ts=minute).delete()
+        GpuSample.objects.bulk_create(gpu_rows)
+        QuotaSample.objects.filter(resolution=Resolution.MINUTE, ts=minute).delete()
+        QuotaSample.objects.bulk_create(quota_rows)
+        PoolSample.objects.filter(resolution=Resolution.MINUTE, ts=minute).delete()
+        PoolSample.objects.bulk_create(pool_rows)
+        if rollup:
+            rollups.rollup_hour(floor_hour(minute))
+    return IngestReport(
+        minute=minute,
+        source=str(source.source),
+        workloads=len(workload_rows),
+        gpus=len(gpu_rows),
+        quotas=len(quotas),
+        pools=len(pool_rows),
+    )
+
+
+def _quota_rows(
+    minute: datetime,
+    groups: Sequence[QuotaGroup],
+    quotas: Sequence[Quota],
+    workload_rows: Sequence[WorkloadSample],
+    workload_node: dict[int, Node],
+    pending_by_quota: dict[int, int],
+) -> list[QuotaSample]:
+    """One row per quota with its quota figures and pending count (gpu_model ""), plus one row per
+    (quota, GPU model) it holds with the allocation, use and idle allocation."""
+    figures: dict[int, tuple[float, float, float, float]] = {}
+    for group in groups:
+        figures.update(quota_figures(group))
+    by_model: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for row in workload_rows:
+        model = workload_node[row.workload_id].gpu_model
+        acc = by_model[(row.quota_id, model)]
+        acc[0] += row.allocated_milli
+        acc[1] += row.used_milli
+        if synthetic.is_idle(row.sm_utilization):
+            acc[2] += row.allocated_milli
+    quota_by_id = {q.pk: q for q in quotas}
+    out = []
+    for quota in quotas:
+        minimum, maximum, runtime, borrowed = figures.get(quota.pk, (0.0, 0.0, 0.0, 0.0))
+        out.append(
+            QuotaSample(
+                resolution=Resolution.MINUTE,
+                ts=minute,
+                minutes=1,
+                group_id=quota.group_id,
+                quota_id=quota.pk,
+                tenant_id=quota.tenant_id,
+                gpu_model="",
+                min_milli=minimum,
+                max_milli=maximum,
+                runtime_milli=runtime,
+                borrowed_milli=borrowed,
+                pending=pending_by_quota.get(quota.pk, 0),
+            )
+        )
+    for (quota_id, model), (alloc, used, idle) in sorted(by_model.items()):
+        quota = quota_by_id[quota_id]
+        out.append(
+            QuotaSample(
+                resolution=Resolution.MINUTE,
+                ts=minute,
+                minutes=1,
+                group_id=quota.group_id,
+                quota_id=quota_id,
+                tenant_id=quota.tenant_id,
+                gpu_model=model or "unknown",
+                allocated_milli=alloc,
+                used_milli=round(used, 3),
+                idle_milli=idle,
+            )
+        )
+    return out
+
+
+def _pool_rows(
+    minute: datetime,
+    groups: Sequence[QuotaGroup],
+    quotas: Sequence[Quota],
+    nodes: Sequence[Node],
+    gpus: Sequence[Gpu],
+    shares_full: Sequence[tuple[Share, Workload, Node]],
+    metrics: MinuteMetrics,
+    gpu_allocated: dict[int, int],
+    pending_by_quota: dict[int, int],
+) -> list[PoolSample]:
+    gpus_by_node: dict[int, list[Gpu]] = defaultdict(list)
+    for gpu in gpus:
+        gpus_by_node[gpu.node_id].append(gpu)
+    out = []
+    for group in groups:
+        member_ids = {n.pk for n in nodes if node_in_group(n, group)}
+        healthy = [
+            g
+            for node in nodes
+            if node.pk in member_ids and node.healthy
+            for g in gpus_by_node[node.pk]
+            if g.healthy
+        ]
+        healthy_ids = {g.pk for g in healthy}
+        allocated_milli = sum(gpu_allocated.get(g, 0) for g in healthy_ids)
+        allocated_gpus = sum(1 for g in healthy_ids if gpu_allocated.get(g, 0) > 0)
+        utils = [metrics.gpu_utilization.get(g, 0.0) for g in healthy_ids]
+        group_quota_ids = [q.pk for q in quotas if q.group_id == group.pk]
+        unsliced = 0
+        occupied: set[int] = set()
+        for share, workload, node in shares_full:
+            if node.pk not in member_ids or workload.kind != WorkloadKind.CODESPACE:
+                continue
+            if share.gpu_milli < GPU_MILLI:
+                unsliced += 1
+                occupied.add(share.gpu_id)
+        waits = wait_seconds(
+            group_quota_ids, minute - timedelta(minutes=59), minute + timedelta(minutes=1)
+        )
+        out.append(
+            PoolSample(
+                resolution=Resolution.MINUTE,
+                ts=minute,
+                minutes=1,
+                group_id=group.pk,
+                capacity_gpus=len(healthy),
+                capacity_milli=len(healthy) * GPU_MILLI,
+                allocated_gpus=allocated_gpus,
+                allocated_milli=allocated_milli,
+                sm_utilization=round(statistics.fmean(utils), 3) if utils else 0.0,
+                pending=sum(pending_by_quota.get(q, 0) for q in group_quota_ids),
+                codespace_cards_unsliced=unsliced,
+                codespace_cards_occupied=len(occupied),
+                wait_p50_seconds=percentile(waits, 50),
+                wait_p95_seconds=percentile(waits, 95),
+                placed_count=len(waits),
+            )
+        )
+    return out
