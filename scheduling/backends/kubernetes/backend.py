@@ -26,7 +26,7 @@ from scheduling.backends.kubernetes.interface import (
     Kind,
 )
 from scheduling.backends.kubernetes.inventory import nodes_to_inventory
-from scheduling.backends.kubernetes.manifests import build_objects, home_pvc_name
+from scheduling.backends.kubernetes.manifests import build_objects, home_pvc_name, intended_node
 from scheduling.backends.kubernetes.status import PodTracker, pod_report, pod_workload_id
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,15 @@ class KubernetesBackend:
         if pod.get("metadata", {}).get("deletionTimestamp"):
             raise ClusterApiError(
                 f"pod {request.name} from a previous run is still terminating", status=409
+            )
+        placed_on = intended_node(pod)
+        if placed_on and placed_on != request.node_name:
+            # A pod left over from an earlier placement: replace it, the retry creates ours.
+            self.gateway.delete(Kind.POD, self.config.namespace, request.name)
+            raise ClusterApiError(
+                f"pod {request.name} was placed on {placed_on}, not {request.node_name}; "
+                "deleted it, retry to recreate",
+                status=409,
             )
         if self.config.mode == c.Mode.HAMI_BIND and request.gpus:
             bind_with_lock(

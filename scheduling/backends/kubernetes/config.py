@@ -29,7 +29,7 @@ class KubeConfig:
     koord_scheduler_name: str = "koord-scheduler"
     gang_waiting_time: str = "300s"
     request_timeout_seconds: float = 30.0
-    watch_timeout_seconds: int = 5
+    watch_timeout_seconds: int = 1  # sync_status blocks this long on an idle watch
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, Mode):

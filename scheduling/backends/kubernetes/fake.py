@@ -29,6 +29,7 @@ from scheduling.backends.kubernetes.interface import (
     WatchEvent,
     WatchExpired,
 )
+from scheduling.backends.kubernetes.manifests import intended_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,7 @@ class FakeCluster:
                 obj.setdefault("status", {"phase": "Pending", "conditions": []})
                 if obj.get("spec", {}).get("nodeName"):
                     self._schedule(obj, obj["spec"]["nodeName"])
-                elif self.auto_start and (target := _intended_node(obj)):
+                elif self.auto_start and (target := intended_node(obj)):
                     self._schedule(obj, target)
             self._objects[key] = obj
             self._record(kind, "ADDED", obj)
@@ -398,21 +399,6 @@ def demo_cluster() -> FakeCluster:
             allocatable={"cpu": "64", "memory": "512Gi", c.HAMI_GPU: "40"},
         )
     return cluster
-
-
-def _intended_node(pod: JsonDict) -> str:
-    """The node a delegating scheduler would pick: affinity hostname or Koordinator hint."""
-    hint = pod.get("metadata", {}).get("annotations", {}).get(c.KOORD_SCHEDULING_HINT)
-    if hint:
-        names = json.loads(hint).get("nodeNames") or [""]
-        return str(names[0])
-    affinity = pod.get("spec", {}).get("affinity", {}).get("nodeAffinity", {})
-    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {})
-    for term in required.get("nodeSelectorTerms", []):
-        for expr in term.get("matchExpressions", []):
-            if expr.get("key") == c.HOSTNAME_LABEL and expr.get("operator") == "In":
-                return str(expr["values"][0])
-    return ""
 
 
 def _now() -> str:

@@ -33,14 +33,23 @@ _EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 def api_client_from_kubeconfig(kubeconfig: str, context: str = "") -> client.ApiClient:
     """An ApiClient from a kubeconfig file, or from the pod's ServiceAccount when `kubeconfig` is
     "" (in-cluster)."""
+    configuration = client.Configuration()
     try:
-        if not kubeconfig:
-            configuration = client.Configuration()
+        if kubeconfig:
+            config.load_kube_config(
+                config_file=kubeconfig,
+                context=context or None,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        else:
             config.load_incluster_config(client_configuration=configuration)
-            return client.ApiClient(configuration)
-        return config.new_client_from_config(config_file=kubeconfig, context=context or None)
-    except config.ConfigException as exc:
+    except (config.ConfigException, OSError) as exc:
         raise ClusterApiError(f"Kubernetes credentials: {exc}", permanent=True) from exc
+    # One quick urllib3 retry on connection errors; everything else is retried by the calling
+    # task with backoff, so a read timeout must not silently multiply by urllib3's default 3.
+    configuration.retries = 1
+    return client.ApiClient(configuration)
 
 
 class KubernetesGateway:

@@ -7,6 +7,7 @@ sections 1.5, 2.5 and 6.1 describe it.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -39,6 +40,33 @@ class WorkloadObjects:
 
 def home_pvc_name(name: str) -> str:
     return f"{name}{c.HOME_VOLUME_SUFFIX}"
+
+
+def intended_node(pod: JsonDict) -> str:
+    """The node a pod is (or will be) on: `spec.nodeName`, else the node Tessera pinned it to
+    (HAMi allocation annotation, Koordinator hint, or required hostname affinity); "" if none."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    if annotations.get(c.HAMI_VGPU_NODE):
+        return str(annotations[c.HAMI_VGPU_NODE])
+    if annotations.get(c.KOORD_SCHEDULING_HINT):
+        try:
+            names = json.loads(annotations[c.KOORD_SCHEDULING_HINT]).get("nodeNames") or [""]
+        except (ValueError, AttributeError):
+            names = [""]
+        return str(names[0])
+    required = (
+        (spec.get("affinity") or {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+    )
+    for term in required.get("nodeSelectorTerms") or []:
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") == c.HOSTNAME_LABEL and expr.get("operator") == "In":
+                return str((expr.get("values") or [""])[0])
+    return ""
 
 
 def workload_selector(workload_id: int) -> str:

@@ -292,16 +292,37 @@ def test_binding_to_missing_node_is_permanent_and_leaves_pod_unbound():
     assert (caught.value.status, caught.value.permanent) == (404, True)
 
 
-def test_pod_bound_elsewhere_is_permanent():
+def test_leftover_pod_on_another_node_is_replaced_on_retry():
     backend, cluster = make(Mode.HAMI_BIND)
     cluster.add_node("gpu-node-9")
     backend.materialize(codespace(node_name="gpu-node-9"))
 
     with pytest.raises(ClusterApiError) as caught:
         backend.materialize(codespace())
+    backend.materialize(codespace())
+
+    assert caught.value.permanent is False
+    assert "placed on gpu-node-9, not gpu-node-3" in caught.value.message
+    pod = cluster.get(Kind.POD, NAMESPACE, "cs-alice-7f3k")
+    assert pod is not None
+    assert pod["spec"]["nodeName"] == "gpu-node-3"
+
+
+def test_binding_race_lost_to_another_node_is_permanent():
+    backend, cluster = make(Mode.HAMI_BIND)
+    real_bind = cluster.bind_pod
+
+    def racing_bind(namespace: str, name: str, node_name: str) -> None:
+        real_bind(namespace, name, "gpu-node-9")  # someone else bound it first
+        real_bind(namespace, name, node_name)  # ours answers 409
+
+    cluster.bind_pod = racing_bind  # type: ignore[method-assign]
+
+    with pytest.raises(ClusterApiError) as caught:
+        backend.materialize(codespace())
 
     assert caught.value.permanent is True
-    assert "bound to gpu-node-9" in caught.value.message
+    assert "bound to gpu-node-9, not gpu-node-3" in caught.value.message
 
 
 def test_failed_binding_releases_the_lock():

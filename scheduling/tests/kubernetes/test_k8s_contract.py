@@ -306,3 +306,52 @@ def test_codespace_flow_through_the_real_client(apiserver, gateway):
     inventory = backend.sync_inventory()
     assert [(n.name, [g.uuid for g in n.gpus]) for n in inventory] == [("gpu-node-3", [GPU_A])]
     assert json.loads(sent(apiserver, "POST", POD_PATH)[0].body)["kind"] == "Pod"
+
+
+def test_from_settings_reads_a_kubeconfig_and_talks_to_the_cluster(
+    apiserver, tmp_path, monkeypatch
+):
+    import django.conf
+
+    from scheduling.backends.kubernetes import backend as backend_module
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "kmock", "cluster": {"server": apiserver.url}}],
+                "users": [{"name": "tessera", "user": {"token": "t0ken"}}],
+                "contexts": [{"name": "dev", "context": {"cluster": "kmock", "user": "tessera"}}],
+                "current-context": "dev",
+            }
+        )
+    )
+    settings = type(
+        "Settings",
+        (),
+        {
+            "TESSERA_KUBECONFIG": str(kubeconfig),
+            "TESSERA_KUBE_CONTEXT": "dev",
+            "TESSERA_KUBE_MODE": "hami-bind",
+        },
+    )
+    monkeypatch.setattr(django.conf, "settings", settings)
+
+    backend = backend_module.from_settings()
+    nodes = backend.sync_inventory()
+
+    assert backend.config.mode == Mode.HAMI_BIND
+    assert [n.name for n in nodes] == ["gpu-node-3"]
+    (request,) = sent(apiserver, "GET", "/api/v1/nodes")
+    assert request.headers["Authorization"] == "Bearer t0ken"
+
+
+def test_missing_kubeconfig_is_a_permanent_error(tmp_path):
+    from scheduling.backends.kubernetes.gateway import api_client_from_kubeconfig
+
+    with pytest.raises(ClusterApiError) as caught:
+        api_client_from_kubeconfig(str(tmp_path / "nope"))
+
+    assert caught.value.permanent is True

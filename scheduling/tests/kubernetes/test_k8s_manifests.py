@@ -13,6 +13,7 @@ from scheduling.backends.kubernetes.manifests import (
     ManifestError,
     build_objects,
     build_pod,
+    intended_node,
     workload_selector,
 )
 
@@ -262,6 +263,14 @@ def test_runtime_class_and_pull_policy_come_from_config():
 
     assert pod["spec"]["runtimeClassName"] == "nvidia"
     assert pod["spec"]["containers"][0]["imagePullPolicy"] == "Always"
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_intended_node_reads_back_the_planned_node_in_every_mode(mode):
+    for request in (codespace(), codespace(gpus=())):
+        assert intended_node(build_pod(request, config(mode), now=NOW)) == "gpu-node-3"
+    assert intended_node({"spec": {"nodeName": "n9"}}) == "n9"
+    assert intended_node({"metadata": {}, "spec": {}}) == ""
 
 
 def test_workload_selector_matches_one_workload():
