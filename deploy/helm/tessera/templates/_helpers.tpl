@@ -66,6 +66,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.kubernetes.storageClass | quote }}
 - name: TESSERA_KUBE_RUNTIME_CLASS
   value: {{ .Values.kubernetes.runtimeClass | quote }}
+- name: TESSERA_CODESPACE_PORT
+  value: {{ .Values.kubernetes.codespacePort | quote }}
 {{- end -}}
 
 {{/* Container hardening shared by every container. */}}
