@@ -79,7 +79,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
 
     def _check_precondition(self, request: rendering.Request) -> None:
         wanted = (request.data or {}).get("metadata", {}).get("resourceVersion")
-        key = (request.resource, request.namespace, request.name)
+        key = _object_key(request, request.namespace, request.name)
         if wanted is None or key not in self.objects or self.objects[key].deleted:
             return
         current = self.objects[key].get("metadata", {}).get("resourceVersion")
@@ -102,7 +102,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         data = request.data if isinstance(request.data, dict) else {}
         name = request.name or data.get("metadata", {}).get("name")
         namespace = request.namespace or data.get("metadata", {}).get("namespace")
-        obj = self.objects[(request.resource, namespace, name)]
+        obj = self.objects[_object_key(request, namespace, name)]
         raw = copy.deepcopy(obj.last.raw)
         if request.action == enums.action.DELETE:
             raw.setdefault("metadata", {})["resourceVersion"] = self._next_version()
@@ -142,7 +142,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         # The stream ends here, as a real API server ends a watch after timeoutSeconds.
 
     async def _serve_binding(self, request: rendering.Request) -> rendering.Payload:
-        key = (request.resource, request.namespace, request.name)  # parsed from .../pods/<name>
+        key = _object_key(request, request.namespace, request.name)  # from .../pods/<name>
         if key not in self.objects or self.objects[key].deleted:
             raise KubernetesObjectNotFoundError()
         pod = self.objects[key]
@@ -175,6 +175,15 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 "code": 201,
             },
         )
+
+
+def _object_key(
+    request: rendering.Request, namespace: str | None, name: str | None
+) -> tuple[kmock.resource, str | None, str]:
+    """The key of kmock's object store for the object a request addresses."""
+    assert request.resource is not None
+    assert name is not None
+    return (request.resource, namespace, name)
 
 
 class LoopbackApiServer:

@@ -159,3 +159,17 @@ def test_plain_rbac_is_least_privilege():
     }
     assert "*" not in all_verbs
     assert not {"update", "deletecollection", "escalate", "bind"} & all_verbs
+
+
+def test_plain_manifests_pass_the_same_environment_as_the_chart():
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    env_block = helpers.split('define "tessera.env"')[1].split("{{- end -}}")[0]
+    chart_env = re.findall(r"^- name: (\w+)$", env_block, re.MULTILINE)
+    deployments = [doc for _, doc in plain_documents() if doc["kind"] == "Deployment"]
+
+    for deployment in deployments:
+        pod_spec = deployment["spec"]["template"]["spec"]
+        for container in pod_spec["containers"] + pod_spec.get("initContainers", []):
+            assert [e["name"] for e in container["env"]] == chart_env, container["name"]
+    assert {"TESSERA_KUBE_NAMESPACE", "TESSERA_KUBE_MODE", "DATABASE_URL"} <= set(chart_env)
+    assert len(deployments) == 3
