@@ -77,6 +77,7 @@ MIDDLEWARE = [
     "portal.middleware.ActiveTenantMiddleware",
     # api: Idempotency-Key on every API POST (after auth so session callers are known).
     "portal.api.idempotency.IdempotencyMiddleware",
+    "portal.api.middleware.ApiErrorBodyMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -182,7 +183,7 @@ REST_FRAMEWORK = {
     # api: ?<field>= filters declared per view (filter_fields), ?search=, ?ordering=; see docs/api.md.
     "DEFAULT_FILTER_BACKENDS": [
         "portal.api.filters.FieldFilterBackend",
-        "rest_framework.filters.SearchFilter",
+        "portal.api.filters.SearchFilter",
         "rest_framework.filters.OrderingFilter",
     ],
     # api: per-token and per-tenant limits, atomic counters (portal.api.ratelimit).

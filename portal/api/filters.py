@@ -20,6 +20,7 @@ from typing import Any
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Model, QuerySet
+from rest_framework import filters
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.request import Request
 
@@ -109,5 +110,19 @@ class FieldFilterBackend(BaseFilterBackend):
                     "description": description + "; comma-separated for several.",
                     "schema": schema,
                 }
+            )
+        return parameters
+
+
+class SearchFilter(filters.SearchFilter):
+    """DRF's `?search=` (icontains over the view's `search_fields`), documented only where it applies."""
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        if not getattr(view, "search_fields", None):
+            return []
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["description"] = "Case-insensitive substring match on: " + ", ".join(
+                str(field).lstrip("^=@$") for field in view.search_fields
             )
         return parameters

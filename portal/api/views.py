@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -70,8 +71,17 @@ class ApiTokenViewSet(
         return Response(ApiTokenSerializer(token).data)
 
 
+class _SingleObjectSchema(AutoSchema):
+    """`me` is routed as a list action but answers one object."""
+
+    def _is_list_view(self, serializer: Any = None) -> bool:
+        return False
+
+
 class MeViewSet(viewsets.ViewSet):
     """Who the caller is, and the tenants they act in."""
+
+    schema = _SingleObjectSchema()
 
     @extend_schema(responses={200: MeSerializer})
     def list(self, request: Request, **kwargs: Any) -> Response:
