@@ -19,7 +19,10 @@ _DEFAULTS = {
     403: ("forbidden", "You do not have permission to perform this action."),
     404: ("not_found", "Not found."),
     405: ("method_not_allowed", "Method not allowed."),
-    500: ("server_error", "Internal error; it has been logged. Retry later or contact the operators."),
+    500: (
+        "server_error",
+        "Internal error; it has been logged. Retry later or contact the operators.",
+    ),
 }
 
 

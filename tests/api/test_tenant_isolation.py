@@ -68,7 +68,9 @@ def fill_path(path: str, resource: Resource, obj: Any) -> str:
     values = {params[0]: resource.lookup(obj)}
     if len(params) > 1:
         if resource.path_params is None:
-            pytest.fail(f"{path}: nested path parameters {params[1:]}; add `path_params` to the registry")
+            pytest.fail(
+                f"{path}: nested path parameters {params[1:]}; add `path_params` to the registry"
+            )
         values.update(resource.path_params(obj))
     for name in params:
         path = path.replace("{" + name + "}", values[name])
@@ -76,7 +78,9 @@ def fill_path(path: str, resource: Resource, obj: Any) -> str:
 
 
 def call(client: APIClient, method: str, url: str, data: Any = None) -> Any:
-    kwargs: dict[str, Any] = {"HTTP_IF_MATCH": '"1"'} if method in ("put", "patch", "delete") else {}
+    kwargs: dict[str, Any] = (
+        {"HTTP_IF_MATCH": '"1"'} if method in ("put", "patch", "delete") else {}
+    )
     if method in ("post", "put", "patch"):
         return getattr(client, method)(
             url, data=json.dumps(data or {}), content_type="application/json", **kwargs
@@ -176,7 +180,12 @@ def test_operation_is_tenant_isolated(
         assert resource.reason, f"{path}: global resources need a written reason"
         return
     if is_detail and resource.kind in ("tenant", "user"):
-        assert response.status_code == 404, (path, method, response.status_code, response.content[:500])
+        assert response.status_code == 404, (
+            path,
+            method,
+            response.status_code,
+            response.content[:500],
+        )
         assert response.json()["error"]["code"] == "not_found"
         assert snapshot(obj) == before, f"{path} {method}: another tenant changed the object"
         if model is not None:
@@ -223,4 +232,5 @@ def assert_no_leak(response: Any, resource: Resource, obj: Any, world: dict[str,
     assert world["team_a"].slug not in text, f"team-a appears in team-b's response: {text[:500]}"
     if obj is not None and resource.kind in ("tenant", "user"):
         keys = {item.get(resource.list_key) for item in results_of(response.json())}
-        assert obj.pk not in keys and resource.lookup(obj) not in keys, text[:500]
+        assert obj.pk not in keys, text[:500]
+        assert resource.lookup(obj) not in keys, text[:500]
