@@ -1,0 +1,341 @@
+"""Reclaim planning: which running work to stop so that a quota gets the share it is entitled to.
+
+When a pending request is admitted (it fits its quota's runtime share, see quotas.admission) but the group
+has no free capacity for it, capacity lent to siblings comes back. Victims are chosen among the quotas of
+the same group running above their runtime share (`used > runtime`, the runtime computed with the pending
+request counted in the demand), on the same side:
+
+- preemptible work only — a gang with any non-preemptible member is never chosen;
+- **whole gangs only**: a gang is one unit (all its active members) or nothing;
+- lowest priority first, then most recently started first, then name;
+- a quota gives back at most what it runs above its runtime share (a last whole gang may overshoot);
+- then "assign back" (as Koordinator's revoke controller): chosen units whose removal is not needed to
+  cover the shortfall are kept running, newest choice first.
+
+If the shortfall cannot be covered, the plan for that request is empty (nothing is stopped for nothing).
+The scheduling service executes the plan (codespaces are stopped with a grace period and a notice, their
+home kept); this module only decides. Pure given a snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from quotas.admission import check_request
+from quotas.resources import Resources, Side, human, human_amount, total
+from quotas.usage import GroupSnapshot, WorkloadUsage, usage_of
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A unit of work to stop: one workload, or all active members of one gang."""
+
+    workload_ids: tuple[int, ...]
+    gang_id: int | None
+    name: str
+    kinds: tuple[str, ...]
+    quota_id: int
+    quota_name: str
+    side: Side
+    priority: int
+    freed: Resources
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    """What the plan decided for one pending request (a workload or a whole pending gang)."""
+
+    workload_ids: tuple[int, ...]
+    quota_id: int
+    side: Side
+    request: Resources
+    needed: Resources
+    satisfied: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimPlan:
+    """The victims to stop (in order), and per pending request whether it is covered and why."""
+
+    victims: tuple[Victim, ...]
+    claims: tuple[ClaimOutcome, ...]
+
+    @property
+    def satisfied(self) -> bool:
+        return all(claim.satisfied for claim in self.claims)
+
+    @property
+    def workload_ids(self) -> tuple[int, ...]:
+        return tuple(wid for victim in self.victims for wid in victim.workload_ids)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.victims
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    members: tuple[WorkloadUsage, ...]
+    gang_id: int | None
+    name: str
+    quota_id: int
+    side: Side
+    priority: int
+    started_at: datetime
+    freed: Resources
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        # lowest priority first, most recently started first, then name and ids for determinism
+        return (
+            self.priority,
+            -self.started_at.timestamp(),
+            self.name,
+            tuple(m.workload_id for m in self.members),
+        )
+
+
+_LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def _units(snapshot: GroupSnapshot, side: Side) -> list[_Unit]:
+    """Active work on `side` grouped into reclaimable units; units with non-preemptible work are dropped."""
+    grouped: dict[tuple[str, int], list[WorkloadUsage]] = {}
+    for w in snapshot.workloads:
+        if not w.active or w.side is not side:
+            continue
+        key = ("gang", w.gang_id) if w.gang_id else ("workload", w.workload_id)
+        grouped.setdefault(key, []).append(w)
+    # A gang spanning sides is still one unit: all its active members, whatever their side.
+    for key, members in grouped.items():
+        if key[0] == "gang":
+            members[:] = [w for w in snapshot.workloads if w.active and w.gang_id == key[1]]
+    units = []
+    for members in grouped.values():
+        if not all(m.preemptible for m in members):
+            continue
+        first = members[0]
+        starts = [m.started_at or _LATEST for m in members]
+        units.append(
+            _Unit(
+                members=tuple(sorted(members, key=lambda m: m.workload_id)),
+                gang_id=first.gang_id,
+                name=first.gang_name or first.name if first.gang_id else first.name,
+                quota_id=first.quota_id,
+                side=side,
+                priority=max(m.priority for m in members),
+                started_at=max(starts),
+                freed=total(m.resources.only(side.dimensions) for m in members if m.side is side),
+            )
+        )
+    return sorted(units, key=lambda u: u.key)
+
+
+def _covers(freed: Resources, need: Resources, dims: tuple[str, ...]) -> bool:
+    return all(freed.get(d) >= need.get(d) for d in dims)
+
+
+def _describe_unit(unit: _Unit, side: Side) -> str:
+    kinds = sorted({m.kind for m in unit.members})
+    if unit.gang_id:
+        what = f"gang {unit.name} ({len(unit.members)} pods)"
+    else:
+        what = f"{kinds[0].replace('_', ' ')} {unit.name}"
+    primary = "gpu_milli" if side is Side.GPU else "cpu_milli"
+    started = (
+        unit.started_at.strftime("%Y-%m-%d %H:%M")
+        if unit.started_at != _LATEST
+        else "not yet started"
+    )
+    return (
+        f"{what}, {human_amount(primary, unit.freed.get(primary))}, priority {unit.priority}, "
+        f"started {started}"
+    )
+
+
+def _claims(pending: Any) -> list[list[WorkloadUsage]]:
+    """Pending work grouped into requests: one per workload, one per gang."""
+    items = list(pending) if isinstance(pending, list | tuple) else [pending]
+    usages = [item if isinstance(item, WorkloadUsage) else usage_of(item) for item in items]
+    grouped: dict[tuple[str, int], list[WorkloadUsage]] = {}
+    for index, usage in enumerate(usages):
+        key = ("gang", usage.gang_id) if usage.gang_id else ("one", usage.workload_id or -index)
+        grouped.setdefault(key, []).append(usage)
+    return list(grouped.values())
+
+
+def plan_reclaim(
+    snapshot: GroupSnapshot,
+    pending: Any,
+    *,
+    shortfall: Resources | None = None,
+) -> ReclaimPlan:
+    """Choose the work to stop so that `pending` can start.
+
+    Args:
+        snapshot: the group's snapshot (quotas.usage.group_snapshot).
+        pending: a pending Workload, a list of them (a gang's members are one request), or WorkloadUsage.
+        shortfall: what has to be freed for a single request, when the caller knows better than "request
+            minus the group's free capacity" (e.g. the placement engine needs a whole node free).
+
+    Returns:
+        ReclaimPlan: victims in the order to stop them, each with a reason, and an outcome per request.
+    """
+    claims = _claims(pending)
+    counted = {w.workload_id for w in snapshot.workloads if not w.active}
+    missing = [
+        u for claim in claims for u in claim if not (u.workload_id and u.workload_id in counted)
+    ]
+    if missing:
+        snapshot = snapshot.with_workloads([replace(u, active=False) for u in missing])
+    chosen: list[Victim] = []
+    outcomes: list[ClaimOutcome] = []
+    taken: set[int] = set()
+    freed_so_far = {Side.GPU: Resources(), Side.CPU: Resources()}
+    promised = {Side.GPU: Resources(), Side.CPU: Resources()}
+
+    for claim in claims:
+        ids = tuple(u.workload_id for u in claim)
+        for side in (Side.GPU, Side.CPU):
+            on_side = [u for u in claim if u.side is side]
+            if not on_side:
+                continue
+            dims = side.dimensions
+            request = total(u.resources.only(dims) for u in on_side)
+            quota_id = on_side[0].quota_id
+            admission = check_request(
+                snapshot,
+                quota_id,
+                side,
+                request,
+                preemptible=all(u.preemptible for u in on_side),
+                already_counted=True,
+            )
+            if not admission.allowed:
+                outcomes.append(
+                    ClaimOutcome(
+                        ids,
+                        quota_id,
+                        side,
+                        request,
+                        Resources(),
+                        False,
+                        f"not entitled to reclaim: {admission.reason}",
+                    )
+                )
+                continue
+            free = (snapshot.free(side) + freed_so_far[side] - promised[side]).clip()
+            need = (request - free).only(dims).clip()
+            if shortfall is not None and len(claims) == 1:
+                need = shortfall.only(dims).clip()
+            if need.is_zero():
+                promised[side] = promised[side] + request
+                outcomes.append(
+                    ClaimOutcome(
+                        ids,
+                        quota_id,
+                        side,
+                        request,
+                        need,
+                        True,
+                        "fits in the group's free capacity; nothing to reclaim",
+                    )
+                )
+                continue
+            remaining_over = {
+                q.quota_id: q.side(side).over_runtime
+                for q in snapshot.quotas.values()
+                if q.quota_id != quota_id
+            }
+            picked: list[_Unit] = []
+            still_needed = need
+            for unit in _units(snapshot, side):
+                if unit.quota_id == quota_id or unit.quota_id not in remaining_over:
+                    continue
+                if any(m.workload_id in taken for m in unit.members):
+                    continue
+                over = remaining_over[unit.quota_id]
+                useful = any(
+                    still_needed.get(d) > 0 and over.get(d) > 0 and unit.freed.get(d) > 0
+                    for d in dims
+                )
+                if not useful:
+                    continue
+                picked.append(unit)
+                remaining_over[unit.quota_id] = (over - unit.freed).clip()
+                still_needed = (still_needed - unit.freed).clip()
+                if still_needed.is_zero():
+                    break
+            claimant = snapshot.quota(quota_id)
+            if not still_needed.is_zero():
+                outcomes.append(
+                    ClaimOutcome(
+                        ids,
+                        quota_id,
+                        side,
+                        request,
+                        need,
+                        False,
+                        f"{claimant.name} {side.label}: needs {human(need, dims)} freed but sibling "
+                        f"quotas run only {human(total(u.freed for u in picked), dims)} of preemptible "
+                        "work above their runtime share; nothing is reclaimed.",
+                    )
+                )
+                continue
+            # Assign back: keep running whatever is not needed, newest choice first.
+            for unit in list(reversed(picked)):
+                rest = total(u.freed for u in picked if u is not unit)
+                if _covers(rest, need, dims):
+                    picked.remove(unit)
+            for unit in picked:
+                owner = snapshot.quota(unit.quota_id).side(side)
+                primary = "gpu_milli" if side is Side.GPU else "cpu_milli"
+                reason = (
+                    f"{snapshot.quota(unit.quota_id).name} {side.label} uses "
+                    f"{human_amount(primary, owner.used.get(primary))}, above its runtime share of "
+                    f"{human_amount(primary, owner.runtime.get(primary))} (min "
+                    f"{human_amount(primary, owner.min.get(primary))}): reclaiming "
+                    f"{_describe_unit(unit, side)} for {claimant.name}'s pending request of "
+                    f"{human_amount(primary, request.get(primary))}"
+                    f"{' within its min' if admission.within_min else ''}."
+                )
+                chosen.append(
+                    Victim(
+                        workload_ids=tuple(m.workload_id for m in unit.members),
+                        gang_id=unit.gang_id,
+                        name=unit.name,
+                        kinds=tuple(sorted({m.kind for m in unit.members})),
+                        quota_id=unit.quota_id,
+                        quota_name=snapshot.quota(unit.quota_id).name,
+                        side=side,
+                        priority=unit.priority,
+                        freed=unit.freed,
+                        reason=reason,
+                    )
+                )
+                taken.update(m.workload_id for m in unit.members)
+                freed_so_far[side] = freed_so_far[side] + unit.freed
+            promised[side] = promised[side] + request
+            outcomes.append(
+                ClaimOutcome(
+                    ids,
+                    quota_id,
+                    side,
+                    request,
+                    need,
+                    True,
+                    f"{claimant.name} {side.label}: reclaiming {len(picked)} unit(s) freeing "
+                    f"{human(total(u.freed for u in picked), dims)} (needed {human(need, dims)}).",
+                )
+            )
+    return ReclaimPlan(victims=tuple(chosen), claims=tuple(outcomes))
+
+
+def victims_for(snapshot: GroupSnapshot, pending: Sequence[Any]) -> tuple[int, ...]:
+    """The workload ids `plan_reclaim` would stop (convenience for callers that only need ids)."""
+    return plan_reclaim(snapshot, list(pending)).workload_ids
