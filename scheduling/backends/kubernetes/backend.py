@@ -189,7 +189,7 @@ def config_from_settings(settings: Any) -> KubeConfig:
 
 def from_settings() -> KubernetesBackend:
     """The backend configured by Django settings. `TESSERA_KUBE_FAKE = True` swaps the cluster for
-    a process-wide in-memory demo cluster (pods start at once)."""
+    an in-memory demo cluster (pods start at once) that lives in this process only."""
     from django.conf import settings
 
     config = config_from_settings(settings)
