@@ -1,0 +1,456 @@
+"""`tessera`: the command-line client of the Tessera REST API (console script `tessera = portal.cli:main`).
+
+    tessera login --url https://tessera.example.com            # asks for a token, checks it, saves it
+    tessera codespace list [--state running] [--json]
+    tessera codespace create NAME --template T [--preset P] [--tenant SLUG] [--set key=value ...]
+    tessera codespace show|stop|start|delete ID
+    tessera job submit NAME --pods 4 --gpus-per-pod 1 --cpu-milli 8000 --memory-mib 32768 [...]
+    tessera job show|cancel ID
+    tessera quota show [--tenant SLUG]
+
+The URL and token are stored in ~/.config/tessera/config.json (mode 0600; `$TESSERA_CONFIG` or
+`$XDG_CONFIG_HOME` move it); `$TESSERA_URL` / `$TESSERA_TOKEN` override the file. Only `requests` and the
+standard library are used, so the CLI runs anywhere Python does (also inside a codespace).
+
+Every POST carries a fresh `Idempotency-Key`, and the CLI retries it with the same key on connection
+errors, 409 `idempotency_in_progress`, 429 and 503, so a flaky network never creates a codespace twice.
+
+Exit codes: 0 success; 1 the API refused the request (400/409/412/422...); 2 usage error; 3 not logged in
+or not allowed (401/403); 4 not found (404); 5 rate limited (429, after retries); 6 server or network error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import requests
+
+API = "/api/v1"
+TIMEOUT = (5, 60)
+RETRIES = 4
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_AUTH = 3
+EXIT_NOT_FOUND = 4
+EXIT_RATE_LIMITED = 5
+EXIT_SERVER = 6
+
+
+class CliError(Exception):
+    """A failure to report on stderr with an exit code."""
+
+    def __init__(self, message: str, exit_code: int, fields: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+        self.fields = fields or {}
+
+
+# --- configuration -----------------------------------------------------------------------------------
+
+
+def config_path() -> Path:
+    if os.environ.get("TESSERA_CONFIG"):
+        return Path(os.environ["TESSERA_CONFIG"])
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "tessera" / "config.json"
+
+
+def load_config() -> dict[str, str]:
+    path = config_path()
+    data: dict[str, str] = {}
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:
+            raise CliError(
+                f"{path} is not valid JSON; run `tessera login` again.", EXIT_USAGE
+            ) from exc
+    if os.environ.get("TESSERA_URL"):
+        data["url"] = os.environ["TESSERA_URL"]
+    if os.environ.get("TESSERA_TOKEN"):
+        data["token"] = os.environ["TESSERA_TOKEN"]
+    if not data.get("url") or not data.get("token"):
+        raise CliError(
+            "Not logged in: run `tessera login --url <portal URL>` (or set TESSERA_URL and TESSERA_TOKEN).",
+            EXIT_AUTH,
+        )
+    return data
+
+
+def save_config(url: str, token: str) -> Path:
+    """Write the config with mode 0600 (the token is a secret), creating the directory 0700."""
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"url": url, "token": token}, handle, indent=2)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path
+
+
+# --- HTTP --------------------------------------------------------------------------------------------
+
+
+class Client:
+    """A thin API client: Bearer auth, JSON, the API error body turned into CliError, safe retries."""
+
+    def __init__(self, url: str, token: str, session: requests.Session | None = None) -> None:
+        self.base = url.rstrip("/")
+        self.session = session or requests.Session()
+        self.session.headers.update(
+            {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        )
+
+    def request(self, method: str, path: str, *, params: Any = None, body: Any = None) -> Any:
+        url = f"{self.base}{API}{path}"
+        headers = {}
+        if method == "POST":
+            headers["Idempotency-Key"] = str(uuid.uuid4())
+        delay = 0.5
+        for attempt in range(RETRIES):
+            last = attempt == RETRIES - 1
+            try:
+                response = self.session.request(
+                    method, url, params=params, json=body, headers=headers, timeout=TIMEOUT
+                )
+            except requests.ConnectionError as exc:
+                if method in ("GET", "POST", "DELETE") and not last:
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                raise CliError(
+                    f"Cannot reach {self.base}: {exc.__class__.__name__}.", EXIT_SERVER
+                ) from exc
+            except requests.Timeout as exc:
+                raise CliError(f"{self.base} did not answer in time.", EXIT_SERVER) from exc
+            retryable = response.status_code in (429, 503) or (
+                response.status_code == 409 and _error_code(response) == "idempotency_in_progress"
+            )
+            if retryable and not last:
+                time.sleep(min(float(response.headers.get("Retry-After", delay) or delay), 10.0))
+                delay *= 2
+                continue
+            return self._result(response)
+        raise AssertionError("unreachable")
+
+    def _result(self, response: requests.Response) -> Any:
+        if response.status_code == 204 or not response.content:
+            if response.ok:
+                return None
+        if response.ok:
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise CliError(
+                    f"The server answered {response.status_code} without JSON; is the URL right?",
+                    EXIT_SERVER,
+                ) from exc
+        error = _error_of(response)
+        status = response.status_code
+        code = {401: EXIT_AUTH, 403: EXIT_AUTH, 404: EXIT_NOT_FOUND, 429: EXIT_RATE_LIMITED}.get(
+            status, EXIT_SERVER if status >= 500 else EXIT_REFUSED
+        )
+        message = error.get("message") or f"HTTP {status}"
+        if status == 401:
+            message += " Run `tessera login` with a valid token."
+        if status == 429 and response.headers.get("Retry-After"):
+            message += f" (retry after {response.headers['Retry-After']} s)"
+        return_fields = error.get("fields") or {}
+        raise CliError(f"{message} [{error.get('code', status)}]", code, return_fields)
+
+    def get(self, path: str, params: Any = None) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any = None) -> Any:
+        return self.request("POST", path, body=body if body is not None else {})
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+    def list_all(self, path: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """Follow the cursor pagination to the end."""
+        items: list[Any] = []
+        page = self.get(path, {**(params or {}), "limit": 500})
+        while True:
+            if isinstance(page, list):
+                return page
+            items.extend(page.get("results", []))
+            following = page.get("next")
+            if not following:
+                return items
+            response = self.session.get(following, timeout=TIMEOUT)
+            page = self._result(response)
+
+
+def _error_of(response: requests.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+def _error_code(response: requests.Response) -> str | None:
+    return _error_of(response).get("code")
+
+
+# --- output ------------------------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    present = [c for c in columns if any(c in row for row in rows)] or list(columns)
+    cells = [[_cell(row.get(c)) for c in present] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(present)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(present, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def render_object(obj: dict[str, Any]) -> str:
+    width = max((len(k) for k in obj), default=0)
+    return "\n".join(f"{key.ljust(width)}  {_cell(value)}" for key, value in obj.items())
+
+
+def emit(args: argparse.Namespace, data: Any, columns: Sequence[str] = ()) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+    elif isinstance(data, list):
+        print(render_table(data, columns) if data else "(none)")
+    elif isinstance(data, dict):
+        print(render_object(data))
+
+
+# --- commands ----------------------------------------------------------------------------------------
+
+CODESPACE_COLUMNS = (
+    "id",
+    "name",
+    "tenant",
+    "owner",
+    "state",
+    "size",
+    "template",
+    "node",
+    "created_at",
+)
+JOB_COLUMNS = (
+    "id",
+    "name",
+    "tenant",
+    "state",
+    "members",
+    "min_available",
+    "priority",
+    "created_at",
+)
+QUOTA_COLUMNS = ("id", "tenant", "group", "gpu_min", "gpu_max", "weight", "used", "runtime_share")
+
+
+def client_from_config() -> Client:
+    config = load_config()
+    return Client(config["url"], config["token"])
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    token = args.token or os.environ.get("TESSERA_TOKEN")
+    if not token:
+        token = (
+            getpass.getpass("API token (create one at /account/tokens/): ")
+            if sys.stdin.isatty()
+            else sys.stdin.readline()
+        ).strip()
+    if not token:
+        raise CliError("No token given.", EXIT_USAGE)
+    me = Client(args.url, token).get("/me/")
+    path = save_config(args.url, token)
+    tenants = ", ".join(m["tenant"]["slug"] for m in me.get("memberships", [])) or "none"
+    print(f"Logged in to {args.url} as {me['username']} (tenants: {tenants}); saved to {path}")
+    return EXIT_OK
+
+
+def _fields_from_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise CliError(f"--set {pair!r}: use key=value.", EXIT_USAGE)
+        key, raw = pair.split("=", 1)
+        try:
+            body[key] = json.loads(raw)
+        except ValueError:
+            body[key] = raw
+    return body
+
+
+def cmd_codespace(args: argparse.Namespace) -> int:
+    client = client_from_config()
+    if args.action == "list":
+        params = {k: v for k, v in (("state", args.state), ("tenant", args.tenant)) if v}
+        emit(args, client.list_all("/codespaces/", params), CODESPACE_COLUMNS)
+    elif args.action == "create":
+        body: dict[str, Any] = {"name": args.name, "template": args.template}
+        for key in ("preset", "tenant", "quota"):
+            if getattr(args, key):
+                body[key] = getattr(args, key)
+        body.update(_fields_from_sets(args.set))
+        emit(args, client.post("/codespaces/", body))
+    elif args.action == "show":
+        emit(args, client.get(f"/codespaces/{args.id}/"))
+    elif args.action in ("stop", "start"):
+        emit(args, client.post(f"/codespaces/{args.id}/{args.action}/"))
+    elif args.action == "delete":
+        result = client.delete(f"/codespaces/{args.id}/")
+        if result is not None:
+            emit(args, result)
+        elif args.json:
+            print(json.dumps({"deleted": args.id}))
+        else:
+            print(f"Codespace {args.id} deleted.")
+    return EXIT_OK
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    client = client_from_config()
+    if args.action == "submit":
+        member = {
+            "cpu_milli": args.cpu_milli,
+            "memory_mib": args.memory_mib,
+            "gpu_count": args.gpus_per_pod,
+            "gpu_milli": args.gpu_milli,
+            "gpu_memory_mib": args.gpu_memory_mib,
+            "image": args.image,
+        }
+        body: dict[str, Any] = {
+            "name": args.name,
+            "pods": args.pods,
+            "min_available": args.min_available or args.pods,
+            "member": {k: v for k, v in member.items() if v not in (None, "")},
+            "timeout_seconds": args.timeout_seconds,
+            "priority": args.priority,
+            "preemptible": not args.not_preemptible,
+        }
+        for key in ("tenant", "quota"):
+            if getattr(args, key):
+                body[key] = getattr(args, key)
+        body.update(_fields_from_sets(args.set))
+        emit(args, client.post("/jobs/", body))
+    elif args.action == "show":
+        emit(args, client.get(f"/jobs/{args.id}/"))
+    elif args.action == "cancel":
+        emit(args, client.post(f"/jobs/{args.id}/cancel/"))
+    return EXIT_OK
+
+
+def cmd_quota(args: argparse.Namespace) -> int:
+    client = client_from_config()
+    params = {"tenant": args.tenant} if args.tenant else {}
+    emit(args, client.list_all("/quotas/", params), QUOTA_COLUMNS)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tessera", description="Tessera GPU platform command-line client."
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--json", action="store_true", help="print the API's JSON instead of a table"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    login = sub.add_parser("login", help="save the portal URL and an API token")
+    login.add_argument("--url", required=True, help="the portal, e.g. https://tessera.example.com")
+    login.add_argument("--token", help="a personal API token (default: prompt, or stdin)")
+    login.set_defaults(func=cmd_login)
+
+    codespace = sub.add_parser("codespace", help="GPU-slice dev environments")
+    cs = codespace.add_subparsers(dest="action", required=True)
+    cs_list = cs.add_parser("list", parents=[common])
+    cs_list.add_argument("--state")
+    cs_list.add_argument("--tenant", help="tenant slug")
+    cs_create = cs.add_parser("create", parents=[common])
+    cs_create.add_argument("name")
+    cs_create.add_argument("--template", required=True)
+    cs_create.add_argument("--preset")
+    cs_create.add_argument("--tenant", help="tenant slug (default: your only tenant)")
+    cs_create.add_argument("--quota", type=int)
+    cs_create.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    for action in ("show", "stop", "start", "delete"):
+        cs.add_parser(action, parents=[common]).add_argument("id")
+    codespace.set_defaults(func=cmd_codespace)
+
+    job = sub.add_parser("job", help="gang jobs (N pods, all or nothing)")
+    jobs = job.add_subparsers(dest="action", required=True)
+    submit = jobs.add_parser("submit", parents=[common])
+    submit.add_argument("name")
+    submit.add_argument("--pods", type=int, required=True)
+    submit.add_argument("--min-available", type=int)
+    submit.add_argument("--cpu-milli", type=int, required=True)
+    submit.add_argument("--memory-mib", type=int, required=True)
+    submit.add_argument("--gpus-per-pod", type=int, default=0)
+    submit.add_argument("--gpu-milli", type=int)
+    submit.add_argument("--gpu-memory-mib", type=int)
+    submit.add_argument("--image", default="")
+    submit.add_argument("--timeout-seconds", type=int, default=600)
+    submit.add_argument("--priority", type=int, default=0)
+    submit.add_argument("--not-preemptible", action="store_true")
+    submit.add_argument("--tenant")
+    submit.add_argument("--quota", type=int)
+    submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    for action in ("show", "cancel"):
+        jobs.add_parser(action, parents=[common]).add_argument("id")
+    job.set_defaults(func=cmd_job)
+
+    quota = sub.add_parser("quota", help="quotas of your tenants")
+    quotas = quota.add_subparsers(dest="action", required=True)
+    show = quotas.add_parser("show", parents=[common])
+    show.add_argument("--tenant", help="tenant slug")
+    quota.set_defaults(func=cmd_quota)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "json"):
+        args.json = False
+    try:
+        return int(args.func(args))
+    except CliError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        for field, reasons in exc.fields.items():
+            text = (
+                "; ".join(map(str, reasons)) if isinstance(reasons, list) else json.dumps(reasons)
+            )
+            print(f"  {field}: {text}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

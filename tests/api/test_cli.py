@@ -1,0 +1,157 @@
+"""The `tessera` CLI against a live server with a real token (issue 7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from portal import cli
+from portal.models import ApiToken
+from portal.services import issue_token, revoke_token
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "home" / ".config" / "tessera" / "config.json"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("TESSERA_CONFIG", raising=False)
+    monkeypatch.delenv("TESSERA_URL", raising=False)
+    monkeypatch.delenv("TESSERA_TOKEN", raising=False)
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_login_checks_the_token_and_saves_it_0600(
+    live_server: Any, alice: Any, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = issue_token(alice, name="laptop").raw
+    code, out, err = run(capsys, "login", "--url", live_server.url, "--token", raw)
+    assert (code, err) == (0, "")
+    assert out == (
+        f"Logged in to {live_server.url} as alice (tenants: team-a); saved to {config_file}\n"
+    )
+    assert json.loads(config_file.read_text()) == {"url": live_server.url, "token": raw}
+    assert stat.S_IMODE(os.stat(config_file).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(config_file.parent).st_mode) == 0o700
+
+
+def test_login_reads_the_token_from_stdin(
+    live_server: Any,
+    alice: Any,
+    config_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    raw = issue_token(alice, name="laptop").raw
+    monkeypatch.setattr(
+        "sys.stdin",
+        type("S", (), {"isatty": lambda self: False, "readline": lambda self: raw + "\n"})(),
+    )
+    code, _, _ = run(capsys, "login", "--url", live_server.url)
+    assert code == 0
+    assert json.loads(config_file.read_text())["token"] == raw
+
+
+def test_login_with_a_revoked_token_fails_with_the_api_message_and_saves_nothing(
+    live_server: Any, alice: Any, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    issued = issue_token(alice, name="old")
+    revoke_token(alice, issued.token.pk)
+    code, out, err = run(capsys, "login", "--url", live_server.url, "--token", issued.raw)
+    assert code == cli.EXIT_AUTH
+    assert out == ""
+    assert err == (
+        "error: Invalid, expired or revoked token. Run `tessera login` with a valid token. "
+        "[authentication_failed]\n"
+    )
+    assert config_file.exists() is False
+
+
+def test_commands_without_login_say_how_to_log_in(
+    config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "quota", "show")
+    assert code == cli.EXIT_AUTH
+    assert err.startswith("error: Not logged in: run `tessera login --url <portal URL>`")
+
+
+def test_unreachable_server_is_a_clear_error(
+    config_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli.time, "sleep", lambda seconds: None)
+    cli.save_config("http://127.0.0.1:9", "tsr_x_y")
+    code, _, err = run(capsys, "codespace", "list")
+    assert code == cli.EXIT_SERVER
+    assert err == "error: Cannot reach http://127.0.0.1:9: ConnectionError.\n"
+
+
+def test_not_found_has_its_own_exit_code(
+    live_server: Any, alice: Any, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli.save_config(live_server.url, issue_token(alice, name="cli").raw)
+    code, out, err = run(capsys, "codespace", "show", "999999")
+    assert code == cli.EXIT_NOT_FOUND
+    assert out == ""
+    assert err == "error: Not found. [not_found]\n"
+
+
+def test_client_posts_carry_an_idempotency_key_and_retry_with_it(
+    live_server: Any, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a client whose first attempt is lost on the way back (the server did create the token)
+    raw = issue_token(alice, name="cli").raw
+    client = cli.Client(live_server.url, raw)
+    real_request = client.session.request
+    sent_keys: list[str] = []
+
+    def flaky(method: str, url: str, **kwargs: Any) -> Any:
+        sent_keys.append(kwargs["headers"]["Idempotency-Key"])
+        response = real_request(method, url, **kwargs)
+        if len(sent_keys) == 1:
+            raise cli.requests.ConnectionError("connection reset")
+        return response
+
+    monkeypatch.setattr(client.session, "request", flaky)
+    monkeypatch.setattr(cli.time, "sleep", lambda seconds: None)
+    # when it posts
+    created = client.post("/tokens/", {"name": "made-once"})
+    # then it retried with the same key and exactly one token exists
+    assert len(sent_keys) == 2
+    assert sent_keys[0] == sent_keys[1]
+    assert created["name"] == "made-once"
+    assert ApiToken.objects.filter(name="made-once").count() == 1
+
+
+def test_api_field_errors_are_printed_under_the_message(
+    live_server: Any, alice: Any, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = cli.Client(live_server.url, issue_token(alice, name="cli").raw)
+    with pytest.raises(cli.CliError) as caught:
+        client.post("/tokens/", {"name": ""})
+    assert caught.value.exit_code == cli.EXIT_REFUSED
+    assert caught.value.message == "name: This field may not be blank. [invalid]"
+    assert caught.value.fields == {"name": ["This field may not be blank."]}
+
+
+def test_table_and_object_rendering() -> None:
+    rows = [
+        {"id": 1, "name": "nb", "state": "running", "gpu": None, "extra": "x"},
+        {"id": 12, "name": "train-a", "state": "stopped", "gpu": True},
+    ]
+    assert cli.render_table(rows, ("id", "name", "state", "gpu", "missing")) == (
+        "ID  NAME     STATE    GPU\n1   nb       running  -\n12  train-a  stopped  yes"
+    )
+    assert cli.render_object({"id": 3, "labels": {"a": 1}}) == 'id      3\nlabels  {"a":1}'
