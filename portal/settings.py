@@ -199,6 +199,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v[0-9]",
+    # codespaces: one name for the codespace state enum (state, from_state, to_state).
+    "ENUM_NAME_OVERRIDES": {"CodespaceStateEnum": "codespaces.choices.CodespaceState"},
     # api: document the one error body on every operation (400/401/403/404/409/412/422/428/429).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -279,6 +281,13 @@ TESSERA_KUBE_NAMESPACE = env_str("TESSERA_KUBE_NAMESPACE", "tessera-workloads")
 TESSERA_KUBE_MODE = env_choice(
     "TESSERA_KUBE_MODE", "hami-delegate", ("hami-delegate", "hami-bind", "koordinator")
 )
+TESSERA_KUBE_STORAGE_CLASS = env_str("TESSERA_KUBE_STORAGE_CLASS", "")
+TESSERA_KUBE_RUNTIME_CLASS = env_str("TESSERA_KUBE_RUNTIME_CLASS", "")
+TESSERA_KUBE_FAKE = env_bool("TESSERA_KUBE_FAKE", False)
+TESSERA_CODESPACE_IMAGE_PULL_POLICY = env_choice(
+    "TESSERA_CODESPACE_IMAGE_PULL_POLICY", "IfNotPresent", ("Always", "IfNotPresent", "Never")
+)
+TESSERA_CODESPACE_PORT = env_int("TESSERA_CODESPACE_PORT", 8080, minimum=1)
 TESSERA_IDE_URL_PATTERN = env_str(
     "TESSERA_IDE_URL_PATTERN", "https://{name}.codespaces.example.com/"
 )
@@ -287,6 +296,28 @@ TESSERA_SSH_COMMAND_PATTERN = env_str(
 )
 TESSERA_PROMETHEUS_URL = env_str("TESSERA_PROMETHEUS_URL", "")
 TESSERA_METRICS_TOKEN = env_secret("TESSERA_METRICS_TOKEN") or ""
+
+# scheduling: shard queues, cycle size, beat (cycles, status sync, reconcilers, inventory sync).
+TESSERA_SCHEDULING_QUEUES = env_int("TESSERA_SCHEDULING_QUEUES", 4, minimum=1)
+TESSERA_CYCLE_MAX_WORKLOADS = env_int("TESSERA_CYCLE_MAX_WORKLOADS", 5000, minimum=1)
+TESSERA_RECONCILE_INTERVAL_SECONDS = env_float("TESSERA_RECONCILE_INTERVAL_SECONDS", 30.0)
+TESSERA_INVENTORY_SYNC_SECONDS = env_float("TESSERA_INVENTORY_SYNC_SECONDS", 300.0)
+CELERY_BEAT_SCHEDULE["scheduling-cycles"] = {
+    "task": "scheduling.tasks.schedule_cycles_task",
+    "schedule": TESSERA_CYCLE_INTERVAL_SECONDS,
+}
+CELERY_BEAT_SCHEDULE["scheduling-sync-status"] = {
+    "task": "scheduling.tasks.sync_status_task",
+    "schedule": TESSERA_CYCLE_INTERVAL_SECONDS,
+}
+CELERY_BEAT_SCHEDULE["scheduling-reconcile"] = {
+    "task": "scheduling.tasks.reconcile_task",
+    "schedule": TESSERA_RECONCILE_INTERVAL_SECONDS,
+}
+CELERY_BEAT_SCHEDULE["scheduling-sync-inventory"] = {
+    "task": "scheduling.tasks.sync_inventory_task",
+    "schedule": TESSERA_INVENTORY_SYNC_SECONDS,
+}
 
 # telemetry (scheduling.telemetry, portal.dashboards): ingest every minute, prune hourly; prices per GPU-hour.
 CELERY_BEAT_SCHEDULE["ingest-telemetry"] = {
@@ -299,6 +330,13 @@ CELERY_BEAT_SCHEDULE["prune-telemetry"] = {
 }
 TESSERA_GPU_HOUR_PRICES = env_str("TESSERA_GPU_HOUR_PRICES", "H100=4.0,A100=2.5,L4=0.8,default=1.0")
 TESSERA_DASHBOARD_REFRESH_SECONDS = env_int("TESSERA_DASHBOARD_REFRESH_SECONDS", 60, minimum=5)
+
+# codespaces: idle auto-stop check (warn, then stop idle running codespaces per template policy).
+TESSERA_CODESPACE_IDLE_CHECK_SECONDS = env_float("TESSERA_CODESPACE_IDLE_CHECK_SECONDS", 60.0)
+CELERY_BEAT_SCHEDULE["codespaces-idle-check"] = {
+    "task": "codespaces.tasks.check_idle_codespaces_task",
+    "schedule": TESSERA_CODESPACE_IDLE_CHECK_SECONDS,
+}
 
 LOGGING = {
     "version": 1,
