@@ -7,10 +7,8 @@ DEFAULT_QUEUES = ("default",)
 
 def worker_queues() -> list[str]:
     """Queues a worker consumes by default: `default` plus every shard queue the scheduling app declares."""
+    from scheduling.queues import shard_queues
+
     queues = list(DEFAULT_QUEUES)
-    try:
-        from scheduling.queues import shard_queues
-    except ImportError:  # the scheduling service has not declared shard queues
-        return queues
     queues.extend(q for q in shard_queues() if q not in queues)
     return queues

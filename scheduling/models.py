@@ -239,3 +239,24 @@ class Shard(models.Model):
 
     def __str__(self) -> str:
         return f"shard {self.group.name} v{self.version}"
+
+
+class SimulatedPod(models.Model):
+    """What the simulated cluster runs: one row per materialized workload (the simulated backend's state,
+    shared by every worker process). It reports RUNNING once `running_after` has passed, FAILED after a
+    simulated GPU or node failure, and MISSING once released."""
+
+    workload_id = models.BigIntegerField(unique=True)
+    name = models.CharField(max_length=253)
+    node_name = models.CharField(max_length=253)
+    gpu_uuids = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    running_after = models.DateTimeField()
+    failed = models.BooleanField(default=False)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["workload_id"]
+
+    def __str__(self) -> str:
+        return f"simulated pod {self.name} on {self.node_name}"

@@ -1,0 +1,56 @@
+"""The scheduling service: the functions other apps call (docs/services.md, "scheduling").
+
+Submodules: `workloads` (submit, release, gangs, requeue), `cycle` (one scheduling cycle per shard),
+`snapshot` (engine snapshots cached per worker), `preview` (what-if), `operator` (cordon, drain, health,
+simulated failures), `reconcile` (beat reconcilers), `quota_bridge` (admission through the quota tree).
+"""
+
+from scheduling.services.cycle import CycleReport, run_cycle
+from scheduling.services.operator import (
+    cordon_node,
+    drain_node,
+    fail_gpu,
+    fail_node,
+    set_gpu_health,
+    set_node_health,
+    uncordon_node,
+)
+from scheduling.services.preview import Preview, largest_free_slice, preview_request
+from scheduling.services.snapshot import GroupCluster, snapshot_for_group
+from scheduling.services.workloads import (
+    backend_name,
+    cancel_gang,
+    expire_gangs,
+    fail_workloads,
+    release_workload,
+    requeue_workloads,
+    submit_gang,
+    submit_workload,
+    trigger_cycle,
+)
+
+__all__ = [
+    "CycleReport",
+    "GroupCluster",
+    "Preview",
+    "backend_name",
+    "cancel_gang",
+    "cordon_node",
+    "drain_node",
+    "expire_gangs",
+    "fail_gpu",
+    "fail_node",
+    "fail_workloads",
+    "largest_free_slice",
+    "preview_request",
+    "release_workload",
+    "requeue_workloads",
+    "run_cycle",
+    "set_gpu_health",
+    "set_node_health",
+    "snapshot_for_group",
+    "submit_gang",
+    "submit_workload",
+    "trigger_cycle",
+    "uncordon_node",
+]

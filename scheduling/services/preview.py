@@ -1,0 +1,73 @@
+"""What-if: would a request start now? Admission plus the engine on the current snapshot, nothing written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from quotas.models import Quota, QuotaGroup
+from scheduling.choices import WorkloadKind, WorkloadState
+from scheduling.engine import plan_placements
+from scheduling.models import Workload
+from scheduling.services.quota_bridge import preview_admission
+from scheduling.services.snapshot import snapshot_for_group, workload_request
+from scheduling.services.workloads import _validate_resources
+
+
+@dataclass(frozen=True)
+class Preview:
+    """`starts_now`: admitted and a node can host it now; otherwise `code`/`reason` say why."""
+
+    starts_now: bool
+    code: str
+    reason: str
+    node: str | None = None
+
+
+def preview_request(quota: Quota, **resources: Any) -> Preview:
+    """Would a request with these resources (submit_workload fields: cpu_milli, memory_mib, gpu_count,
+    gpu_milli, gpu_memory_mib, gpu_models, node_labels, topology, priority, preemptible) start now in
+    `quota`? Raises InvalidInput for malformed resources. Read-only."""
+    preemptible = bool(resources.pop("preemptible", True))
+    res = _validate_resources(
+        cpu_milli=resources.get("cpu_milli"),
+        memory_mib=resources.get("memory_mib"),
+        gpu_count=resources.get("gpu_count", 0),
+        gpu_milli=resources.get("gpu_milli", 0),
+        gpu_memory_mib=resources.get("gpu_memory_mib", 0),
+        gpu_models=resources.get("gpu_models", ()),
+        node_labels=resources.get("node_labels"),
+        topology=resources.get("topology", "none"),
+        priority=resources.get("priority", 0),
+        profile=resources.get("profile", "development"),
+    )
+    w = Workload(
+        tenant_id=quota.tenant_id,
+        quota=quota,
+        kind=resources.get("kind", WorkloadKind.CODESPACE),
+        name="preview",
+        state=WorkloadState.PENDING,
+        preemptible=preemptible,
+        **res,
+    )
+    verdict = preview_admission(w)
+    if not verdict.allowed:
+        return Preview(False, verdict.code, verdict.reason)
+    cluster = snapshot_for_group(quota.group)
+    w.pk = 0
+    plan = plan_placements(cluster.state, [workload_request(w)])
+    if plan.placements:
+        a = plan.placements[0]
+        return Preview(
+            True, "starts_now", verdict.reason or f"It would start now on {a.node}.", a.node
+        )
+    u = plan.unplaced[0]
+    return Preview(False, u.reason.value, u.message)
+
+
+def largest_free_slice(group: QuotaGroup) -> tuple[int, int]:
+    """The largest (gpu_milli, gpu_memory_mib) free on one healthy GPU of a schedulable node of the group
+    ((0, 0) when none)."""
+    cluster = snapshot_for_group(group)
+    found = cluster.state.largest_free_slice(cluster.state.schedulable & cluster.state.has_gpu)
+    return (int(found[0]), int(found[1])) if found else (0, 0)

@@ -1,0 +1,156 @@
+"""How the scheduling cycle asks the quota tree (quotas.usage / quotas.admission / quotas.reclaim).
+
+One reading of the group (`group_snapshot`) per cycle; each candidate is checked with `check_admission`
+against it, and what the cycle already admitted is tallied here per quota and side, so a burst of 500
+submissions cannot all squeeze into one runtime share (recomputing the snapshot after each would be
+quadratic). Reclaim is delegated to `quotas.reclaim.plan_reclaim` when that module is present.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+try:  # the quota tree; when absent (an older checkout) every workload is admitted
+    from quotas.admission import check_admission
+    from quotas.resources import Resources, Side, human_amount, human_number, total
+    from quotas.usage import GroupSnapshot, group_snapshot, usage_of, workload_side
+
+    HAVE_QUOTAS = True
+except ImportError:  # pragma: no cover - depends on the checkout
+    HAVE_QUOTAS = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    code: str
+    reason: str
+    within_min: bool = False
+
+
+@dataclass
+class Admitter:
+    """Admits the candidates of one cycle in order against one snapshot plus a running tally."""
+
+    group: Any
+    snapshot: Any = None
+    tally: dict[tuple[int, str], Any] = field(default_factory=dict)
+    np_tally: dict[tuple[int, str], Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_group(cls, group: Any) -> Admitter:
+        snap = group_snapshot(group) if HAVE_QUOTAS else None
+        return cls(group=group, snapshot=snap)
+
+    def share_ratio(self, quota_id: int, uses_gpu: bool) -> float:
+        """How far a quota is along its runtime share (used / runtime) on the side a workload uses:
+        lower = further below its share = served first (fair share)."""
+        if self.snapshot is None or quota_id not in self.snapshot.quotas:
+            return 0.0
+        side = self.snapshot.quota(quota_id).side(Side.GPU if uses_gpu else Side.CPU)
+        dim = "gpu_milli" if uses_gpu else "cpu_milli"
+        runtime = side.runtime.get(dim)
+        used = side.used.get(dim)
+        if runtime <= 0:
+            return float("inf") if used or side.demand.get(dim) else 0.0
+        return used / runtime
+
+    def admit(self, members: Sequence[Any]) -> Verdict:
+        """Admit one workload, or a gang's members together (same quota)."""
+        if self.snapshot is None:
+            return Verdict(True, "admitted", "", True)
+        first = members[0]
+        if first.quota_id not in self.snapshot.quotas:
+            return Verdict(
+                False, "no_quota", f"Quota {first.quota_id} is not in group {self.group}."
+            )
+        answer = check_admission(list(members), self.snapshot)
+        if not answer.allowed:
+            return Verdict(False, answer.code, answer.reason, answer.within_min)
+        # What this cycle admitted before must fit as well.
+        usage = self.snapshot.quota(first.quota_id)
+        for side in (Side.GPU, Side.CPU):
+            on_side = [m for m in members if workload_side(m) is side]
+            if not on_side:
+                continue
+            request = total(usage_of(m).resources for m in on_side).only(side.dimensions)
+            key = (first.quota_id, side.value)
+            before = self.tally.get(key, Resources())
+            s = usage.side(side)
+            limit = s.runtime.minimum(s.max)
+            after = s.used + before + request
+            for dim in side.dimensions:
+                if after.get(dim) > limit.get(dim):
+                    return Verdict(
+                        False,
+                        "quota_runtime",
+                        f"{usage.name} {side.label}: {human_number(dim, s.used.get(dim))} in use + "
+                        f"{human_number(dim, before.get(dim))} admitted this cycle + request "
+                        f"{human_number(dim, request.get(dim))} is more than its runtime share of "
+                        f"{human_amount(dim, limit.get(dim))}; waiting for capacity to free up.",
+                        answer.within_min,
+                    )
+            if not all(m.preemptible for m in on_side):
+                np_before = self.np_tally.get(key, Resources())
+                np_after = s.nonpreemptible_used + np_before + request
+                for dim in side.dimensions:
+                    if np_after.get(dim) > s.min.get(dim):
+                        return Verdict(
+                            False,
+                            "nonpreemptible_beyond_min",
+                            f"{usage.name} {side.label}: non-preemptible work may only run within min "
+                            f"{human_amount(dim, s.min.get(dim))}; "
+                            f"{human_number(dim, (s.nonpreemptible_used + np_before).get(dim))} is "
+                            f"held or admitted, request {human_number(dim, request.get(dim))}.",
+                            answer.within_min,
+                        )
+        for side in (Side.GPU, Side.CPU):
+            on_side = [m for m in members if workload_side(m) is side]
+            if on_side:
+                key = (first.quota_id, side.value)
+                request = total(usage_of(m).resources for m in on_side).only(side.dimensions)
+                self.tally[key] = self.tally.get(key, Resources()) + request
+                if not all(m.preemptible for m in on_side):
+                    self.np_tally[key] = self.np_tally.get(key, Resources()) + request
+        return Verdict(True, answer.code, answer.reason, answer.within_min)
+
+    def unadmit(self, members: Sequence[Any]) -> None:
+        """Give back the tally of admitted members the engine could not place."""
+        if self.snapshot is None:
+            return
+        for m in members:
+            side = workload_side(m)
+            key = (m.quota_id, side.value)
+            res = usage_of(m).resources.only(side.dimensions)
+            if key in self.tally:
+                self.tally[key] = (self.tally[key] - res).clip()
+            if not m.preemptible and key in self.np_tally:
+                self.np_tally[key] = (self.np_tally[key] - res).clip()
+
+
+def preview_admission(workload: Any) -> Verdict:
+    """Admission of one unsaved workload against a fresh reading of its group."""
+    if not HAVE_QUOTAS:
+        return Verdict(True, "admitted", "", True)
+    answer = check_admission(workload)
+    return Verdict(answer.allowed, answer.code, answer.reason, answer.within_min)
+
+
+def plan_reclaim_for(group: Any, snapshot: Any, candidates: Sequence[Any]) -> Any:
+    """quotas.reclaim.plan_reclaim for the within-min candidates that found no capacity, or None."""
+    try:
+        from quotas.reclaim import plan_reclaim
+    except ImportError:
+        return None
+    if snapshot is None or not candidates:
+        return None
+    return plan_reclaim(snapshot, candidates)
+
+
+def snapshot_type() -> Any:
+    return GroupSnapshot if HAVE_QUOTAS else None

@@ -1,0 +1,202 @@
+"""Reconcilers (run on beat): follow the cluster's view of workloads, fix drift between workload states
+and placements, load the inventory. Each logs what it changed and returns a summary."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from scheduling import observers
+from scheduling.backends.base import (
+    GpuBinding,
+    MaterializeRequest,
+    ObservedPhase,
+    StatusReport,
+)
+from scheduling.backends.base import WorkloadKind as BackendKind
+from scheduling.backends.registry import get_backend
+from scheduling.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
+from scheduling.inventory import SyncReport, sync_inventory_rows
+from scheduling.models import Placement, Workload
+from scheduling.services.snapshot import bump_shards_for_nodes
+from scheduling.services.workloads import (
+    backend_name,
+    fail_workloads,
+    refresh_gang_states,
+    release_workload,
+    requeue_workloads,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def materialize_request(w: Workload, placement: Placement) -> MaterializeRequest:
+    """What the backend needs to run a placed workload (deterministic name, node, GPU shares)."""
+    shares = sorted(placement.gpu_shares.select_related("gpu"), key=lambda s: s.gpu.index)
+    gang = w.gang
+    return MaterializeRequest(
+        workload_id=w.pk,
+        name=backend_name(w),
+        kind=BackendKind.CODESPACE if w.kind == WorkloadKind.CODESPACE else BackendKind.JOB_POD,
+        tenant_slug=w.tenant.slug,
+        image=w.image,
+        node_name=placement.node.name,
+        cpu_milli=placement.cpu_milli,
+        memory_mib=placement.memory_mib,
+        gpus=tuple(
+            GpuBinding(s.gpu.index, s.gpu.uuid, s.gpu_milli, s.gpu_memory_mib) for s in shares
+        ),
+        gpu_model=placement.node.gpu_model,
+        gang_name=gang.name if gang else "",
+        gang_min_available=gang.min_available if gang else 0,
+        priority=w.priority,
+        labels=(("tessera.io/workload", str(w.pk)), ("tessera.io/tenant", w.tenant.slug)),
+    )
+
+
+def placed_with_placement(workload_ids: Iterable[int]) -> list[tuple[Workload, Placement]]:
+    """The given workloads that are still PLACED, with their active placement."""
+    out = []
+    placements = {
+        p.workload_id: p
+        for p in Placement.objects.filter(
+            workload_id__in=list(workload_ids), released_at__isnull=True
+        ).select_related("node")
+    }
+    for w in Workload.objects.filter(
+        pk__in=list(placements), state=WorkloadState.PLACED
+    ).select_related("tenant", "gang"):
+        out.append((w, placements[w.pk]))
+    return out
+
+
+@dataclass(frozen=True)
+class StatusSummary:
+    running: int = 0
+    failed: int = 0
+    succeeded: int = 0
+    requeued: int = 0
+    rematerialize: tuple[int, ...] = ()
+
+
+def apply_status_reports(reports: Sequence[StatusReport]) -> StatusSummary:
+    """Move workloads along what the cluster reports (compare-and-set, so a stale report changes nothing)."""
+    now = timezone.now()
+    by_phase: dict[ObservedPhase, list[StatusReport]] = {}
+    for r in reports:
+        by_phase.setdefault(r.phase, []).append(r)
+    running_ids = [r.workload_id for r in by_phase.get(ObservedPhase.RUNNING, [])]
+    started: list[Workload] = []
+    if running_ids:
+        with transaction.atomic():
+            started = list(
+                Workload.objects.select_for_update().filter(
+                    pk__in=running_ids, state=WorkloadState.PLACED
+                )
+            )
+            Workload.objects.filter(
+                pk__in=[w.pk for w in started], state=WorkloadState.PLACED
+            ).update(state=WorkloadState.RUNNING, started_at=now, updated_at=now)
+            refresh_gang_states({w.gang_id for w in started if w.gang_id})
+            observers.notify_on_commit([(w.kind, w.pk) for w in started])
+    failed = 0
+    for r in by_phase.get(ObservedPhase.FAILED, []):
+        failed += len(fail_workloads([r.workload_id], reason=r.message or "The pod failed."))
+    succeeded = 0
+    for r in by_phase.get(ObservedPhase.SUCCEEDED, []):
+        w = Workload.objects.filter(pk=r.workload_id).only("state").first()
+        if w and w.state in ACTIVE_STATES:
+            release_workload(
+                r.workload_id,
+                reason=r.message or "Completed.",
+                state=WorkloadState.SUCCEEDED,
+            )
+            succeeded += 1
+    missing = [r.workload_id for r in by_phase.get(ObservedPhase.MISSING, [])]
+    states = dict(Workload.objects.filter(pk__in=missing).values_list("pk", "state"))
+    gone = [wid for wid in missing if states.get(wid) == WorkloadState.RUNNING]
+    requeued = requeue_workloads(
+        gone, reason="Requeued: its pod disappeared from the cluster.", code="pod_missing"
+    )
+    remat = tuple(wid for wid in missing if states.get(wid) == WorkloadState.PLACED)
+    summary = StatusSummary(len(started), failed, succeeded, len(requeued), remat)
+    if started or failed or succeeded or requeued:
+        logger.info("status sync: %s", summary)
+    return summary
+
+
+def sync_status(batch: int = 500) -> StatusSummary:
+    """Ask the backend about every PLACED/RUNNING workload and apply what it says."""
+    backend = get_backend()
+    ids = list(
+        Workload.objects.filter(state__in=ACTIVE_STATES).order_by("pk").values_list("pk", flat=True)
+    )
+    total = StatusSummary()
+    for i in range(0, len(ids), batch):
+        s = apply_status_reports(backend.sync_status(ids[i : i + batch]))
+        total = StatusSummary(
+            total.running + s.running,
+            total.failed + s.failed,
+            total.succeeded + s.succeeded,
+            total.requeued + s.requeued,
+            total.rematerialize + s.rematerialize,
+        )
+    return total
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    """What `reconcile_placements` corrected."""
+
+    active_without_placement: tuple[int, ...] = ()
+    placements_of_inactive: tuple[int, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.active_without_placement or self.placements_of_inactive)
+
+
+def reconcile_placements() -> DriftReport:
+    """Quota use is computed from PLACED/RUNNING workloads, capacity from active placements: make the two
+    agree. An active workload without a placement is requeued; an open placement of a workload that is
+    not active is closed (and the backend told). Logs every correction."""
+    open_placement = Placement.objects.filter(workload=OuterRef("pk"), released_at__isnull=True)
+    orphans = list(
+        Workload.objects.filter(state__in=ACTIVE_STATES)
+        .annotate(has=Exists(open_placement))
+        .filter(has=False)
+        .values_list("pk", flat=True)
+    )
+    requeued = requeue_workloads(
+        orphans, reason="Requeued: it had no placement (reconciled).", code="reconciled"
+    )
+    stale = list(
+        Placement.objects.filter(released_at__isnull=True)
+        .exclude(workload__state__in=ACTIVE_STATES)
+        .values_list("pk", "workload_id", "node_id")
+    )
+    if stale:
+        with transaction.atomic():
+            Placement.objects.filter(
+                pk__in=[p for p, _, _ in stale], released_at__isnull=True
+            ).update(released_at=timezone.now())
+            bump_shards_for_nodes({n for _, _, n in stale})
+    report = DriftReport(tuple(requeued), tuple(w for _, w, _ in stale))
+    if report.changed:
+        logger.warning(
+            "reconcile: requeued active workloads without placement %s; closed placements of "
+            "inactive workloads %s",
+            list(report.active_without_placement),
+            list(report.placements_of_inactive),
+        )
+    return report
+
+
+def sync_inventory() -> SyncReport:
+    """Upsert nodes and GPUs from the backend's inventory."""
+    return sync_inventory_rows(get_backend().sync_inventory())

@@ -1,0 +1,581 @@
+"""Submitting, releasing and requeueing workloads and gangs. Every function is one transaction; cycles and
+backend calls are enqueued on commit; observers hear about every state change after commit."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from portal.errors import Conflict, InvalidInput, NotFoundError
+from portal.models import Tenant
+from quotas.models import Quota
+from scheduling import observers
+from scheduling.choices import (
+    ACTIVE_STATES,
+    TERMINAL_STATES,
+    GangState,
+    TopologyPolicy,
+    UtilizationProfile,
+    WorkloadKind,
+    WorkloadState,
+)
+from scheduling.lock_objects import lock_shard, lock_shards
+from scheduling.models import Gang, Placement, Workload
+from scheduling.services.snapshot import bump_shards_for_nodes
+
+logger = logging.getLogger(__name__)
+
+MAX_GPUS_PER_WORKLOAD = 16
+MAX_GANG_MEMBERS = 512
+PRIORITY_RANGE = (-1000, 1000)
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+# ------------------------------------------------------------------------------------------ triggers
+def trigger_cycle(group_id: int) -> None:
+    """Run the shard's scheduling cycle after the current transaction commits.
+
+    Deduplicated through the cache: while a cycle of the group is already queued (and has not started),
+    further triggers add nothing; the key expires after a few intervals in case the task was lost.
+    """
+
+    def send() -> None:
+        from scheduling.queues import queue_for_group
+        from scheduling.tasks import run_cycle_task
+
+        key = f"tessera:cycle-queued:{group_id}"
+        ttl = max(2, int(3 * float(settings.TESSERA_CYCLE_INTERVAL_SECONDS)))
+        if settings.CELERY_TASK_ALWAYS_EAGER or cache.add(key, 1, timeout=ttl):
+            run_cycle_task.apply_async((group_id,), queue=queue_for_group(group_id))
+
+    transaction.on_commit(send)
+
+
+def release_on_backend(workloads: Iterable[Workload], *, delete_home: bool = False) -> None:
+    """Remove the cluster objects of these workloads after commit (a task, retried on transient errors)."""
+    items = [(w.pk, backend_name(w)) for w in workloads]
+    if not items:
+        return
+
+    def send() -> None:
+        from scheduling.tasks import release_backend_task
+
+        for wid, name in items:
+            release_backend_task.delay(wid, name, delete_home)
+
+    transaction.on_commit(send)
+
+
+def backend_name(w: Workload) -> str:
+    """The deterministic, DNS-safe name of a workload's cluster objects (create-or-get by name)."""
+    prefix = "cs" if w.kind == WorkloadKind.CODESPACE else "pod"
+    slug = re.sub(r"[^a-z0-9-]+", "-", w.name.lower()).strip("-")[:40] or "w"
+    return f"{prefix}-{slug}-{w.pk}"
+
+
+# ------------------------------------------------------------------------------------------ validation
+def _validate_resources(
+    *,
+    cpu_milli: Any,
+    memory_mib: Any,
+    gpu_count: Any,
+    gpu_milli: Any,
+    gpu_memory_mib: Any,
+    gpu_models: Any,
+    node_labels: Any,
+    topology: Any,
+    priority: Any,
+    profile: Any,
+) -> dict[str, Any]:
+    errors: dict[str, list[str]] = {}
+
+    def as_int(name: str, value: Any, lo: int, hi: int) -> int:
+        try:
+            v = int(value)
+            if isinstance(value, bool) or v != value and not isinstance(value, str):
+                raise ValueError
+        except (TypeError, ValueError):
+            errors.setdefault(name, []).append(f"Must be a whole number, got {value!r}.")
+            return 0
+        if not lo <= v <= hi:
+            errors.setdefault(name, []).append(f"Must be between {lo} and {hi}, got {v}.")
+        return v
+
+    out: dict[str, Any] = {
+        "cpu_milli": as_int("cpu_milli", cpu_milli, 1, 10_000_000),
+        "memory_mib": as_int("memory_mib", memory_mib, 1, 100_000_000),
+        "gpu_count": as_int("gpu_count", gpu_count, 0, MAX_GPUS_PER_WORKLOAD),
+        "gpu_milli": as_int("gpu_milli", gpu_milli, 0, 1000),
+        "gpu_memory_mib": as_int("gpu_memory_mib", gpu_memory_mib, 0, 10_000_000),
+        "priority": as_int("priority", priority, *PRIORITY_RANGE),
+    }
+    if not errors:
+        if out["gpu_count"] == 0 and (out["gpu_milli"] or out["gpu_memory_mib"]):
+            errors["gpu_count"] = ["Set gpu_count to at least 1 to ask for GPU compute or memory."]
+        if out["gpu_count"] >= 1 and out["gpu_milli"] == 0:
+            errors["gpu_milli"] = [
+                "A GPU request needs gpu_milli between 1 and 1000 (1000 = whole cards)."
+            ]
+        if out["gpu_count"] > 1 and 0 < out["gpu_milli"] < 1000:
+            errors["gpu_milli"] = [
+                f"A slice ({out['gpu_milli']}m) is on exactly one GPU; for {out['gpu_count']} GPUs ask "
+                "for whole cards (1000)."
+            ]
+    if out["gpu_count"] and out["gpu_milli"] >= 1000:
+        out["gpu_memory_mib"] = 0  # a whole card comes with all its memory
+    models = list(gpu_models or ())
+    if not all(isinstance(m, str) and m.strip() for m in models) or len(models) > 16:
+        errors["gpu_models"] = ["A list of GPU model names (at most 16), e.g. ['A100', 'H100']."]
+    out["gpu_models"] = [m.strip() for m in models if isinstance(m, str)]
+    labels = node_labels or {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        errors["node_labels"] = ['An object of label names to values, e.g. {"zone": "zone-a"}.']
+        labels = {}
+    out["node_labels"] = dict(labels)
+    if topology not in TopologyPolicy.values:
+        errors["topology"] = [f"One of {', '.join(TopologyPolicy.values)}; got {topology!r}."]
+    out["topology"] = topology
+    if profile not in UtilizationProfile.values:
+        errors["profile"] = [f"One of {', '.join(UtilizationProfile.values)}; got {profile!r}."]
+    out["profile"] = profile
+    if errors:
+        first = next(iter(errors.items()))
+        raise InvalidInput(f"Invalid {first[0]}: {first[1][0]}", fields=errors)
+    return out
+
+
+def _check_quota(tenant: Tenant, quota: Quota) -> None:
+    if quota.tenant_id != tenant.pk:
+        raise InvalidInput(
+            f"Quota {quota} belongs to another tenant, not {tenant.slug}.",
+            fields={"quota": ["Choose a quota of your tenant."]},
+        )
+
+
+def _check_name(name: Any, field: str = "name") -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or len(name) > 63:
+        raise InvalidInput(
+            f"Invalid {field} {name!r}: use 1-63 lowercase letters, digits and dashes.",
+            fields={
+                field: ["1-63 lowercase letters, digits and dashes, not starting with a dash."]
+            },
+        )
+    return name
+
+
+# ------------------------------------------------------------------------------------------ submit
+def submit_workload(
+    *,
+    tenant: Tenant,
+    quota: Quota,
+    kind: str,
+    name: str,
+    owner: Any = None,
+    cpu_milli: int,
+    memory_mib: int,
+    gpu_count: int = 0,
+    gpu_milli: int = 0,
+    gpu_memory_mib: int = 0,
+    gpu_models: Sequence[str] = (),
+    node_labels: Mapping[str, str] | None = None,
+    topology: str = "none",
+    priority: int = 0,
+    preemptible: bool = True,
+    profile: str = "development",
+    image: str = "",
+    gang: Gang | None = None,
+) -> Workload:
+    """Validate and queue one workload (PENDING); its shard's cycle runs after commit.
+
+    Raises InvalidInput (with `fields`) for malformed resources or a quota of another tenant.
+    """
+    if kind not in WorkloadKind.values:
+        raise InvalidInput(
+            f"Unknown kind {kind!r}.",
+            fields={"kind": [f"One of {', '.join(WorkloadKind.values)}."]},
+        )
+    _check_name(name)
+    _check_quota(tenant, quota)
+    res = _validate_resources(
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        gpu_count=gpu_count,
+        gpu_milli=gpu_milli,
+        gpu_memory_mib=gpu_memory_mib,
+        gpu_models=gpu_models,
+        node_labels=node_labels,
+        topology=topology,
+        priority=priority,
+        profile=profile,
+    )
+    with transaction.atomic():
+        w = Workload.objects.create(
+            tenant=tenant,
+            quota=quota,
+            owner=owner,
+            kind=kind,
+            name=name,
+            gang=gang,
+            image=image or "",
+            preemptible=bool(preemptible),
+            pending_reason="Waiting for the next scheduling cycle.",
+            pending_code="queued",
+            **res,
+        )
+        trigger_cycle(quota.group_id)
+    return w
+
+
+def submit_gang(
+    *,
+    tenant: Tenant,
+    quota: Quota,
+    name: str,
+    owner: Any,
+    members: Sequence[Mapping[str, Any]],
+    min_available: int,
+    timeout_seconds: int,
+    priority: int = 0,
+    preemptible: bool = True,
+) -> Gang:
+    """Queue a gang job: its members (dicts of submit_workload resource fields) are placed together, at
+    least `min_available` of them, or none; after `timeout_seconds` without that it times out."""
+    _check_name(name)
+    _check_quota(tenant, quota)
+    if not isinstance(members, Sequence) or not 1 <= len(members) <= MAX_GANG_MEMBERS:
+        raise InvalidInput(
+            f"A job has 1 to {MAX_GANG_MEMBERS} pods.",
+            fields={"members": [f"Give 1 to {MAX_GANG_MEMBERS} pods."]},
+        )
+    try:
+        min_available = int(min_available)
+        timeout_seconds = int(timeout_seconds)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(
+            "min_available and timeout_seconds must be whole numbers.",
+            fields={"min_available": ["A whole number."], "timeout_seconds": ["A whole number."]},
+        ) from exc
+    if not 1 <= min_available <= len(members):
+        raise InvalidInput(
+            f"min_available must be between 1 and the number of pods ({len(members)}), got "
+            f"{min_available}.",
+            fields={"min_available": [f"Between 1 and {len(members)}."]},
+        )
+    if not 1 <= timeout_seconds <= 7 * 24 * 3600:
+        raise InvalidInput(
+            f"timeout_seconds must be between 1 and 604800 (7 days), got {timeout_seconds}.",
+            fields={"timeout_seconds": ["Between 1 and 604800."]},
+        )
+    specs = []
+    for i, m in enumerate(members):
+        try:
+            specs.append(
+                _validate_resources(
+                    cpu_milli=m.get("cpu_milli"),
+                    memory_mib=m.get("memory_mib"),
+                    gpu_count=m.get("gpu_count", 0),
+                    gpu_milli=m.get("gpu_milli", 0),
+                    gpu_memory_mib=m.get("gpu_memory_mib", 0),
+                    gpu_models=m.get("gpu_models", ()),
+                    node_labels=m.get("node_labels"),
+                    topology=m.get("topology", "none"),
+                    priority=priority,
+                    profile=m.get("profile", UtilizationProfile.TRAINING),
+                )
+                | {"image": str(m.get("image", "") or "")}
+            )
+        except InvalidInput as exc:
+            raise InvalidInput(
+                f"Pod {i}: {exc.message}",
+                fields={f"members[{i}].{k}": v for k, v in exc.fields.items()},
+            ) from exc
+        except AttributeError as exc:
+            raise InvalidInput(
+                f"Pod {i} must be an object of resources.", fields={f"members[{i}]": ["An object."]}
+            ) from exc
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            gang = Gang.objects.create(
+                name=name,
+                tenant=tenant,
+                quota=quota,
+                owner=owner,
+                min_available=min_available,
+                timeout_seconds=timeout_seconds,
+                deadline_at=now + timedelta(seconds=timeout_seconds),
+                reason="Waiting for the next scheduling cycle.",
+            )
+            Workload.objects.bulk_create(
+                [
+                    Workload(
+                        tenant=tenant,
+                        quota=quota,
+                        owner=owner,
+                        kind=WorkloadKind.JOB_POD,
+                        name=f"{name}-{i}"[:63],
+                        gang=gang,
+                        preemptible=bool(preemptible),
+                        pending_reason="Waiting for the next scheduling cycle.",
+                        pending_code="queued",
+                        **spec,
+                    )
+                    for i, spec in enumerate(specs)
+                ]
+            )
+            trigger_cycle(quota.group_id)
+    except IntegrityError as exc:
+        raise Conflict(
+            f"A job named {name!r} already exists in {tenant.slug}.",
+            fields={"name": ["This name is taken; choose another."]},
+        ) from exc
+    return gang
+
+
+# ------------------------------------------------------------------------------------------ release
+def _release_placements(workloads: Sequence[Workload], now: Any) -> list[Workload]:
+    """Close the active placements of `workloads`; returns those that held one. Bumps the shards."""
+    ids = [w.pk for w in workloads]
+    held = list(
+        Placement.objects.filter(workload_id__in=ids, released_at__isnull=True).values_list(
+            "workload_id", "node_id"
+        )
+    )
+    if not held:
+        return []
+    Placement.objects.filter(workload_id__in=ids, released_at__isnull=True).update(released_at=now)
+    bump_shards_for_nodes({node_id for _, node_id in held})
+    holders = {wid for wid, _ in held}
+    return [w for w in workloads if w.pk in holders]
+
+
+def _gangs_touched(workloads: Iterable[Workload]) -> set[int]:
+    return {w.gang_id for w in workloads if w.gang_id}
+
+
+def refresh_gang_states(gang_ids: Iterable[int]) -> None:
+    """Derive each gang's state from its members (placed/running/finished), never undoing a timeout."""
+    for gang in Gang.objects.filter(pk__in=set(gang_ids)).prefetch_related("members"):
+        if gang.state in (GangState.TIMED_OUT, GangState.CANCELLED):
+            continue
+        states = [m.state for m in gang.members.all()]
+        active = sum(s in ACTIVE_STATES for s in states)
+        running = sum(s == WorkloadState.RUNNING for s in states)
+        new = gang.state
+        if all(s in TERMINAL_STATES for s in states):
+            if any(s == WorkloadState.FAILED for s in states):
+                new = GangState.FAILED
+            elif all(s == WorkloadState.SUCCEEDED for s in states):
+                new = GangState.SUCCEEDED
+            else:
+                new = GangState.CANCELLED
+        elif running >= gang.min_available and running == active:
+            new = GangState.RUNNING
+        elif active >= gang.min_available:
+            new = GangState.PLACED
+        else:
+            new = GangState.WAITING
+        if new != gang.state:
+            Gang.objects.filter(pk=gang.pk).update(state=new, updated_at=timezone.now())
+
+
+def release_workload(
+    workload_id: int, *, reason: str, delete_home: bool = False, state: str = WorkloadState.RELEASED
+) -> Workload:
+    """Stop a workload: close its placement, state RELEASED (or `state`: SUCCEEDED/FAILED), backend release
+    on commit, observers notified, a cycle triggered for the capacity it freed. Idempotent: a workload
+    already finished is returned unchanged (a backend release is still sent when `delete_home`)."""
+    w = Workload.objects.filter(pk=workload_id).select_related("quota").first()
+    if w is None:
+        raise NotFoundError(f"Workload {workload_id} does not exist.")
+    with transaction.atomic():
+        lock_shard(w.quota.group_id)
+        w = Workload.objects.select_for_update().get(pk=workload_id)
+        if w.state in TERMINAL_STATES:
+            if delete_home:
+                release_on_backend([w], delete_home=True)
+            return w
+        now = timezone.now()
+        held = _release_placements([w], now)
+        Workload.objects.filter(pk=w.pk).update(
+            state=state,
+            finished_at=now,
+            failure_reason=reason,
+            pending_reason="",
+            pending_code="",
+            queue_position=None,
+            updated_at=now,
+        )
+        if held or delete_home:
+            release_on_backend([w], delete_home=delete_home)
+        if w.gang_id:
+            refresh_gang_states([w.gang_id])
+        observers.notify_on_commit([(w.kind, w.pk)])
+        trigger_cycle(w.quota.group_id)
+    w.refresh_from_db()
+    return w
+
+
+def cancel_gang(gang_id: int, *, reason: str) -> Gang:
+    """Cancel a gang job: release every member that is not finished; the gang becomes CANCELLED."""
+    gang = Gang.objects.filter(pk=gang_id).select_related("quota").first()
+    if gang is None:
+        raise NotFoundError(f"Job {gang_id} does not exist.")
+    with transaction.atomic():
+        lock_shard(gang.quota.group_id)
+        gang = Gang.objects.select_for_update().get(pk=gang_id)
+        if gang.state in (GangState.CANCELLED, GangState.SUCCEEDED, GangState.FAILED):
+            return gang
+        now = timezone.now()
+        members = list(gang.members.exclude(state__in=TERMINAL_STATES).order_by("pk"))
+        held = _release_placements(members, now)
+        Workload.objects.filter(pk__in=[m.pk for m in members]).update(
+            state=WorkloadState.RELEASED,
+            finished_at=now,
+            failure_reason=reason,
+            pending_reason="",
+            pending_code="",
+            queue_position=None,
+            updated_at=now,
+        )
+        release_on_backend(held)
+        if gang.state != GangState.TIMED_OUT:
+            Gang.objects.filter(pk=gang.pk).update(
+                state=GangState.CANCELLED, reason=reason, updated_at=now
+            )
+        observers.notify_on_commit([(m.kind, m.pk) for m in members])
+        trigger_cycle(gang.quota.group_id)
+    gang.refresh_from_db()
+    return gang
+
+
+def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) -> list[int]:
+    """Put active workloads back in the queue (PENDING) with `reason`: their placements close, the backend
+    removes their objects, observers hear it, cycles run. Used by GPU/node failures, drains and reclaim.
+    Must run inside a transaction that holds the shards' locks (it takes them when it does not)."""
+    ids = sorted(set(workload_ids))
+    if not ids:
+        return []
+    with transaction.atomic():
+        groups = set(
+            Workload.objects.filter(pk__in=ids).values_list("quota__group_id", flat=True).distinct()
+        )
+        lock_shards(groups)
+        workloads = list(
+            Workload.objects.select_for_update()
+            .filter(pk__in=ids, state__in=ACTIVE_STATES)
+            .order_by("pk")
+        )
+        if not workloads:
+            return []
+        now = timezone.now()
+        held = _release_placements(workloads, now)
+        Workload.objects.filter(pk__in=[w.pk for w in workloads]).update(
+            state=WorkloadState.PENDING,
+            placed_at=None,
+            started_at=None,
+            failure_reason=reason,
+            pending_reason=reason,
+            pending_code=code,
+            queue_position=None,
+            updated_at=now,
+        )
+        release_on_backend(held)
+        refresh_gang_states(_gangs_touched(workloads))
+        observers.notify_on_commit([(w.kind, w.pk) for w in workloads])
+        for gid in groups:
+            trigger_cycle(gid)
+    return [w.pk for w in workloads]
+
+
+def fail_workloads(workload_ids: Iterable[int], *, reason: str) -> list[int]:
+    """Mark active workloads FAILED (a permanent backend error or a pod that failed), releasing them."""
+    ids = sorted(set(workload_ids))
+    if not ids:
+        return []
+    with transaction.atomic():
+        groups = set(
+            Workload.objects.filter(pk__in=ids).values_list("quota__group_id", flat=True).distinct()
+        )
+        lock_shards(groups)
+        workloads = list(
+            Workload.objects.select_for_update()
+            .filter(pk__in=ids)
+            .exclude(state__in=TERMINAL_STATES)
+            .order_by("pk")
+        )
+        if not workloads:
+            return []
+        now = timezone.now()
+        held = _release_placements(workloads, now)
+        Workload.objects.filter(pk__in=[w.pk for w in workloads]).update(
+            state=WorkloadState.FAILED,
+            finished_at=now,
+            failure_reason=reason,
+            pending_reason="",
+            pending_code="",
+            queue_position=None,
+            updated_at=now,
+        )
+        release_on_backend(held)
+        refresh_gang_states(_gangs_touched(workloads))
+        observers.notify_on_commit([(w.kind, w.pk) for w in workloads])
+        for gid in groups:
+            trigger_cycle(gid)
+    return [w.pk for w in workloads]
+
+
+def expire_gangs(*, group_id: int | None = None, now: Any = None) -> list[int]:
+    """Time out gangs whose deadline passed without `min_available` members placed: release what they
+    hold, fail every unfinished member with the reason (which says how many were placed and why the rest
+    waited). Returns the ids of the gangs timed out. Run by each cycle and by beat."""
+    now = now or timezone.now()
+    qs = Gang.objects.filter(state=GangState.WAITING, deadline_at__lte=now)
+    if group_id is not None:
+        qs = qs.filter(quota__group_id=group_id)
+    timed_out = []
+    for gang in qs.select_related("quota"):
+        with transaction.atomic():
+            lock_shard(gang.quota.group_id)
+            g = Gang.objects.select_for_update().filter(pk=gang.pk, state=GangState.WAITING).first()
+            if g is None:
+                continue
+            members = list(g.members.exclude(state__in=TERMINAL_STATES).order_by("pk"))
+            active = sum(m.state in ACTIVE_STATES for m in members)
+            if active >= g.min_available:
+                continue
+            blocking = next((m.pending_reason for m in members if m.pending_reason), "")
+            reason = (
+                f"Job {g.name} timed out after {g.timeout_seconds} s: it needs {g.min_available} of "
+                f"{g.members.count()} pods placed together and {active} were; everything it held was "
+                f"released. Last reason: {blocking or 'no capacity'}"
+            )
+            held = _release_placements(members, now)
+            Workload.objects.filter(pk__in=[m.pk for m in members]).update(
+                state=WorkloadState.FAILED,
+                finished_at=now,
+                failure_reason=reason,
+                pending_reason=reason,
+                pending_code="gang_timeout",
+                queue_position=None,
+                updated_at=now,
+            )
+            release_on_backend(held)
+            Gang.objects.filter(pk=g.pk).update(
+                state=GangState.TIMED_OUT, reason=reason, updated_at=now
+            )
+            observers.notify_on_commit([(m.kind, m.pk) for m in members])
+            trigger_cycle(g.quota.group_id)
+            timed_out.append(g.pk)
+            logger.info("gang %s timed out: %s", g.pk, reason)
+    return timed_out

@@ -1,0 +1,126 @@
+"""Celery tasks of the scheduling service. Every task takes ids, re-reads, returns early when there is
+nothing to do, and is safe to run twice; only transient backend errors are retried."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from celery import shared_task
+from django.core.cache import cache
+
+from quotas.models import QuotaGroup
+from scheduling.backends.base import BackendError
+from scheduling.backends.registry import get_backend
+from scheduling.queues import queue_for_group
+from scheduling.services import reconcile
+from scheduling.services.cycle import run_cycle
+from scheduling.services.workloads import expire_gangs, fail_workloads
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(acks_late=True)
+def run_cycle_task(group_id: int) -> dict[str, Any]:
+    """One scheduling cycle of a shard (routed to the shard's queue). Idempotent."""
+    cache.delete(f"tessera:cycle-queued:{group_id}")
+    report = run_cycle(group_id)
+    return {
+        "group_id": report.group_id,
+        "considered": report.considered,
+        "placed": report.placed,
+        "waiting": report.waiting,
+        "duration_ms": round(report.duration_ms, 1),
+    }
+
+
+@shared_task
+def schedule_cycles_task() -> int:
+    """Beat: queue one cycle per shard on its queue (cycles also run on every submit/release)."""
+    ids = list(QuotaGroup.objects.values_list("pk", flat=True))
+    for gid in ids:
+        run_cycle_task.apply_async((gid,), queue=queue_for_group(gid))
+    return len(ids)
+
+
+@shared_task(bind=True, acks_late=True, max_retries=5)
+def materialize_workloads_task(self: Any, workload_ids: Sequence[int]) -> int:
+    """Make placed workloads real on the backend (create-or-get by deterministic name). A permanent
+    backend error fails the workload with the message; a transient one is retried with backoff."""
+    backend = get_backend()
+    done = 0
+    retry: list[int] = []
+    last: BackendError | None = None
+    for workload, placement in reconcile.placed_with_placement(workload_ids):
+        try:
+            backend.materialize(reconcile.materialize_request(workload, placement))
+            done += 1
+        except BackendError as exc:
+            if exc.permanent:
+                fail_workloads([workload.pk], reason=f"The cluster refused it: {exc.message}")
+            else:
+                retry.append(workload.pk)
+                last = exc
+    if retry:
+        logger.warning("materialize: transient error for %s: %s", retry, last)
+        raise self.retry(
+            args=(retry,), exc=last, countdown=min(60, 2 ** (self.request.retries + 1))
+        )
+    return done
+
+
+@shared_task(bind=True, acks_late=True, max_retries=5)
+def release_backend_task(self: Any, workload_id: int, name: str, delete_home: bool = False) -> None:
+    """Remove a workload's cluster objects (missing is fine); retried on transient errors."""
+    try:
+        get_backend().release(workload_id, name, delete_home=delete_home)
+    except BackendError as exc:
+        if exc.permanent:
+            logger.error("release of %s (%s) refused: %s", workload_id, name, exc.message)
+            return
+        raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
+
+
+@shared_task(bind=True, max_retries=3)
+def sync_status_task(self: Any) -> dict[str, int]:
+    """Beat: follow what the cluster says about placed/running workloads (the simulated cluster marks them
+    running after TESSERA_SIM_START_DELAY_SECONDS)."""
+    try:
+        summary = reconcile.sync_status()
+    except BackendError as exc:
+        if exc.permanent:
+            raise
+        raise self.retry(exc=exc, countdown=5) from exc
+    if summary.rematerialize:
+        materialize_workloads_task.delay(list(summary.rematerialize))
+    return {
+        "running": summary.running,
+        "failed": summary.failed,
+        "succeeded": summary.succeeded,
+        "requeued": summary.requeued,
+    }
+
+
+@shared_task
+def reconcile_task() -> dict[str, int]:
+    """Beat: time out gangs past their deadline and fix drift between workload states and placements."""
+    timed_out = expire_gangs()
+    drift = reconcile.reconcile_placements()
+    return {
+        "gangs_timed_out": len(timed_out),
+        "requeued": len(drift.active_without_placement),
+        "closed_placements": len(drift.placements_of_inactive),
+    }
+
+
+@shared_task(bind=True, max_retries=3)
+def sync_inventory_task(self: Any) -> dict[str, int]:
+    """Beat: upsert nodes and GPUs from the backend's inventory."""
+    try:
+        report = reconcile.sync_inventory()
+    except BackendError as exc:
+        if exc.permanent:
+            raise
+        raise self.retry(exc=exc, countdown=30) from exc
+    return {"created_nodes": report.created_nodes, "updated_nodes": report.updated_nodes}

@@ -1,0 +1,293 @@
+"""The scheduling cycle: placement, persistence, reasons, queue positions, gangs, over-commit guards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db.models import Sum
+
+from portal.errors import InvalidInput
+from scheduling import services
+from scheduling.choices import GangState, WorkloadState
+from scheduling.models import Gpu, Placement, PlacementGpu, Shard, Workload
+from scheduling.services import snapshot as snap
+from scheduling.tests.factories import make_group, make_quota, small_cluster
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> Any:
+    snap.forget()
+    yield
+    snap.forget()
+
+
+def submit(quota: Any, name: str, **kw: Any) -> Workload:
+    kw.setdefault("cpu_milli", 1000)
+    kw.setdefault("memory_mib", 1024)
+    return services.submit_workload(
+        tenant=quota.tenant, quota=quota, kind=kw.pop("kind", "job_pod"), name=name, **kw
+    )
+
+
+def assert_no_overcommit() -> None:
+    for gpu in Gpu.objects.all():
+        agg = PlacementGpu.objects.filter(gpu=gpu, placement__released_at__isnull=True).aggregate(
+            m=Sum("gpu_milli"), mem=Sum("gpu_memory_mib")
+        )
+        assert (agg["m"] or 0) <= 1000
+        assert (agg["mem"] or 0) <= gpu.memory_mib
+    for p in (
+        Placement.objects.filter(released_at__isnull=True)
+        .values("node_id")
+        .annotate(c=Sum("cpu_milli"), m=Sum("memory_mib"))
+    ):
+        from scheduling.models import Node
+
+        node = Node.objects.get(pk=p["node_id"])
+        assert p["c"] <= node.cpu_milli
+        assert p["m"] <= node.memory_mib
+
+
+def test_submit_places_on_commit_with_gpu_shares(django_capture_on_commit_callbacks: Any) -> None:
+    # given a 2-node A100 pool and a quota
+    small_cluster()
+    q = make_quota(make_group())
+    # when a slice is submitted and the on-commit cycle runs
+    with django_capture_on_commit_callbacks(execute=True):
+        w = submit(q, "nb", gpu_count=1, gpu_milli=250, gpu_memory_mib=10240)
+    # then it is placed on one GPU with exactly that share, and the simulated pod runs (delay 0)
+    w.refresh_from_db()
+    assert w.state in (WorkloadState.PLACED, WorkloadState.RUNNING)
+    p = Placement.objects.get(workload=w, released_at__isnull=True)
+    shares = list(p.gpu_shares.values_list("gpu_milli", "gpu_memory_mib"))
+    assert shares == [(250, 10240)]
+    assert p.gpu_milli_total == 250
+    assert w.pending_reason == ""
+    assert w.queue_position is None
+    assert Shard.objects.get(group=q.group).last_cycle_placed == 1
+
+
+def test_cycle_records_reason_and_queue_position_for_what_cannot_fit() -> None:
+    # given two nodes with 4 whole GPUs each
+    small_cluster(gpu_nodes=2)
+    q = make_quota(make_group())
+    a = submit(q, "a", gpu_count=3, gpu_milli=1000)
+    b = submit(q, "b", gpu_count=3, gpu_milli=1000)
+    c = submit(q, "c", gpu_count=2, gpu_milli=1000)
+    d = submit(q, "d", gpu_count=4, gpu_milli=1000)
+    # when a cycle runs
+    report = services.run_cycle(q.group_id)
+    # then a and b are placed (one per node); c and d wait with positions 1 and 2 and reasons
+    assert (report.placed, report.waiting) == (2, 2)
+    for w in (a, b, c, d):
+        w.refresh_from_db()
+    assert (a.state, b.state) == (WorkloadState.PLACED, WorkloadState.PLACED)
+    assert (c.state, c.queue_position, d.queue_position) == (WorkloadState.PENDING, 1, 2)
+    assert c.pending_code == "insufficient_gpu"
+    assert c.pending_reason.startswith(
+        "No node of 2 can host 1000m CPU, 1024 MiB memory, 2 whole GPUs"
+    )
+    assert d.pending_code == "quota_runtime"
+    assert "in use" in d.pending_reason
+
+
+def test_release_frees_capacity_and_next_cycle_places_the_waiting() -> None:
+    small_cluster(gpu_nodes=1)
+    q = make_quota(make_group())
+    a = submit(q, "a", gpu_count=4, gpu_milli=1000)
+    b = submit(q, "b", gpu_count=4, gpu_milli=1000)
+    services.run_cycle(q.group_id)
+    v = Shard.objects.get(group=q.group).version
+    services.release_workload(a.pk, reason="done")
+    assert Shard.objects.get(group=q.group).version > v  # snapshot invalidated
+    report = services.run_cycle(q.group_id)
+    assert report.placed == 1
+    assert not report.snapshot_cached
+    b.refresh_from_db()
+    a.refresh_from_db()
+    assert (a.state, b.state) == (WorkloadState.RELEASED, WorkloadState.PLACED)
+    assert a.placements.get().released_at is not None
+    # idempotent
+    assert services.release_workload(a.pk, reason="again").state == WorkloadState.RELEASED
+
+
+def test_rerunning_a_cycle_places_nothing_twice() -> None:
+    small_cluster()
+    q = make_quota(make_group())
+    ws = [submit(q, f"w{i}", gpu_count=1, gpu_milli=500) for i in range(10)]
+    first = services.run_cycle(q.group_id)
+    second = services.run_cycle(q.group_id)
+    assert (first.placed, second.placed, second.considered) == (10, 0, 0)
+    assert Placement.objects.filter(released_at__isnull=True).count() == len(ws)
+    assert_no_overcommit()
+
+
+def test_cached_snapshot_is_reused_and_kept_in_step() -> None:
+    small_cluster()
+    q = make_quota(make_group())
+    submit(q, "a", gpu_count=1, gpu_milli=1000)
+    services.run_cycle(q.group_id)
+    submit(q, "b", gpu_count=1, gpu_milli=1000)
+    report = services.run_cycle(q.group_id)
+    assert report.snapshot_cached
+    assert report.placed == 1
+    cluster = services.snapshot_for_group(q.group)
+    fresh = snap.build_group_cluster(q.group, cluster.version)
+    assert cluster.state.gpu_free.tolist() == fresh.state.gpu_free.tolist()
+    assert cluster.state.cpu_free.tolist() == fresh.state.cpu_free.tolist()
+
+
+def test_stale_snapshot_is_caught_by_the_database_check() -> None:
+    # given a cached snapshot, and a placement written behind its back (no version bump) by another
+    # shard whose selector overlaps this one's nodes
+    small_cluster(gpu_nodes=1, gpus_per_node=1)
+    q = make_quota(make_group())
+    other = make_quota(make_group("everything", {}))
+    services.snapshot_for_group(q.group)
+    intruder = submit(other, "intruder", gpu_count=1, gpu_milli=1000)
+    gpu = Gpu.objects.get()
+    Workload.objects.filter(pk=intruder.pk).update(state=WorkloadState.PLACED)
+    p = Placement.objects.create(
+        workload=intruder, node=gpu.node, tenant=q.tenant, cpu_milli=1000, memory_mib=1024
+    )
+    PlacementGpu.objects.create(placement=p, gpu=gpu, gpu_milli=1000, gpu_memory_mib=gpu.memory_mib)
+    w = submit(q, "w", gpu_count=1, gpu_milli=1000)
+    # when the cycle plans on its stale snapshot
+    report = services.run_cycle(q.group_id)
+    # then the database re-check rolls it back, the retry on a fresh snapshot places nothing
+    assert report.retried
+    assert report.placed == 0
+    w.refresh_from_db()
+    assert w.state == WorkloadState.PENDING
+    assert_no_overcommit()
+
+
+def test_gang_that_cannot_fit_holds_nothing_and_every_member_says_why() -> None:
+    # given 2 nodes × 4 GPUs with 2 GPUs of one node taken
+    small_cluster(gpu_nodes=2, gpus_per_node=4)
+    q = make_quota(make_group())
+    submit(q, "blocker", gpu_count=2, gpu_milli=1000)
+    services.run_cycle(q.group_id)
+    # when a gang of 2 × 3 GPUs (quota allows: 2 + 6 of 8) is scheduled
+    member = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 3, "gpu_milli": 1000}
+    gang = services.submit_gang(
+        tenant=q.tenant, quota=q, name="train", owner=None, members=[member] * 2,
+        min_available=2, timeout_seconds=60,
+    )  # fmt: skip
+    report = services.run_cycle(q.group_id)
+    # then nothing of it is placed (one member alone would fit) and both members say why
+    assert report.placed == 0
+    assert Placement.objects.filter(released_at__isnull=True).count() == 1
+    members = list(gang.members.order_by("pk"))
+    assert [m.state for m in members] == [WorkloadState.PENDING] * 2
+    assert [m.pending_code for m in members] == ["gang_incomplete"] * 2
+    assert all(
+        "Gang train needs 2 of 2 members placed, only 1 fit" in m.pending_reason for m in members
+    )
+    assert [m.queue_position for m in members] == [1, 2]
+
+
+def test_gang_places_all_members_together() -> None:
+    small_cluster(gpu_nodes=2, gpus_per_node=4)
+    q = make_quota(make_group())
+    member = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 4, "gpu_milli": 1000}
+    gang = services.submit_gang(
+        tenant=q.tenant, quota=q, name="t", owner=None, members=[member] * 2,
+        min_available=2, timeout_seconds=60,
+    )  # fmt: skip
+    services.run_cycle(q.group_id)
+    gang.refresh_from_db()
+    assert gang.state == GangState.PLACED
+    assert set(gang.members.values_list("state", flat=True)) == {WorkloadState.PLACED}
+    nodes = set(Placement.objects.values_list("node__name", flat=True))
+    assert nodes == {"training-g0", "training-g1"}
+
+
+def test_gang_timeout_fails_members_with_reason() -> None:
+    import time_machine
+    from django.utils import timezone
+
+    small_cluster(gpu_nodes=1, gpus_per_node=4)
+    q = make_quota(make_group())
+    member = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 4, "gpu_milli": 1000}
+    gang = services.submit_gang(
+        tenant=q.tenant, quota=q, name="big", owner=None, members=[member] * 2,
+        min_available=2, timeout_seconds=30,
+    )  # fmt: skip
+    services.run_cycle(q.group_id)
+    with time_machine.travel(timezone.now() + timezone.timedelta(seconds=31)):
+        assert services.expire_gangs() == [gang.pk]
+    gang.refresh_from_db()
+    assert gang.state == GangState.TIMED_OUT
+    members = list(gang.members.all())
+    assert {m.state for m in members} == {WorkloadState.FAILED}
+    assert all(m.pending_reason.startswith("Job big timed out after 30 s") for m in members)
+    assert all(
+        "gang_incomplete" == m.pending_code or m.pending_code == "gang_timeout" for m in members
+    )
+    assert not Placement.objects.filter(released_at__isnull=True).exists()
+
+
+def test_cpu_only_work_avoids_gpu_nodes_and_respects_reservation() -> None:
+    small_cluster(gpu_nodes=1, cpu_nodes=1, cpu_milli=32000)
+    q = make_quota(make_group())
+    w = submit(q, "cpu", cpu_milli=4000)
+    services.run_cycle(q.group_id)
+    assert Placement.objects.get(workload=w).node.name == "training-c0"
+    # fill the CPU node; then CPU-only work may use at most 75% of the GPU node
+    big = submit(q, "big", cpu_milli=28000)
+    services.run_cycle(q.group_id)
+    assert Placement.objects.get(workload=big).node.name == "training-c0"
+    too_big = submit(q, "too-big", cpu_milli=25000)
+    services.run_cycle(q.group_id)
+    too_big.refresh_from_db()
+    assert too_big.state == WorkloadState.PENDING
+
+
+def test_cordoned_and_tainted_nodes_take_no_new_work() -> None:
+    from scheduling.models import Node
+
+    small_cluster(gpu_nodes=2)
+    q = make_quota(make_group())
+    services.cordon_node(Node.objects.get(name="training-g0").pk)
+    Node.objects.filter(name="training-g1").update(taints=["dedicated=infra:NoSchedule"])
+    snap.bump_all_shards()
+    w = submit(q, "w", gpu_count=1, gpu_milli=1000)
+    services.run_cycle(q.group_id)
+    w.refresh_from_db()
+    assert w.state == WorkloadState.PENDING
+    assert w.pending_code == "cordoned"
+
+
+@pytest.mark.parametrize(
+    ("_case", "fields", "bad"),
+    [
+        ("negative cpu", {"cpu_milli": -1}, "cpu_milli"),
+        ("slice on many gpus", {"gpu_count": 2, "gpu_milli": 500}, "gpu_milli"),
+        ("gpu milli without gpu", {"gpu_milli": 500}, "gpu_count"),
+        ("bad topology", {"topology": "tight"}, "topology"),
+        ("bad labels", {"node_labels": {"a": 1}}, "node_labels"),
+    ],
+)
+def test_submit_rejects_bad_input_and_writes_nothing(
+    _case: str, fields: dict[str, Any], bad: str
+) -> None:
+    small_cluster()
+    q = make_quota(make_group())
+    with pytest.raises(InvalidInput) as err:
+        submit(q, "x", **fields)
+    assert bad in err.value.fields
+    assert not Workload.objects.exists()
+
+
+def test_submit_rejects_quota_of_another_tenant(team_a: Any, team_b: Any) -> None:
+    q = make_quota(make_group(), team_b)
+    with pytest.raises(InvalidInput) as err:
+        services.submit_workload(
+            tenant=team_a, quota=q, kind="job_pod", name="x", cpu_milli=1, memory_mib=1
+        )
+    assert "quota" in err.value.fields
+    assert not Workload.objects.exists()
