@@ -1,0 +1,689 @@
+"""Quota and group changes: validated, atomic, audited. The only place that writes quotas.
+
+Every write runs in one transaction that locks the group row, then the quota row (always in that order, so
+two edits of sibling quotas cannot both pass the "sum of mins ≤ capacity" check), compares the caller's
+`expected_version` with the row (stale → 412 `PreconditionFailed`, via portal.api.concurrency), validates
+(`InvalidInput` with `fields`, nothing written), writes with compare-and-set on `version`, and records a
+QuotaChange row (who, when, before, after, note, warnings). Callers registered with
+`register_quota_change_observer` are told the group id after commit (scheduling re-runs the group's cycle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from portal.api.concurrency import version_conflict
+from portal.errors import Conflict, InvalidInput
+from portal.models import Tenant, dns_label_validator
+from quotas.models import (
+    EDITABLE_GROUP_FIELDS,
+    EDITABLE_QUOTA_FIELDS,
+    RESOURCE_FIELDS,
+    ChangeAction,
+    Quota,
+    QuotaChange,
+    QuotaGroup,
+    bound_field,
+)
+from quotas.resources import Resources, Side, human_amount
+from quotas.usage import (
+    SIDES,
+    GroupCapacity,
+    GroupSnapshot,
+    QuotaSpec,
+    group_capacity,
+    group_snapshot,
+    matching_nodes,
+)
+
+T = TypeVar("T")
+
+_observers: list[Callable[[int], None]] = []
+
+
+def register_quota_change_observer(callback: Callable[[int], None]) -> None:
+    """`callback(group_id)` runs after commit whenever a quota or group of that group changed."""
+    if callback not in _observers:
+        _observers.append(callback)
+
+
+def _notify(group_id: int) -> None:
+    for callback in list(_observers):
+        transaction.on_commit(lambda cb=callback: cb(group_id))  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class Saved(Generic[T]):
+    """The saved object and the warnings the person should read (e.g. "this will trigger reclaim")."""
+
+    obj: T
+    warnings: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------- validation
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def _as_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "True", "1", 1, "on"):
+        return True
+    if value in ("false", "False", "0", 0, "off", ""):
+        return False
+    return None
+
+
+def clean_quota_values(values: dict[str, Any]) -> dict[str, Any]:
+    """Type-check and normalise editable quota fields (ints ≥ 0, weight empty or ≥ 0, lend a bool).
+
+    Raises InvalidInput with `fields` for unknown fields and bad values.
+    """
+    errors: dict[str, list[str]] = {}
+    cleaned: dict[str, Any] = {}
+    for name, value in values.items():
+        if name in RESOURCE_FIELDS:
+            number = _as_int(value)
+            if number is None:
+                errors[name] = ["Enter a whole number."]
+            elif number < 0:
+                errors[name] = ["Must be 0 or more (no negatives)."]
+            else:
+                cleaned[name] = number
+        elif name == "shared_weight":
+            if value in (None, ""):
+                cleaned[name] = None
+            else:
+                number = _as_int(value)
+                if number is None or number < 0:
+                    errors[name] = ["Enter a whole number ≥ 0, or leave empty to use the max."]
+                else:
+                    cleaned[name] = number
+        elif name == "lend_idle_min":
+            flag = _as_bool(value)
+            if flag is None:
+                errors[name] = ["Must be true or false."]
+            else:
+                cleaned[name] = flag
+        else:
+            errors[name] = [f"Unknown or read-only field {name!r}."]
+    if errors:
+        raise InvalidInput(_summary(errors), fields=errors)
+    return cleaned
+
+
+def _summary(errors: dict[str, list[str]]) -> str:
+    name, messages = next(iter(errors.items()))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{name}: {messages[0]}{more}"
+
+
+def _unsaved_quota(base: Quota | None, values: dict[str, Any]) -> Quota:
+    quota = Quota()
+    if base is not None:
+        for name in EDITABLE_QUOTA_FIELDS:
+            setattr(quota, name, getattr(base, name))
+        quota.pk = base.pk
+        quota.name = base.name
+        quota.tenant_id = base.tenant_id
+        quota.group_id = base.group_id
+    for name, value in values.items():
+        setattr(quota, name, value)
+    return quota
+
+
+def validate_quota(
+    group: QuotaGroup,
+    quota: Quota,
+    *,
+    snapshot: GroupSnapshot | None = None,
+) -> list[str]:
+    """Check an (unsaved or modified) quota against its group; return warnings, raise InvalidInput.
+
+    Errors: min > max; the sum of the group's mins above its capacity (unless the group allows
+    overcommitted mins). Warnings: a max below current use (that work runs above its runtime share and
+    will trigger reclaim when siblings need the capacity), a min below the non-preemptible work running.
+    """
+    errors: dict[str, list[str]] = {}
+    for side in SIDES:
+        for dimension in side.dimensions:
+            low = int(getattr(quota, bound_field(side, "min", dimension)) or 0)
+            high = int(getattr(quota, bound_field(side, "max", dimension)) or 0)
+            if low > high:
+                errors.setdefault(bound_field(side, "min", dimension), []).append(
+                    f"Min {human_amount(dimension, low)} is more than max "
+                    f"{human_amount(dimension, high)} ({side.label})."
+                )
+    if errors:
+        raise InvalidInput(_summary(errors), fields=errors)
+
+    if snapshot is None:
+        snapshot = group_snapshot(group)
+    warnings: list[str] = []
+    siblings = [s for s in snapshot.specs if s.quota_id != (quota.pk or -1)]
+    if not group.allow_overcommitted_min:
+        for side in SIDES:
+            others = sum((s.min[side] for s in siblings), Resources())
+            mins = others + quota.min_of(side)
+            capacity = snapshot.capacity.side(side)
+            for dimension in side.dimensions:
+                if mins.get(dimension) > capacity.get(dimension) and quota.min_of(side).get(
+                    dimension
+                ):
+                    errors.setdefault(bound_field(side, "min", dimension), []).append(
+                        f"The {side.label} mins of group {group.name} would add up to "
+                        f"{human_amount(dimension, mins.get(dimension))}, more than its capacity of "
+                        f"{human_amount(dimension, capacity.get(dimension))} (the other quotas hold "
+                        f"{human_amount(dimension, others.get(dimension))}). Lower the min, or allow "
+                        "overcommitted mins on the group."
+                    )
+    if errors:
+        raise InvalidInput(_summary(errors), fields=errors)
+
+    if quota.pk and quota.pk in snapshot.quotas:
+        state = snapshot.quota(quota.pk)
+        for side in SIDES:
+            usage = state.side(side)
+            new_max = quota.max_of(side)
+            new_min = quota.min_of(side)
+            for dimension in side.dimensions:
+                used = usage.used.get(dimension)
+                if used > new_max.get(dimension):
+                    warnings.append(
+                        f"{quota.name} {side.label} uses {human_amount(dimension, used)}, more than "
+                        f"the new max of {human_amount(dimension, new_max.get(dimension))}: this will "
+                        f"trigger reclaim — "
+                        f"{human_amount(dimension, used - new_max.get(dimension))} runs above its "
+                        "runtime share and is stopped (preemptible work, whole gangs) when other "
+                        "quotas need the capacity; new work waits until use is below the max."
+                    )
+                held = usage.nonpreemptible_used.get(dimension)
+                if held > new_min.get(dimension):
+                    warnings.append(
+                        f"{quota.name} {side.label}: non-preemptible work holds "
+                        f"{human_amount(dimension, held)}, more than the new min of "
+                        f"{human_amount(dimension, new_min.get(dimension))}; it keeps running (it is "
+                        "never reclaimed) but no more non-preemptible work starts."
+                    )
+    return warnings
+
+
+def _lock_group(group_id: int) -> QuotaGroup:
+    return QuotaGroup.objects.select_for_update().get(pk=group_id)
+
+
+def _lock_quota(quota_id: int) -> Quota:
+    try:
+        return Quota.objects.select_for_update().select_related("tenant", "group").get(pk=quota_id)
+    except Quota.DoesNotExist as exc:
+        raise Conflict(
+            f"Quota {quota_id} no longer exists; someone deleted it.", code="gone"
+        ) from exc
+
+
+def _check_version(current: int, expected: int | None) -> None:
+    if expected is not None and int(expected) != int(current):
+        raise version_conflict(current)
+
+
+def _audit(
+    *,
+    action: str,
+    group: QuotaGroup | None,
+    quota: Quota | None,
+    subject: str,
+    subject_name: str,
+    tenant: Tenant | None,
+    actor: Any,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    version: int,
+    note: str,
+    warnings: list[str],
+) -> QuotaChange:
+    return QuotaChange.objects.create(
+        action=action,
+        group=group,
+        quota=quota,
+        subject=subject,
+        subject_name=subject_name,
+        tenant=tenant,
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        before=before,
+        after=after,
+        version=version,
+        note=(note or "")[:500],
+        warnings=warnings,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- quotas
+
+
+def create_quota(
+    *,
+    group: QuotaGroup,
+    tenant: Tenant,
+    name: str | None = None,
+    actor: Any = None,
+    note: str = "",
+    **values: Any,
+) -> Saved[Quota]:
+    """Create a tenant's quota in `group` (one per tenant and group). Locks the group row; audited.
+
+    Raises InvalidInput (bad name, second quota of the tenant in the group, min > max, mins above capacity).
+    """
+    name = (name or tenant.slug).strip()
+    cleaned = clean_quota_values(values)
+    errors: dict[str, list[str]] = {}
+    try:
+        dns_label_validator(name)
+    except ValidationError as exc:
+        errors["name"] = [str(m) for m in exc.messages]
+    if errors:
+        raise InvalidInput(_summary(errors), fields=errors)
+    with transaction.atomic():
+        group = _lock_group(group.pk)
+        if Quota.objects.filter(group=group, name=name).exists():
+            errors["name"] = [f"Group {group.name} already has a quota named {name}."]
+        if Quota.objects.filter(group=group, tenant=tenant).exists():
+            errors["tenant"] = [
+                f"{tenant.slug} already holds a quota in group {group.name} (one per group)."
+            ]
+        if errors:
+            raise InvalidInput(_summary(errors), fields=errors)
+        quota = _unsaved_quota(None, cleaned)
+        quota.group = group
+        quota.tenant = tenant
+        quota.name = name
+        warnings = validate_quota(group, quota)
+        try:
+            with transaction.atomic():
+                quota.save()
+        except IntegrityError as exc:
+            raise InvalidInput(
+                f"Group {group.name} already has this quota.", fields={"name": [str(exc)]}
+            ) from exc
+        _audit(
+            action=ChangeAction.CREATED,
+            group=group,
+            quota=quota,
+            subject="quota",
+            subject_name=f"{group.name}/{quota.name}",
+            tenant=tenant,
+            actor=actor,
+            before=None,
+            after=quota.snapshot_fields(),
+            version=quota.version,
+            note=note,
+            warnings=warnings,
+        )
+        _notify(group.pk)
+    return Saved(quota, warnings)
+
+
+def update_quota(
+    quota: Quota | int,
+    *,
+    expected_version: int | None,
+    actor: Any = None,
+    note: str = "",
+    **changes: Any,
+) -> Saved[Quota]:
+    """Change a quota's bounds, weight or lending. Compare-and-set on `version`; audited.
+
+    `expected_version`: the version the caller read (None only for internal callers that re-read under the
+    lock). Raises PreconditionFailed (412) when stale, InvalidInput (nothing changed) when invalid.
+    """
+    quota_id = quota if isinstance(quota, int) else quota.pk
+    cleaned = clean_quota_values(changes)
+    with transaction.atomic():
+        current = Quota.objects.select_related("group").get(pk=quota_id)
+        group = _lock_group(current.group_id)
+        locked = _lock_quota(quota_id)
+        _check_version(locked.version, expected_version)
+        before = locked.snapshot_fields()
+        proposed = _unsaved_quota(locked, cleaned)
+        warnings = validate_quota(group, proposed)
+        updated = Quota.objects.filter(pk=quota_id, version=locked.version).update(
+            **cleaned, version=F("version") + 1, updated_at=timezone.now()
+        )
+        if updated != 1:  # pragma: no cover - the row lock makes this unreachable on PostgreSQL
+            raise version_conflict(Quota.objects.get(pk=quota_id).version)
+        saved = Quota.objects.select_related("group", "tenant").get(pk=quota_id)
+        _audit(
+            action=ChangeAction.UPDATED,
+            group=group,
+            quota=saved,
+            subject="quota",
+            subject_name=f"{group.name}/{saved.name}",
+            tenant=saved.tenant,
+            actor=actor,
+            before=before,
+            after=saved.snapshot_fields(),
+            version=saved.version,
+            note=note,
+            warnings=warnings,
+        )
+        _notify(group.pk)
+    return Saved(saved, warnings)
+
+
+def delete_quota(
+    quota: Quota | int, *, expected_version: int | None, actor: Any = None, note: str = ""
+) -> None:
+    """Delete a quota that no workload references. Audited (the history row keeps its name)."""
+    from scheduling.models import Workload
+
+    quota_id = quota if isinstance(quota, int) else quota.pk
+    with transaction.atomic():
+        current = Quota.objects.get(pk=quota_id)
+        group = _lock_group(current.group_id)
+        locked = _lock_quota(quota_id)
+        _check_version(locked.version, expected_version)
+        referencing = Workload.objects.filter(quota=locked).count()
+        if referencing:
+            raise Conflict(
+                f"{referencing} workload(s) still reference quota {locked.name} (running, waiting or "
+                "finished); set its max to 0 to stop new work instead.",
+                code="quota_in_use",
+            )
+        _audit(
+            action=ChangeAction.DELETED,
+            group=group,
+            quota=locked,
+            subject="quota",
+            subject_name=f"{group.name}/{locked.name}",
+            tenant=locked.tenant,
+            actor=actor,
+            before=locked.snapshot_fields(),
+            after=None,
+            version=locked.version,
+            note=note,
+            warnings=[],
+        )
+        locked.delete()
+        _notify(group.pk)
+
+
+# ---------------------------------------------------------------------------------------------- groups
+
+
+def _clean_selector(value: Any) -> dict[str, str]:
+    if value in (None, ""):
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str | int) for k, v in value.items()
+    ):
+        raise InvalidInput(
+            'node_selector: use an object of label: value strings, e.g. {"pool": "training"}.',
+            fields={
+                "node_selector": [
+                    'Use an object of label: value strings, e.g. {"pool": "training"}.'
+                ]
+            },
+        )
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _check_group_mins(group: QuotaGroup, capacity: GroupCapacity, field_name: str) -> None:
+    if group.allow_overcommitted_min or not group.pk:
+        return
+    specs = [QuotaSpec.of(q) for q in group.quotas.select_related("tenant")]
+    for side in SIDES:
+        mins = sum((s.min[side] for s in specs), Resources())
+        for dimension in side.dimensions:
+            if mins.get(dimension) > capacity.side(side).get(dimension):
+                message = (
+                    f"The {side.label} mins of the group's quotas add up to "
+                    f"{human_amount(dimension, mins.get(dimension))}, more than the capacity this would "
+                    f"leave ({human_amount(dimension, capacity.side(side).get(dimension))})."
+                )
+                raise InvalidInput(message, fields={field_name: [message]})
+
+
+def create_group(
+    *,
+    name: str,
+    description: str = "",
+    node_selector: dict[str, Any] | None = None,
+    allow_overcommitted_min: bool = False,
+    actor: Any = None,
+    note: str = "",
+) -> Saved[QuotaGroup]:
+    """Create a quota group (a node pool selected by labels). Audited."""
+    errors: dict[str, list[str]] = {}
+    try:
+        dns_label_validator(name)
+    except ValidationError as exc:
+        errors["name"] = [str(m) for m in exc.messages]
+    selector = _clean_selector(node_selector)
+    if not errors and QuotaGroup.objects.filter(name=name).exists():
+        errors["name"] = [f"A group named {name} already exists."]
+    if errors:
+        raise InvalidInput(_summary(errors), fields=errors)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                group = QuotaGroup.objects.create(
+                    name=name,
+                    description=description,
+                    node_selector=selector,
+                    allow_overcommitted_min=bool(allow_overcommitted_min),
+                )
+        except IntegrityError as exc:
+            raise InvalidInput(
+                f"A group named {name} already exists.",
+                fields={"name": [f"A group named {name} already exists."]},
+            ) from exc
+        warnings = []
+        if not matching_nodes(group):
+            warnings.append(
+                f"No node matches {selector or 'the empty selector'} yet: capacity is 0."
+            )
+        _audit(
+            action=ChangeAction.CREATED,
+            group=group,
+            quota=None,
+            subject="group",
+            subject_name=group.name,
+            tenant=None,
+            actor=actor,
+            before=None,
+            after=group.snapshot_fields(),
+            version=group.version,
+            note=note,
+            warnings=warnings,
+        )
+        _notify(group.pk)
+    return Saved(group, warnings)
+
+
+def update_group(
+    group: QuotaGroup | int,
+    *,
+    expected_version: int | None,
+    actor: Any = None,
+    note: str = "",
+    **changes: Any,
+) -> Saved[QuotaGroup]:
+    """Change a group's description, node selector or overcommit flag. Compare-and-set; audited.
+
+    Refuses (InvalidInput) a selector or flag change that would leave the quotas' mins above capacity.
+    """
+    group_id = group if isinstance(group, int) else group.pk
+    unknown = [k for k in changes if k not in EDITABLE_GROUP_FIELDS]
+    if unknown:
+        errors = {k: [f"Unknown or read-only field {k!r}."] for k in unknown}
+        raise InvalidInput(_summary(errors), fields=errors)
+    cleaned = dict(changes)
+    if "node_selector" in cleaned:
+        cleaned["node_selector"] = _clean_selector(cleaned["node_selector"])
+    if "allow_overcommitted_min" in cleaned:
+        flag = _as_bool(cleaned["allow_overcommitted_min"])
+        if flag is None:
+            raise InvalidInput(
+                "allow_overcommitted_min: must be true or false.",
+                fields={"allow_overcommitted_min": ["Must be true or false."]},
+            )
+        cleaned["allow_overcommitted_min"] = flag
+    if "description" in cleaned:
+        cleaned["description"] = str(cleaned["description"] or "")
+    with transaction.atomic():
+        locked = _lock_group(group_id)
+        _check_version(locked.version, expected_version)
+        before = locked.snapshot_fields()
+        for key, value in cleaned.items():
+            setattr(locked, key, value)
+        _check_group_mins(
+            locked,
+            group_capacity(locked),
+            "node_selector" if "node_selector" in cleaned else "allow_overcommitted_min",
+        )
+        QuotaGroup.objects.filter(pk=group_id, version=locked.version).update(
+            **cleaned, version=F("version") + 1, updated_at=timezone.now()
+        )
+        saved = QuotaGroup.objects.get(pk=group_id)
+        _audit(
+            action=ChangeAction.UPDATED,
+            group=saved,
+            quota=None,
+            subject="group",
+            subject_name=saved.name,
+            tenant=None,
+            actor=actor,
+            before=before,
+            after=saved.snapshot_fields(),
+            version=saved.version,
+            note=note,
+            warnings=[],
+        )
+        _notify(saved.pk)
+    return Saved(saved, [])
+
+
+def delete_group(
+    group: QuotaGroup | int, *, expected_version: int | None, actor: Any = None
+) -> None:
+    """Delete an empty group (no quotas). Audited."""
+    group_id = group if isinstance(group, int) else group.pk
+    with transaction.atomic():
+        locked = _lock_group(group_id)
+        _check_version(locked.version, expected_version)
+        count = locked.quotas.count()
+        if count:
+            raise Conflict(
+                f"Group {locked.name} still has {count} quota(s); delete them first.",
+                code="group_in_use",
+            )
+        _audit(
+            action=ChangeAction.DELETED,
+            group=None,
+            quota=None,
+            subject="group",
+            subject_name=locked.name,
+            tenant=None,
+            actor=actor,
+            before=locked.snapshot_fields(),
+            after=None,
+            version=locked.version,
+            note="",
+            warnings=[],
+        )
+        from scheduling.models import Shard
+
+        Shard.objects.filter(group=locked).delete()
+        locked.delete()
+
+
+# --------------------------------------------------------------------------------------------- what-if
+
+
+@dataclass(frozen=True)
+class WhatIfRow:
+    """One sibling's runtime share before and after a proposed change, for the current demand."""
+
+    quota_id: int | None
+    name: str
+    tenant: str
+    is_target: bool
+    gpu_demand: Resources
+    cpu_demand: Resources
+    gpu_before: Resources
+    gpu_after: Resources
+    cpu_before: Resources
+    cpu_after: Resources
+
+    def side(self, side: Side) -> tuple[Resources, Resources]:
+        if side is Side.GPU:
+            return self.gpu_before, self.gpu_after
+        return self.cpu_before, self.cpu_after
+
+    @property
+    def changed(self) -> bool:
+        return self.gpu_before != self.gpu_after or self.cpu_before != self.cpu_after
+
+
+def what_if(
+    group: QuotaGroup,
+    quota: Quota | None,
+    proposed: dict[str, Any],
+    *,
+    tenant: Tenant | None = None,
+    name: str | None = None,
+) -> list[WhatIfRow]:
+    """Every quota's runtime share in `group` before and after applying `proposed` to `quota` (or adding a
+    new quota for `tenant` named `name` when `quota` is None), for the current demand. Writes nothing.
+
+    Raises InvalidInput when the proposal is invalid (same checks as the save).
+    """
+    cleaned = clean_quota_values(proposed)
+    snapshot = group_snapshot(group)
+    candidate = _unsaved_quota(quota, cleaned)
+    if quota is None:
+        if tenant is None:
+            raise InvalidInput("Choose a tenant.", fields={"tenant": ["Choose a tenant."]})
+        candidate.tenant = tenant
+        candidate.group = group
+        candidate.name = name or tenant.slug
+    else:
+        candidate.tenant = quota.tenant
+    validate_quota(group, candidate, snapshot=snapshot)
+    spec = QuotaSpec.of(candidate)
+    after = snapshot.with_spec(spec)
+    rows = []
+    names = sorted({s.name for s in snapshot.specs} | {spec.name})
+    for quota_name in names:
+        old = next((q for q in snapshot.quotas.values() if q.name == quota_name), None)
+        new = after.by_name(quota_name)
+        rows.append(
+            WhatIfRow(
+                quota_id=new.quota_id or None,
+                name=quota_name,
+                tenant=new.spec.tenant_slug,
+                is_target=quota_name == spec.name,
+                gpu_demand=new.gpu.demand,
+                cpu_demand=new.cpu.demand,
+                gpu_before=old.gpu.runtime if old else Resources(),
+                gpu_after=new.gpu.runtime,
+                cpu_before=old.cpu.runtime if old else Resources(),
+                cpu_after=new.cpu.runtime,
+            )
+        )
+    return rows
