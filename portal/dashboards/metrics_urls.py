@@ -1,3 +1,7 @@
 """The Prometheus /metrics endpoint (mounted at the site root)."""
 
-urlpatterns: list = []
+from django.urls import path
+
+from portal.dashboards import metrics
+
+urlpatterns = [path("metrics", metrics.metrics_view, name="metrics")]

@@ -1,6 +1,20 @@
-"""Dashboard pages (mounted at /dashboards/)."""
+"""Dashboard pages (mounted at /dashboards/): each page and the JSON endpoint its script polls."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from portal.dashboards import views
 
 app_name = "dashboards"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("data/", views.overview_data, name="overview-data"),
+    path("tenants/", views.tenant, name="tenant"),
+    path("tenants/data/", views.tenant_data, name="tenant-data"),
+    path("fragmentation/", views.fragmentation, name="fragmentation"),
+    path("fragmentation/data/", views.fragmentation_data, name="fragmentation-data"),
+    path("savings/", views.savings, name="savings"),
+    path("savings/data/", views.savings_data, name="savings-data"),
+    path("chargeback/", views.chargeback, name="chargeback"),
+    path("chargeback/data/", views.chargeback_data, name="chargeback-data"),
+    path("chargeback.csv", views.chargeback_csv, name="chargeback-csv"),
+]

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadKind, WorkloadState
-from scheduling.models import Gpu, Node, PlacementGpu, Workload
+from scheduling.models import Gpu, Node, PlacementGpu, Shard, Workload
 from scheduling.telemetry import synthetic
 from scheduling.telemetry.models import (
     GpuSample,
@@ -132,49 +132,20 @@ def node_in_group(node: Node, group: QuotaGroup) -> bool:
 
 
 def quota_figures(group: QuotaGroup) -> dict[int, tuple[float, float, float, float]]:
-    """(min, max, runtime share, borrowed) GPU milli per quota id of `group` on the GPU side, from
-    `quotas.usage.group_snapshot`. Empty when the quotas app cannot answer (quota fields not there)."""
-    try:
-        from quotas.usage import group_snapshot
-    except ImportError:
-        return {}
+    """(min, max, runtime share, borrowed) GPU milli of each quota of `group` on the GPU side, from
+    `quotas.usage.group_snapshot`."""
+    from quotas.usage import group_snapshot
+
     snapshot = group_snapshot(group)
-    figures: dict[int, tuple[float, float, float, float]] = {}
-    for entry in _snapshot_entries(snapshot):
-        quota_id = _get(entry, "quota_id") or getattr(_get(entry, "quota"), "pk", None)
-        gpu_side = _get(entry, "gpu") or entry
-        if quota_id is None:
-            continue
-        figures[int(quota_id)] = (
-            _milli(_get(gpu_side, "min")),
-            _milli(_get(gpu_side, "max")),
-            _milli(_get(gpu_side, "runtime")),
-            _milli(_get(gpu_side, "borrowed")),
+    return {
+        quota_id: (
+            float(usage.gpu.min.gpu_milli),
+            float(usage.gpu.max.gpu_milli),
+            float(usage.gpu.runtime.gpu_milli),
+            float(usage.gpu.borrowed.gpu_milli),
         )
-    return figures
-
-
-def _snapshot_entries(snapshot: object) -> Iterable[object]:
-    quotas = getattr(snapshot, "quotas", snapshot)
-    if isinstance(quotas, dict):
-        return list(quotas.values())
-    return list(quotas)  # type: ignore[call-overload]
-
-
-def _get(obj: object, name: str) -> object:
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-def _milli(value: object) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, int | float):
-        return float(value)
-    return float(getattr(value, "gpu_milli", 0) or 0)
+        for quota_id, usage in snapshot.quotas.items()
+    }
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -402,6 +373,9 @@ def _pool_rows(
     gpu_allocated: dict[int, int],
     pending_by_quota: dict[int, int],
 ) -> list[PoolSample]:
+    cycle_ms = dict(
+        Shard.objects.filter(last_cycle_ms__isnull=False).values_list("group_id", "last_cycle_ms")
+    )
     gpus_by_node: dict[int, list[Gpu]] = defaultdict(list)
     for gpu in gpus:
         gpus_by_node[gpu.node_id].append(gpu)
@@ -448,6 +422,7 @@ def _pool_rows(
                 wait_p50_seconds=percentile(waits, 50),
                 wait_p95_seconds=percentile(waits, 95),
                 placed_count=len(waits),
+                cycle_ms=cycle_ms.get(group.pk),
             )
         )
     return out

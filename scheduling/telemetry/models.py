@@ -162,6 +162,9 @@ class PoolSample(models.Model):
     wait_p50_seconds = models.FloatField(null=True, blank=True)
     wait_p95_seconds = models.FloatField(null=True, blank=True)
     placed_count = models.PositiveIntegerField(default=0)
+    cycle_ms = models.FloatField(
+        null=True, blank=True, help_text="Latency of the pool's last scheduling cycle (minute rows)"
+    )
 
     class Meta:
         ordering = ["-ts"]

@@ -51,7 +51,9 @@ def make_node(
 
 
 def make_quota(group: QuotaGroup, tenant: Tenant) -> Quota:
-    quota, _ = Quota.objects.get_or_create(group=group, tenant=tenant, defaults={"name": tenant.slug})
+    quota, _ = Quota.objects.get_or_create(
+        group=group, tenant=tenant, defaults={"name": tenant.slug}
+    )
     return quota
 
 
@@ -93,7 +95,11 @@ def make_workload(
 
 
 def place(
-    workload: Workload, node: Node, shares: Sequence[tuple[int, int, int]], *, released: bool = False
+    workload: Workload,
+    node: Node,
+    shares: Sequence[tuple[int, int, int]],
+    *,
+    released: bool = False,
 ) -> Placement:
     """shares: (gpu index, gpu milli, gpu memory MiB) per GPU."""
     from django.utils import timezone

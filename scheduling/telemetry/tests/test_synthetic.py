@@ -28,8 +28,10 @@ def test_profiles_stay_in_their_bands_over_a_day():
     training = [synthetic.utilization(1, "training", m) for m in day]
     inference = [synthetic.utilization(2, "inference", m) for m in day]
     development = [synthetic.utilization(3, "development", m) for m in day]
-    assert min(training) >= 80.0 and max(training) <= 98.0
-    assert min(inference) >= 45.0 and max(inference) <= 65.0
+    assert min(training) >= 80.0
+    assert max(training) <= 98.0
+    assert min(inference) >= 45.0
+    assert max(inference) <= 65.0
     idle = [u for u in development if u < synthetic.IDLE_THRESHOLD_PERCENT]
     busy = [u for u in development if u >= 40.0]
     # mostly idle with bursts: every minute is one or the other, bursts come in 20-minute windows
@@ -41,9 +43,11 @@ def test_profiles_stay_in_their_bands_over_a_day():
 
 def test_memory_used_is_a_profile_share_of_the_allocation():
     used = [synthetic.memory_used_mib(5, "training", m, 10000) for m in minutes(120)]
-    assert min(used) >= 8500 and max(used) <= 9500
+    assert min(used) >= 8500
+    assert max(used) <= 9500
     dev = [synthetic.memory_used_mib(5, "development", m, 10000) for m in minutes(120)]
-    assert min(dev) >= 3000 and max(dev) <= 6000
+    assert min(dev) >= 3000
+    assert max(dev) <= 6000
 
 
 def test_is_idle_below_threshold_or_missing():

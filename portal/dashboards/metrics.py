@@ -1,0 +1,218 @@
+"""`/metrics` in the Prometheus text exposition format (version 0.0.4).
+
+Access: `Authorization: Bearer <TESSERA_METRICS_TOKEN>` (compared in constant time), or a staff session.
+Without a configured token only staff sessions get in (the endpoint is then network-protected by the
+usual login).
+
+Families:
+
+* `tessera_tenant_gpu_allocated_milli{tenant}` — GPU milli held now by active placements;
+* `tessera_quota_gpu_{min,max,runtime,borrowed}_milli{pool,quota,tenant}` — quotas.usage snapshot;
+* `tessera_pending_workloads{pool,tenant}` — PENDING GPU workloads;
+* `tessera_pool_gpu_capacity_milli{pool}` / `tessera_pool_gpu_allocated_milli{pool}`;
+* `tessera_scheduling_cycle_seconds{pool}` — histogram of the pool's scheduling-cycle latency as sampled
+  each minute by telemetry over the retained 48 hours (a sliding window, so `histogram_quantile` over
+  the buckets is meaningful; `rate()` is not);
+* `tessera_placements_total{tenant}` — counter of placements ever made.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db.models import Count, Sum
+from django.http import HttpRequest, HttpResponse
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+@dataclass
+class Family:
+    """One metric family: name, help, type and samples (labels, value)."""
+
+    name: str
+    help: str
+    type: str
+    samples: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+
+    def add(self, value: float, suffix: str = "", **labels: str) -> None:
+        self.samples.append((suffix, labels, value))
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if value == float("inf"):
+        return "+Inf"
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def render(families: Iterable[Family]) -> str:
+    """The text exposition of the families (HELP and TYPE once per family, then its samples)."""
+    lines: list[str] = []
+    for fam in families:
+        lines.append(f"# HELP {fam.name} {_escape_help(fam.help)}")
+        lines.append(f"# TYPE {fam.name} {fam.type}")
+        for suffix, labels, value in fam.samples:
+            label_text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(labels.items()))
+            name = fam.name + suffix
+            lines.append(
+                f"{name}{{{label_text}}} {_number(value)}"
+                if label_text
+                else f"{name} {_number(value)}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def histogram(
+    fam: Family, values: Sequence[float], buckets: Sequence[float], **labels: str
+) -> None:
+    """Add cumulative `_bucket{le=…}`, `_sum` and `_count` samples of `values` to a histogram family."""
+    for bound in buckets:
+        fam.add(sum(1 for v in values if v <= bound), "_bucket", le=_number(bound), **labels)
+    fam.add(len(values), "_bucket", le="+Inf", **labels)
+    fam.add(round(sum(values), 6), "_sum", **labels)
+    fam.add(len(values), "_count", **labels)
+
+
+def collect() -> list[Family]:
+    """Read the current figures from the database."""
+    from quotas.models import Quota, QuotaGroup
+    from scheduling.choices import WorkloadState
+    from scheduling.models import Placement, Workload
+    from scheduling.telemetry.ingestion import quota_figures
+    from scheduling.telemetry.models import PoolSample, Resolution
+
+    allocated = Family(
+        "tessera_tenant_gpu_allocated_milli",
+        "GPU compute held by active placements (1000 = one card).",
+        "gauge",
+    )
+    for row in (
+        Placement.objects.filter(released_at__isnull=True)
+        .values("tenant__slug")
+        .annotate(milli=Sum("gpu_milli_total"))
+        .order_by("tenant__slug")
+    ):
+        allocated.add(float(row["milli"] or 0), tenant=row["tenant__slug"])
+
+    quota_families = {
+        key: Family(
+            f"tessera_quota_gpu_{key}_milli",
+            f"Quota {text} on the GPU side, GPU milli (quotas.usage snapshot).",
+            "gauge",
+        )
+        for key, text in (
+            ("min", "guaranteed minimum"),
+            ("max", "burst maximum"),
+            ("runtime", "runtime share now"),
+            ("borrowed", "usage beyond min"),
+        )
+    }
+    quotas = {q.pk: q for q in Quota.objects.select_related("group", "tenant")}
+    for group in QuotaGroup.objects.order_by("name"):
+        for quota_id, values in sorted(quota_figures(group).items()):
+            quota = quotas.get(quota_id)
+            if quota is None:
+                continue
+            labels = {"pool": group.name, "quota": quota.name, "tenant": quota.tenant.slug}
+            for key, value in zip(("min", "max", "runtime", "borrowed"), values, strict=True):
+                quota_families[key].add(value, **labels)
+
+    pending = Family("tessera_pending_workloads", "GPU workloads waiting to be placed.", "gauge")
+    for row in (
+        Workload.objects.filter(state=WorkloadState.PENDING, gpu_count__gt=0)
+        .values("quota__group__name", "tenant__slug")
+        .annotate(n=Count("id"))
+        .order_by("quota__group__name", "tenant__slug")
+    ):
+        pending.add(row["n"], pool=row["quota__group__name"], tenant=row["tenant__slug"])
+
+    capacity = Family(
+        "tessera_pool_gpu_capacity_milli",
+        "Schedulable GPU compute of a pool (healthy GPUs).",
+        "gauge",
+    )
+    pool_allocated = Family(
+        "tessera_pool_gpu_allocated_milli", "GPU compute allocated in a pool.", "gauge"
+    )
+    latest = (
+        PoolSample.objects.filter(resolution=Resolution.MINUTE)
+        .order_by("-ts")
+        .values_list("ts", flat=True)
+        .first()
+    )
+    if latest is not None:
+        for sample in (
+            PoolSample.objects.filter(resolution=Resolution.MINUTE, ts=latest)
+            .select_related("group")
+            .order_by("group__name")
+        ):
+            capacity.add(sample.capacity_milli, pool=sample.group.name)
+            pool_allocated.add(sample.allocated_milli, pool=sample.group.name)
+
+    cycles = Family(
+        "tessera_scheduling_cycle_seconds",
+        "Scheduling-cycle latency per pool, sampled each minute over the retained 48 hours.",
+        "histogram",
+    )
+    per_pool: dict[str, list[float]] = defaultdict(list)
+    for name, ms in (
+        PoolSample.objects.filter(resolution=Resolution.MINUTE, cycle_ms__isnull=False)
+        .values_list("group__name", "cycle_ms")
+        .order_by("group__name", "ts")
+    ):
+        per_pool[name].append(ms / 1000)
+    for name in sorted(per_pool):
+        histogram(cycles, per_pool[name], CYCLE_BUCKETS, pool=name)
+
+    placements = Family("tessera_placements_total", "Placements made (ever).", "counter")
+    for row in (
+        Placement.objects.values("tenant__slug").annotate(n=Count("id")).order_by("tenant__slug")
+    ):
+        placements.add(row["n"], tenant=row["tenant__slug"])
+
+    return [
+        allocated,
+        *quota_families.values(),
+        pending,
+        capacity,
+        pool_allocated,
+        cycles,
+        placements,
+    ]
+
+
+def _authorized(request: HttpRequest) -> bool:
+    token = settings.TESSERA_METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer "):
+        return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode())
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_authenticated and user.is_staff)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Prometheus scrape endpoint (Bearer token or staff session; 401 otherwise)."""
+    if not _authorized(request):
+        response = HttpResponse(
+            "metrics: send Authorization: Bearer <TESSERA_METRICS_TOKEN>\n",
+            status=401,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return HttpResponse(render(collect()), content_type=CONTENT_TYPE)

@@ -1,0 +1,396 @@
+"""Dashboard pages. Each page renders its controls and definitions; its JS polls the page's JSON endpoint,
+which calls a telemetry service (scheduling.telemetry.series / .fragmentation) and the figure builders of
+portal.charts. Thin: parse the query, scope it to the user, call, render."""
+
+from __future__ import annotations
+
+import csv
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+
+from portal import charts
+from portal.errors import DomainError
+from portal.models import Tenant
+from portal.scoping import current_user, is_operator, tenants_for
+from quotas.models import QuotaGroup
+from scheduling.telemetry import fragmentation as frag
+from scheduling.telemetry import series
+
+DEFINITIONS = {
+    "allocation": (
+        "GPU allocation = allocated GPU capacity ÷ schedulable GPU capacity, unhealthy GPUs excluded; "
+        "in cards (cards holding any share ÷ healthy cards) and in compute milli "
+        "(allocated milli ÷ healthy cards × 1000)."
+    ),
+    "utilization": (
+        "Utilization = mean SM utilization (DCGM SM active, or HAMi's per-container SM % on shared "
+        "cards; synthetic on the simulated cluster)."
+    ),
+    "idle": (
+        "Idle allocated GPU-hours = GPU capacity held during minutes whose SM utilization was below 5 %."
+    ),
+    "fragmentation": (
+        "Fragmentation = free GPU capacity that the current request mix cannot use (expected idle milli "
+        "that a random request of the active and pending mix could not take)."
+    ),
+}
+RANGE_CHOICES = [(k, k) for k in series.RANGES]
+
+
+class RangeForm(forms.Form):
+    range = forms.ChoiceField(choices=RANGE_CHOICES, required=False, initial=series.DEFAULT_RANGE)
+
+
+def _error(exc: DomainError) -> JsonResponse:
+    return JsonResponse(
+        {"error": {"code": exc.code, "message": exc.message, "fields": exc.fields}},
+        status=exc.http_status,
+    )
+
+
+def _window(request: HttpRequest) -> series.Window:
+    return series.window(request.GET.get("range") or None, timezone.now())
+
+
+def _page(request: HttpRequest, template: str, data_url: str, **context: Any) -> HttpResponse:
+    form = RangeForm(request.GET or None)
+    form.is_valid()
+    context.update(
+        {
+            "range_form": form,
+            "data_url": data_url,
+            "refresh_seconds": settings.TESSERA_DASHBOARD_REFRESH_SECONDS,
+            "definitions": DEFINITIONS,
+        }
+    )
+    return render(request, template, context)
+
+
+def _minutes(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds / 60, 1)
+
+
+# --------------------------------------------------------------------------- overview
+@login_required
+def overview(request: HttpRequest) -> HttpResponse:
+    return _page(request, "dashboards/overview.html", reverse("dashboards:overview-data"))
+
+
+@login_required
+def overview_data(request: HttpRequest) -> JsonResponse:
+    try:
+        win = _window(request)
+    except DomainError as exc:
+        return _error(exc)
+    pools = series.pool_series(win)
+    summary = series.cluster_summary(win)
+    return JsonResponse(
+        {
+            "resolution": win.resolution,
+            "figures": {
+                "allocation": charts.allocation_figure(pools),
+                "pending": charts.pending_figure(pools),
+                "waits": charts.wait_figure(pools),
+            },
+            "summary": {
+                "allocation_milli": summary.allocation_milli_percent,
+                "allocation_cards": summary.allocation_cards_percent,
+                "utilization": summary.utilization_percent,
+                "pending": summary.pending_now,
+                "wait_p50": _minutes(summary.wait_p50_seconds),
+                "wait_p95": _minutes(summary.wait_p95_seconds),
+            },
+        }
+    )
+
+
+# --------------------------------------------------------------------------- per tenant
+def _chosen_tenant(request: HttpRequest) -> Tenant:
+    """The tenant of ?tenant=slug among those the user may see (404 otherwise); default: the active
+    tenant, else the first one."""
+    user = current_user(request)
+    visible = tenants_for(user).order_by("slug")
+    slug = request.GET.get("tenant")
+    if slug:
+        tenant = visible.filter(slug=slug).first()
+        if tenant is None:
+            raise Http404("Not found.")
+        return tenant
+    active = getattr(request, "active_tenant", None)
+    if isinstance(active, Tenant) and visible.filter(pk=active.pk).exists():
+        return active
+    tenant = visible.first()
+    if tenant is None:
+        raise Http404("You belong to no team yet.")
+    return tenant
+
+
+@login_required
+def tenant(request: HttpRequest) -> HttpResponse:
+    chosen = _chosen_tenant(request)
+    return _page(
+        request,
+        "dashboards/tenant.html",
+        reverse("dashboards:tenant-data"),
+        tenants=tenants_for(current_user(request)).order_by("slug"),
+        chosen=chosen,
+    )
+
+
+@login_required
+def tenant_data(request: HttpRequest) -> JsonResponse:
+    chosen = _chosen_tenant(request)
+    try:
+        win = _window(request)
+    except DomainError as exc:
+        return _error(exc)
+    usage = series.tenant_usage(chosen, win)
+    return JsonResponse(
+        {
+            "resolution": win.resolution,
+            "figures": {
+                "quota": charts.tenant_quota_figure(chosen.slug, usage.points),
+                "utilization": charts.tenant_utilization_figure(chosen.slug, usage.points),
+                "wasting": charts.wasting_figure(chosen.slug, usage.wasting),
+            },
+            "summary": {
+                "allocated_gpu_hours": usage.allocated_gpu_hours,
+                "used_gpu_hours": usage.used_gpu_hours,
+                "idle_gpu_hours": usage.idle_gpu_hours,
+                "utilization": usage.utilization_percent,
+            },
+            "tables": {
+                "wasting": {
+                    "columns": ["Codespace", "Idle GPU-h", "Allocated GPU-h", "Utilization %"],
+                    "rows": [
+                        [w.name, w.idle_gpu_hours, w.allocated_gpu_hours, w.utilization_percent]
+                        for w in usage.wasting
+                    ],
+                }
+            },
+        }
+    )
+
+
+# --------------------------------------------------------------------------- fragmentation
+def _chosen_pool(request: HttpRequest) -> QuotaGroup | None:
+    name = request.GET.get("pool")
+    pools = QuotaGroup.objects.order_by("name")
+    if name:
+        pool = pools.filter(name=name).first()
+        if pool is None:
+            raise Http404("Not found.")
+        return pool
+    return pools.first()
+
+
+def _int_or_none(raw: str | None, field: str) -> int | None:
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        from portal.errors import InvalidInput
+
+        raise InvalidInput(
+            f"{field}={raw!r}: a whole number.", fields={field: ["a whole number"]}
+        ) from exc
+
+
+@login_required
+def fragmentation(request: HttpRequest) -> HttpResponse:
+    return _page(
+        request,
+        "dashboards/fragmentation.html",
+        reverse("dashboards:fragmentation-data"),
+        pools=QuotaGroup.objects.order_by("name"),
+        chosen_pool=_chosen_pool(request),
+        presets=frag.PRESETS,
+    )
+
+
+@login_required
+def fragmentation_data(request: HttpRequest) -> JsonResponse:
+    pool = _chosen_pool(request)
+    if pool is None:
+        raise Http404("No pool yet.")
+    try:
+        chosen = frag.preset(
+            request.GET.get("preset") or None,
+            _int_or_none(request.GET.get("milli"), "milli"),
+            _int_or_none(request.GET.get("memory_mib"), "memory_mib"),
+        )
+    except DomainError as exc:
+        return _error(exc)
+    fmap = frag.fragmentation_map(pool, chosen)
+    max_memory = max(
+        (v for row in fmap.free_memory_mib for v in row if v is not None), default=None
+    )
+    return JsonResponse(
+        {
+            "figures": {
+                "compute": charts.fragmentation_heatmap(
+                    fmap.nodes,
+                    fmap.gpu_columns,
+                    fmap.free_milli,
+                    title=f"Free compute per GPU — {pool.name}",
+                    unit="milli",
+                    maximum=1000,
+                ),
+                "memory": charts.fragmentation_heatmap(
+                    fmap.nodes,
+                    fmap.gpu_columns,
+                    [
+                        [None if v is None else round(v / 1024, 1) for v in row]
+                        for row in fmap.free_memory_mib
+                    ],
+                    title=f"Free memory per GPU — {pool.name}",
+                    unit="GiB",
+                    maximum=None if max_memory is None else round(max_memory / 1024, 1),
+                ),
+                "fits": charts.slice_fit_figure(chosen.label, fmap.fits),
+            },
+            "summary": {
+                "preset": chosen.label,
+                "fits_total": fmap.fits_total,
+                "free_gpus": round(fmap.free_milli_total / 1000, 2),
+                "fragmented_gpus": round(fmap.fragmented_milli / 1000, 2),
+                "fragmentation": fmap.fragmentation_percent,
+            },
+        }
+    )
+
+
+# --------------------------------------------------------------------------- savings
+@login_required
+def savings(request: HttpRequest) -> HttpResponse:
+    return _page(request, "dashboards/savings.html", reverse("dashboards:savings-data"))
+
+
+@login_required
+def savings_data(request: HttpRequest) -> JsonResponse:
+    try:
+        win = _window(request)
+    except DomainError as exc:
+        return _error(exc)
+    points = series.savings_series(win)
+    last = points[-1] if points else None
+    return JsonResponse(
+        {
+            "resolution": win.resolution,
+            "figures": {"savings": charts.savings_figure(points)},
+            "summary": {
+                "unsliced": last.cards_unsliced if last else None,
+                "occupied": last.cards_occupied if last else None,
+                "saved": last.cards_saved if last else None,
+            },
+        }
+    )
+
+
+# --------------------------------------------------------------------------- chargeback
+def _chargeback_rows(request: HttpRequest) -> list[series.ChargebackRow]:
+    user = current_user(request)
+    raw = request.GET.get("months") or "3"
+    try:
+        months = int(raw)
+    except ValueError:
+        months = -1
+    tenants = None if is_operator(user) else list(tenants_for(user))
+    return series.chargeback(months, timezone.now(), tenants)
+
+
+@login_required
+def chargeback(request: HttpRequest) -> HttpResponse:
+    return _page(
+        request,
+        "dashboards/chargeback.html",
+        reverse("dashboards:chargeback-data"),
+        prices=sorted(series.gpu_hour_prices().items()),
+        month_choices=(1, 3, 6, 12),
+    )
+
+
+@login_required
+def chargeback_data(request: HttpRequest) -> JsonResponse:
+    try:
+        rows = _chargeback_rows(request)
+    except DomainError as exc:
+        return _error(exc)
+    return JsonResponse(
+        {
+            "figures": {"chargeback": charts.chargeback_figure(rows)},
+            "summary": {
+                "total_cost": f"{sum((r.cost for r in rows), start=0):.2f}",
+                "allocated_gpu_hours": round(sum(r.allocated_gpu_hours for r in rows), 1),
+                "used_gpu_hours": round(sum(r.used_gpu_hours for r in rows), 1),
+            },
+            "tables": {
+                "chargeback": {
+                    "columns": [
+                        "Month",
+                        "Tenant",
+                        "GPU model",
+                        "Allocated GPU-h",
+                        "Used GPU-h",
+                        "Price / GPU-h",
+                        "Charge",
+                    ],
+                    "rows": [
+                        [
+                            r.month,
+                            r.tenant_slug,
+                            r.gpu_model,
+                            r.allocated_gpu_hours,
+                            r.used_gpu_hours,
+                            str(r.price_per_gpu_hour),
+                            str(r.cost),
+                        ]
+                        for r in rows
+                    ],
+                }
+            },
+        }
+    )
+
+
+@login_required
+def chargeback_csv(request: HttpRequest) -> HttpResponse:
+    try:
+        rows = _chargeback_rows(request)
+    except DomainError as exc:
+        return _error(exc)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="tessera-chargeback.csv"'
+    writer = csv.writer(response)
+    writer.writerow(
+        [
+            "month",
+            "tenant",
+            "gpu_model",
+            "allocated_gpu_hours",
+            "used_gpu_hours",
+            "price_per_gpu_hour",
+            "charge",
+        ]
+    )
+    for r in rows:
+        writer.writerow(
+            [
+                r.month,
+                r.tenant_slug,
+                r.gpu_model,
+                f"{r.allocated_gpu_hours:.3f}",
+                f"{r.used_gpu_hours:.3f}",
+                r.price_per_gpu_hour,
+                r.cost,
+            ]
+        )
+    return response

@@ -1,0 +1,269 @@
+"""Synthetic history for demos and benchmarks: hourly rollups for the past days, minute rows for the last
+hours, derived from the cluster as it is now.
+
+Every GPU workload that holds a placement now is assumed to have held it in the past according to its
+profile — inference always, training in 6-hour blocks (70 % of them), development (codespaces) in working
+hours on weekdays and on 15 % of other hours — with utilization from `synthetic` (three samples an hour,
+one per 20-minute burst window). Quota min / max / runtime come from the current quota snapshot; waits
+are synthetic (p50 0.5–2 min, p95 3–10× that) and marked as such nowhere else: this is demo data, never
+run it against a real cluster's history (it refuses when hour rows already exist in the range unless
+`replace=True`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from quotas.models import Quota, QuotaGroup
+from scheduling.choices import WorkloadKind
+from scheduling.models import Gpu, Node
+from scheduling.telemetry import synthetic
+from scheduling.telemetry.ingestion import (
+    GPU_MILLI,
+    SyntheticMetrics,
+    active_shares,
+    floor_hour,
+    ingest_minute,
+    node_in_group,
+    quota_figures,
+)
+from scheduling.telemetry.models import (
+    PoolSample,
+    QuotaSample,
+    Resolution,
+    WorkloadHourly,
+)
+from scheduling.telemetry.rollups import rollup_hour
+
+SAMPLE_MINUTES = (10, 30, 50)
+
+
+def _held(workload_id: int, profile: str, hour: datetime) -> bool:
+    """Whether a workload held its placement in `hour` in the synthetic history."""
+    if profile == "inference":
+        return True
+    if profile == "training":
+        block = int(hour.timestamp()) // (6 * 3600)
+        return synthetic._unit("train", workload_id, block) < 0.7
+    working = hour.weekday() < 5 and 8 <= hour.hour < 20
+    return working or synthetic._unit("dev", workload_id, int(hour.timestamp()) // 3600) < 0.15
+
+
+@dataclass
+class BackfillReport:
+    """What a backfill wrote."""
+
+    hours: int
+    workload_hour_rows: int
+    quota_rows: int
+    pool_rows: int
+    minutes: int
+
+
+class BackfillRefused(Exception):
+    """Hour rows already exist in the range (pass replace=True to overwrite them)."""
+
+
+def backfill(
+    days: int = 30, *, raw_hours: int = 2, now: datetime | None = None, replace: bool = False
+) -> BackfillReport:
+    """Write `days` of hourly rollups ending `raw_hours` before `now`, then minute rows (ingestion of the
+    current cluster) for the last `raw_hours` and their rollups."""
+    now = now or timezone.now()
+    raw_start = floor_hour(now - timedelta(hours=raw_hours))
+    first = raw_start - timedelta(days=days)
+    hours = [
+        first + timedelta(hours=h) for h in range(int((raw_start - first).total_seconds() // 3600))
+    ]
+    existing = WorkloadHourly.objects.filter(hour__gte=first, hour__lt=raw_start).exists() or (
+        QuotaSample.objects.filter(
+            resolution=Resolution.HOUR, ts__gte=first, ts__lt=raw_start
+        ).exists()
+    )
+    if existing and not replace:
+        raise BackfillRefused(
+            f"hour rows already exist between {first:%Y-%m-%d %H:00} and {raw_start:%Y-%m-%d %H:00}"
+        )
+
+    shares = active_shares()
+    quotas = {q.pk: q for q in Quota.objects.all()}
+    groups = list(QuotaGroup.objects.all())
+    nodes = list(Node.objects.all())
+    node_group: dict[int, int] = {}
+    for node in nodes:
+        for group in groups:
+            if node_in_group(node, group):
+                node_group.setdefault(node.pk, group.pk)
+    healthy_by_group: dict[int, int] = defaultdict(int)
+    for gpu in Gpu.objects.select_related("node"):
+        if gpu.healthy and gpu.node.healthy and gpu.node_id in node_group:
+            healthy_by_group[node_group[gpu.node_id]] += 1
+    figures: dict[int, tuple[float, float, float, float]] = {}
+    for group in groups:
+        figures.update(quota_figures(group))
+
+    # per workload: its shares (gpu id, milli, node) and identity
+    per_workload: dict[int, list[tuple[int, int, Node]]] = defaultdict(list)
+    identity: dict[int, tuple[int, int, str, str]] = {}
+    for share, workload, node in shares:
+        per_workload[workload.pk].append((share.gpu_id, share.gpu_milli, node))
+        identity[workload.pk] = (
+            workload.tenant_id,
+            workload.quota_id,
+            workload.kind,
+            workload.profile,
+        )
+
+    workload_rows: list[WorkloadHourly] = []
+    quota_rows: list[QuotaSample] = []
+    pool_rows: list[PoolSample] = []
+    for hour in hours:
+        quota_alloc: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        pool_alloc: dict[int, dict[str, object]] = defaultdict(
+            lambda: {"milli": 0.0, "gpus": set(), "util": 0.0, "unsliced": 0, "occupied": set()}
+        )
+        for workload_id, held in per_workload.items():
+            tenant_id, quota_id, kind, profile = identity[workload_id]
+            if not _held(workload_id, profile, hour):
+                continue
+            milli = sum(m for _g, m, _n in held)
+            utils = [
+                synthetic.utilization(workload_id, profile, hour + timedelta(minutes=m))
+                for m in SAMPLE_MINUTES
+            ]
+            allocated_mm = milli * 60.0
+            used_mm = sum(milli * u / 100 * 20 for u in utils)
+            idle_mm = sum(milli * 20.0 for u in utils if synthetic.is_idle(u))
+            workload_rows.append(
+                WorkloadHourly(
+                    hour=hour,
+                    workload_id=workload_id,
+                    tenant_id=tenant_id,
+                    quota_id=quota_id,
+                    kind=kind,
+                    minutes=60,
+                    allocated_milli_minutes=allocated_mm,
+                    used_milli_minutes=round(used_mm, 3),
+                    idle_milli_minutes=idle_mm,
+                )
+            )
+            model = held[0][2].gpu_model or "unknown"
+            acc = quota_alloc[(quota_id, model)]
+            acc[0] += allocated_mm
+            acc[1] += used_mm
+            acc[2] += idle_mm
+            mean_util = sum(utils) / len(utils)
+            for gpu_id, share_milli, node in held:
+                group_id = node_group.get(node.pk)
+                if group_id is None:
+                    continue
+                pool = pool_alloc[group_id]
+                pool["milli"] = float(pool["milli"]) + share_milli  # type: ignore[arg-type]
+                pool["gpus"].add(gpu_id)  # type: ignore[attr-defined]
+                pool["util"] = float(pool["util"]) + mean_util * share_milli / GPU_MILLI  # type: ignore[arg-type]
+                if kind == WorkloadKind.CODESPACE and share_milli < GPU_MILLI:
+                    pool["unsliced"] = int(pool["unsliced"]) + 1  # type: ignore[call-overload]
+                    pool["occupied"].add(gpu_id)  # type: ignore[attr-defined]
+        allocated_by_quota: dict[int, float] = defaultdict(float)
+        for (quota_id, model), (alloc, used, idle) in quota_alloc.items():
+            quota = quotas[quota_id]
+            allocated_by_quota[quota_id] += alloc
+            quota_rows.append(
+                QuotaSample(
+                    resolution=Resolution.HOUR,
+                    ts=hour,
+                    minutes=60,
+                    group_id=quota.group_id,
+                    quota_id=quota_id,
+                    tenant_id=quota.tenant_id,
+                    gpu_model=model,
+                    allocated_milli=alloc,
+                    used_milli=round(used, 3),
+                    idle_milli=idle,
+                )
+            )
+        for quota in quotas.values():
+            minimum, maximum, runtime, _borrowed = figures.get(quota.pk, (0.0, 0.0, 0.0, 0.0))
+            borrowed = max(0.0, allocated_by_quota.get(quota.pk, 0.0) / 60 - minimum)
+            quota_rows.append(
+                QuotaSample(
+                    resolution=Resolution.HOUR,
+                    ts=hour,
+                    minutes=60,
+                    group_id=quota.group_id,
+                    quota_id=quota.pk,
+                    tenant_id=quota.tenant_id,
+                    gpu_model="",
+                    min_milli=minimum * 60,
+                    max_milli=maximum * 60,
+                    runtime_milli=runtime * 60,
+                    borrowed_milli=borrowed * 60,
+                    pending=round(2 * synthetic._unit("pending", quota.pk, hour.timestamp()), 1)
+                    * 60,
+                )
+            )
+        for group in groups:
+            capacity = healthy_by_group.get(group.pk, 0)
+            pool = pool_alloc[group.pk]
+            p50 = 30 + 90 * synthetic._unit("p50", group.pk, hour.timestamp())
+            p95 = p50 * (3 + 7 * synthetic._unit("p95", group.pk, hour.timestamp()))
+            pool_rows.append(
+                PoolSample(
+                    resolution=Resolution.HOUR,
+                    ts=hour,
+                    minutes=60,
+                    group_id=group.pk,
+                    capacity_gpus=capacity * 60,
+                    capacity_milli=capacity * GPU_MILLI * 60,
+                    allocated_gpus=len(pool["gpus"]) * 60,  # type: ignore[arg-type]
+                    allocated_milli=float(pool["milli"]) * 60,  # type: ignore[arg-type]
+                    sm_utilization=(float(pool["util"]) / capacity * 60) if capacity else 0.0,  # type: ignore[arg-type]
+                    pending=sum(
+                        round(2 * synthetic._unit("pending", q.pk, hour.timestamp()), 1) * 60
+                        for q in quotas.values()
+                        if q.group_id == group.pk
+                    ),
+                    codespace_cards_unsliced=int(pool["unsliced"]) * 60,  # type: ignore[call-overload]
+                    codespace_cards_occupied=len(pool["occupied"]) * 60,  # type: ignore[arg-type]
+                    wait_p50_seconds=round(p50, 1),
+                    wait_p95_seconds=round(p95, 1),
+                    placed_count=0,
+                )
+            )
+
+    with transaction.atomic():
+        if replace:
+            WorkloadHourly.objects.filter(hour__gte=first, hour__lt=raw_start).delete()
+            QuotaSample.objects.filter(
+                resolution=Resolution.HOUR, ts__gte=first, ts__lt=raw_start
+            ).delete()
+            PoolSample.objects.filter(
+                resolution=Resolution.HOUR, ts__gte=first, ts__lt=raw_start
+            ).delete()
+        WorkloadHourly.objects.bulk_create(workload_rows, batch_size=5000)
+        QuotaSample.objects.bulk_create(quota_rows, batch_size=5000)
+        PoolSample.objects.bulk_create(pool_rows, batch_size=5000)
+
+    minutes = 0
+    minute = raw_start
+    end = now.replace(second=0, microsecond=0)
+    while minute <= end:
+        ingest_minute(minute, SyntheticMetrics(), rollup=False)
+        minutes += 1
+        minute += timedelta(minutes=1)
+    hour = raw_start
+    while hour <= end:
+        rollup_hour(hour)
+        hour += timedelta(hours=1)
+    return BackfillReport(
+        hours=len(hours),
+        workload_hour_rows=len(workload_rows),
+        quota_rows=len(quota_rows),
+        pool_rows=len(pool_rows),
+        minutes=minutes,
+    )

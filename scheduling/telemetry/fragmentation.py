@@ -1,0 +1,211 @@
+"""The fragmentation map of a pool: free compute and memory per node × GPU, how many more slices of a
+preset fit and where (the engine's `ClusterState.fit_counts`), and fragmentation (the engine's FGD model:
+free GPU milli that the current request mix cannot use)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from portal.errors import InvalidInput
+from quotas.models import QuotaGroup
+from scheduling.choices import ACTIVE_STATES, WorkloadState
+from scheduling.engine import (
+    Assignment,
+    ClusterState,
+    FragModel,
+    GpuSpec,
+    NodeSpec,
+    PlacementRequest,
+    typical_pods,
+)
+from scheduling.models import Gpu, Node, Placement, PlacementGpu, Workload
+from scheduling.telemetry.ingestion import node_in_group
+
+
+@dataclass(frozen=True)
+class SlicePreset:
+    """A request shape to count: compute milli per GPU, memory MiB per GPU, GPUs."""
+
+    key: str
+    label: str
+    gpu_milli: int
+    gpu_memory_mib: int
+    gpu_count: int = 1
+
+
+PRESETS: tuple[SlicePreset, ...] = (
+    SlicePreset("quarter", "25% / 20 GiB", 250, 20480),
+    SlicePreset("half", "50% / 40 GiB", 500, 40960),
+    SlicePreset("eighth", "12.5% / 10 GiB", 125, 10240),
+    SlicePreset("whole", "1 whole GPU", 1000, 0),
+    SlicePreset("two", "2 whole GPUs", 1000, 0, 2),
+)
+
+
+def preset(key: str | None, milli: int | None = None, memory_mib: int | None = None) -> SlicePreset:
+    """A named preset, or a custom slice when `milli` is given (1–1000 milli, memory ≥ 0)."""
+    if milli is not None:
+        if not 1 <= milli <= 1000 or (memory_mib or 0) < 0:
+            raise InvalidInput(
+                f"A slice is 1 to 1000 milli of compute (got {milli}) and non-negative memory.",
+                fields={"milli": ["1 to 1000"]},
+            )
+        memory = memory_mib or 0
+        return SlicePreset("custom", f"{milli / 10:g}% / {memory / 1024:g} GiB", milli, memory)
+    for p in PRESETS:
+        if p.key == (key or PRESETS[0].key):
+            return p
+    raise InvalidInput(
+        f"Unknown preset {key!r}: choose one of {', '.join(p.key for p in PRESETS)}.",
+        fields={"preset": [f"choose one of {', '.join(p.key for p in PRESETS)}"]},
+    )
+
+
+@dataclass
+class FragmentationMap:
+    """Per node (rows) and GPU index (columns): free milli and free memory (None = no such GPU or
+    unhealthy); fit counts of the preset per node; totals and fragmentation in GPU milli."""
+
+    group: QuotaGroup
+    preset: SlicePreset
+    nodes: list[str] = field(default_factory=list)
+    gpu_columns: int = 0
+    free_milli: list[list[int | None]] = field(default_factory=list)
+    free_memory_mib: list[list[int | None]] = field(default_factory=list)
+    fits: dict[str, int] = field(default_factory=dict)
+    free_milli_total: int = 0
+    fragmented_milli: float = 0.0
+
+    @property
+    def fits_total(self) -> int:
+        return sum(self.fits.values())
+
+    @property
+    def fragmentation_percent(self) -> float | None:
+        if not self.free_milli_total:
+            return None
+        return round(self.fragmented_milli / self.free_milli_total * 100, 2)
+
+
+def _request(p: SlicePreset, request_id: str = "preset") -> PlacementRequest:
+    return PlacementRequest(
+        request_id=request_id,
+        cpu_milli=0,
+        memory_mib=0,
+        gpu_count=p.gpu_count,
+        gpu_milli=p.gpu_milli,
+        gpu_memory_mib=p.gpu_memory_mib,
+    )
+
+
+def fragmentation_map(group: QuotaGroup, chosen: SlicePreset) -> FragmentationMap:
+    """Build the pool's engine state from the database (nodes, healthy GPUs, active placements) and
+    read the map, the fit counts and FGD fragmentation from it."""
+    nodes = [n for n in Node.objects.order_by("name") if node_in_group(n, group)]
+    node_ids = {n.pk for n in nodes}
+    gpus_by_node: dict[int, list[Gpu]] = defaultdict(list)
+    for gpu in Gpu.objects.filter(node_id__in=node_ids).order_by("index"):
+        gpus_by_node[gpu.node_id].append(gpu)
+    specs = [
+        NodeSpec(
+            name=n.name,
+            cpu_milli=n.cpu_milli,
+            memory_mib=n.memory_mib,
+            gpus=tuple(
+                GpuSpec(
+                    index=g.index,
+                    model=g.model,
+                    memory_mib=g.memory_mib,
+                    healthy=g.healthy and n.healthy,
+                    uuid=g.uuid,
+                )
+                for g in gpus_by_node[n.pk]
+            ),
+            gpu_model=n.gpu_model,
+            labels=tuple(sorted((str(k), str(v)) for k, v in (n.labels or {}).items())),
+            schedulable=n.healthy and not n.cordoned,
+        )
+        for n in nodes
+    ]
+    state = ClusterState.from_nodes(specs)
+    index_of = {(g.node_id, g.pk): g.index for gs in gpus_by_node.values() for g in gs}
+    shares: dict[int, list[PlacementGpu]] = defaultdict(list)
+    for share in PlacementGpu.objects.filter(
+        placement__released_at__isnull=True, placement__node_id__in=node_ids
+    ):
+        shares[share.placement_id].append(share)
+    placements = Placement.objects.filter(
+        released_at__isnull=True, node_id__in=node_ids
+    ).select_related("node")
+    for placement in placements:
+        held = shares.get(placement.pk, [])
+        row = state.index[placement.node.name]
+        # an unhealthy GPU is already out of the free capacity: nothing to subtract from it
+        if not all(state.gpu_ok[row, _idx(index_of, placement.node_id, s)] for s in held):
+            continue
+        milli = held[0].gpu_milli if held else 0
+        state.apply(
+            Assignment(
+                request_id=f"p{placement.pk}",
+                node=placement.node.name,
+                gpu_indices=tuple(sorted(_idx(index_of, placement.node_id, s) for s in held)),
+                gpu_milli=milli,
+                gpu_memory_mib=held[0].gpu_memory_mib if held and milli < 1000 else 0,
+                cpu_milli=0,
+                memory_mib=0,
+            )
+        )
+    result = FragmentationMap(group=group, preset=chosen, gpu_columns=state.max_gpus)
+    for i, name in enumerate(state.names):
+        result.nodes.append(name)
+        row_milli: list[int | None] = []
+        row_memory: list[int | None] = []
+        for j in range(state.max_gpus):
+            if j < state.gpu_count[i] and state.gpu_ok[i, j]:
+                row_milli.append(int(state.gpu_free[i, j]))
+                row_memory.append(int(state.gpu_mem_free[i, j]))
+            else:
+                row_milli.append(None)
+                row_memory.append(None)
+        result.free_milli.append(row_milli)
+        result.free_memory_mib.append(row_memory)
+    result.free_milli_total = int(state.gpu_free[state.gpu_ok].sum()) if len(state) else 0
+    result.fits = state.fit_counts(_request(chosen)) if len(state) else {}
+    result.fragmented_milli = round(_fragmented_milli(state, group), 1)
+    return result
+
+
+def _idx(index_of: dict[tuple[int, int], int], node_id: int, share: PlacementGpu) -> int:
+    return index_of[(node_id, share.gpu_id)]
+
+
+def _fragmented_milli(state: ClusterState, group: QuotaGroup) -> float:
+    """Σ over schedulable nodes of FGD's F(node) for the typical pods of the pool's active and pending GPU
+    requests (the current request mix); 0 without any request."""
+    from quotas.models import Quota
+
+    quota_ids = list(Quota.objects.filter(group=group).values_list("pk", flat=True))
+    rows = Workload.objects.filter(
+        quota_id__in=quota_ids,
+        gpu_count__gt=0,
+        state__in=[*ACTIVE_STATES, WorkloadState.PENDING],
+    ).values_list("gpu_count", "gpu_milli", "gpu_memory_mib")
+    requests = [
+        PlacementRequest(
+            request_id=str(n),
+            cpu_milli=0,
+            memory_mib=0,
+            gpu_count=c,
+            gpu_milli=m,
+            gpu_memory_mib=mem,
+        )
+        for n, (c, m, mem) in enumerate(rows)
+    ]
+    typical = typical_pods(requests)
+    if not typical or not len(state):
+        return 0.0
+    model = FragModel(typical, state.model_index)
+    return float(
+        sum(model.frag(state.node_key(i)) for i in range(len(state)) if state.schedulable[i])
+    )
