@@ -36,7 +36,15 @@ from scheduling.engine import (
     typical_pods,
 )
 
-DEFAULT_TRACES = ("cpu050", "cpu250", "default", "gpushare100", "gpushare40", "gpuspec33", "multigpu50")
+DEFAULT_TRACES = (
+    "cpu050",
+    "cpu250",
+    "default",
+    "gpushare100",
+    "gpushare40",
+    "gpuspec33",
+    "multigpu50",
+)
 POLICY_LABEL = {
     "random": "Random",
     "dotproduct": "DotProd",
@@ -154,7 +162,9 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
                 log.append((job["seed"], idx, r.request_id, "", "", 0))
             else:
                 gpus = ";".join(str(j) for j in a.gpu_indices)
-                log.append((job["seed"], idx, r.request_id, a.node, gpus, a.gpu_milli if gpus else 0))
+                log.append(
+                    (job["seed"], idx, r.request_id, a.node, gpus, a.gpu_milli if gpus else 0)
+                )
     seconds = time.perf_counter() - t0
     cols = alloc_columns(arrived, used)
     return {
@@ -360,7 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     ap = argparse.ArgumentParser(prog="python -m bench.replay", description=__doc__.split("\n")[0])
     ap.add_argument("--trace-dir", default="../shared/traces/openb")
-    ap.add_argument("--workload-tool", default=None, help="default: TRACE_DIR/../../tools/openb_workload.py")
+    ap.add_argument(
+        "--workload-tool", default=None, help="default: TRACE_DIR/../../tools/openb_workload.py"
+    )
     ap.add_argument("--traces", default=",".join(DEFAULT_TRACES))
     ap.add_argument("--policies", default="tessera,fgd,bestfit")
     ap.add_argument("--seeds", default="42-51")
@@ -369,7 +381,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--curves-csv", type=Path)
     ap.add_argument("--plot-html", type=Path)
     ap.add_argument("--decision-log", type=Path)
-    ap.add_argument("--no-speed", action="store_true", help="skip the synthetic 5,000-node speed section")
+    ap.add_argument(
+        "--no-speed", action="store_true", help="skip the synthetic 5,000-node speed section"
+    )
     args = ap.parse_args(argv)
 
     trace_dir = Path(args.trace_dir).resolve()
@@ -406,8 +420,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     summary = summarise(results)
     published = load_published(trace_dir)
-    print(f"openb replay: {len(jobs)} runs ({len(traces)} traces x {len(policies)} policies x "
-          f"{len(seeds)} seeds) in {wall:.0f} s on {args.jobs} processes\n")
+    print(
+        f"openb replay: {len(jobs)} runs ({len(traces)} traces x {len(policies)} policies x "
+        f"{len(seeds)} seeds) in {wall:.0f} s on {args.jobs} processes\n"
+    )
     lines = print_table(summary, published, traces, policies)
 
     per_seed = load_published_per_seed(trace_dir)
@@ -421,16 +437,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         r for r in results if (r["trace"], POLICY_LABEL.get(r["policy"], ""), r["seed"]) in per_seed
     ]
     if comparable:
-        print(f"\nruns identical to the published per-seed row (@100 and @130): "
-              f"{len(exact)}/{len(comparable)}")
+        print(
+            f"\nruns identical to the published per-seed row (@100 and @130): "
+            f"{len(exact)}/{len(comparable)}"
+        )
     ff_rows = []
     for t, ref in FIRSTFIT_REF.items():
         for p in policies:
-            mine = [r["alloc100"] for r in results if r["trace"] == t and r["policy"] == p
-                    and r["seed"] in (42, 43, 44)]
+            mine = [
+                r["alloc100"]
+                for r in results
+                if r["trace"] == t and r["policy"] == p and r["seed"] in (42, 43, 44)
+            ]
             if len(mine) == 3:
-                ff_rows.append(f"  {t:12s} {p:9s} seeds 42-44 @100: {np.mean(mine):6.2f}"
-                               f"  FirstFit (§12): {np.mean(ref):6.2f}  diff {np.mean(mine) - np.mean(ref):+.2f}")
+                ff_rows.append(
+                    f"  {t:12s} {p:9s} seeds 42-44 @100: {np.mean(mine):6.2f}"
+                    f"  FirstFit (§12): {np.mean(ref):6.2f}  diff {np.mean(mine) - np.mean(ref):+.2f}"
+                )
     if ff_rows:
         print("\nagainst FirstFit (protocol §12, same seeds):")
         print("\n".join(ff_rows))
@@ -448,8 +471,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         syn = speed["synthetic"]
         ff = syn["firstfit"]["decisions_per_s"]
         for p, v in syn.items():
-            print(f"  synthetic 5,000 x 8    {p:9s} {v['decisions_per_s']:8.0f}/s "
-                  f"({v['decisions_per_s'] / ff:.2f}x firstfit)")
+            print(
+                f"  synthetic 5,000 x 8    {p:9s} {v['decisions_per_s']:8.0f}/s "
+                f"({v['decisions_per_s'] / ff:.2f}x firstfit)"
+            )
         mb = speed["state_bytes_5000x8"] / 1e6
         print(f"  state memory 5,000 nodes x 8 GPUs: {mb:.2f} MB ({mb / 10:.2f}x the 10 MB budget)")
     if args.json:

@@ -62,7 +62,9 @@ def explain(state: ClusterState, request: PlacementRequest) -> Unplaced | None:
         failed.append(("no nodes", 0))
         reason = UnplacedReason.INSUFFICIENT_CPU if request.is_cpu_only else reason
     slice_ = None if request.is_cpu_only else state.largest_free_slice(host_ok & state.has_gpu)
-    detail = "; ".join(f"{name} excluded {cnt} node{'s' if cnt != 1 else ''}" for name, cnt in failed)
+    detail = "; ".join(
+        f"{name} excluded {cnt} node{'s' if cnt != 1 else ''}" for name, cnt in failed
+    )
     msg = f"No node of {n} can host {_describe(request)} now: {detail or 'the cluster is empty'}."
     if slice_ is not None:
         msg += f" The largest GPU slice free on a suitable node is {slice_[0]}m / {slice_[1]} MiB."

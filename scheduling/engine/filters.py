@@ -26,7 +26,9 @@ def validate(request: PlacementRequest) -> str | None:
     if r.gpu_milli > GPU_MILLI:
         return f"gpu_milli is per GPU and at most {GPU_MILLI}, got {r.gpu_milli}"
     if r.gpu_count > 1 and 0 < r.gpu_milli < GPU_MILLI:
-        return "a slice (gpu_milli < 1000) is on exactly one GPU; ask for whole GPUs for gpu_count > 1"
+        return (
+            "a slice (gpu_milli < 1000) is on exactly one GPU; ask for whole GPUs for gpu_count > 1"
+        )
     if r.gpu_count >= 1 and r.gpu_milli == 0:
         return "gpu_count > 0 needs gpu_milli > 0 (1000 for whole GPUs)"
     return None
@@ -68,7 +70,10 @@ def slice_gpu_mask(state: ClusterState, request: PlacementRequest) -> BoolArray:
 
 def whole_gpu_mask(state: ClusterState) -> BoolArray:
     """Per-GPU mask (N × G) of healthy, completely free GPUs."""
-    return state.gpu_ok & (state.gpu_free == GPU_MILLI) & (state.gpu_mem_free == state.gpu_mem_cap)
+    out: BoolArray = (
+        state.gpu_ok & (state.gpu_free == GPU_MILLI) & (state.gpu_mem_free == state.gpu_mem_cap)
+    )
+    return out
 
 
 def domain_whole_free(state: ClusterState) -> np.ndarray:
@@ -108,13 +113,15 @@ def _reserved(s: ClusterState, r: PlacementRequest) -> BoolArray:
 
 
 def _gpu(s: ClusterState, r: PlacementRequest) -> BoolArray:
-    if r.is_whole_gpu:
-        return s.whole_free >= r.gpu_count
-    return s.max_free_milli >= r.gpu_milli
+    out: BoolArray = (
+        s.whole_free >= r.gpu_count if r.is_whole_gpu else s.max_free_milli >= r.gpu_milli
+    )
+    return out
 
 
 def _gpu_memory(s: ClusterState, r: PlacementRequest) -> BoolArray:
-    return slice_gpu_mask(s, r).any(axis=1)
+    out: BoolArray = np.asarray(slice_gpu_mask(s, r).any(axis=1), np.bool_)
+    return out
 
 
 def _topology(s: ClusterState, r: PlacementRequest) -> BoolArray:
@@ -171,7 +178,9 @@ def feasible_mask(state: ClusterState, request: PlacementRequest) -> BoolArray:
     return m
 
 
-def preferred_subset(state: ClusterState, request: PlacementRequest, cand: np.ndarray) -> np.ndarray:
+def preferred_subset(
+    state: ClusterState, request: PlacementRequest, cand: np.ndarray
+) -> np.ndarray:
     """Soft preferences applied after filtering, when they leave at least one node.
 
     CPU-only work goes to nodes without GPUs when one fits; a multi-GPU request with a ``PREFERRED``
@@ -179,11 +188,11 @@ def preferred_subset(state: ClusterState, request: PlacementRequest, cand: np.nd
     """
     r = request
     if r.is_cpu_only and state.has_gpu.any() and not state.has_gpu.all():
-        sub = cand[~state.has_gpu[cand]]
+        sub: np.ndarray = cand[~state.has_gpu[cand]]
         if sub.size:
             return sub
     if r.is_whole_gpu and r.gpu_count > 1 and r.topology is TopologyPolicy.PREFERRED:
-        sub = cand[domain_whole_free(state)[cand] >= r.gpu_count]
-        if sub.size:
-            return sub
+        sub2: np.ndarray = cand[domain_whole_free(state)[cand] >= r.gpu_count]
+        if sub2.size:
+            return sub2
     return cand

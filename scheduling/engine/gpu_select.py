@@ -56,7 +56,9 @@ def make_assignment(
         return Assignment(r.request_id, state.names[i], (), 0, 0, r.cpu_milli, r.memory_mib)
     if r.is_whole_gpu:
         mem = int(min(int(state.gpu_mem_cap[i, j]) for j in gpus))
-        return Assignment(r.request_id, state.names[i], gpus, GPU_MILLI, mem, r.cpu_milli, r.memory_mib)
+        return Assignment(
+            r.request_id, state.names[i], gpus, GPU_MILLI, mem, r.cpu_milli, r.memory_mib
+        )
     return Assignment(
         r.request_id, state.names[i], gpus, r.gpu_milli, r.gpu_memory_mib, r.cpu_milli, r.memory_mib
     )

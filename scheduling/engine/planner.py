@@ -13,6 +13,7 @@ import numpy as np
 
 from .explain import explain
 from .filters import validate
+from .fragmentation import typical_pods
 from .placer import place_one
 from .policies import POLICIES, Policy
 from .state import ClusterState
@@ -25,7 +26,6 @@ from .types import (
     Unplaced,
     UnplacedReason,
 )
-from .fragmentation import typical_pods
 
 
 def _order(requests: Sequence[PlacementRequest]) -> list[PlacementRequest]:
@@ -125,11 +125,11 @@ def plan_placements(
     for r in ordered:
         if r.request_id in done:
             continue
-        g = gang_of.get(r.request_id)
-        if g is not None:
-            members = [m for m in ordered if gang_of.get(m.request_id) is g]
+        gang = gang_of.get(r.request_id)
+        if gang is not None:
+            members = [m for m in ordered if gang_of.get(m.request_id) is gang]
             done.update(m.request_id for m in members)
-            ok, bad = _place_gang(work, g, members, pol, prio)
+            ok, bad = _place_gang(work, gang, members, pol, prio)
             placements.extend(ok)
             unplaced.extend(bad)
             continue

@@ -85,7 +85,9 @@ class ClusterState:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_nodes(
-        cls, nodes: Sequence[NodeSpec], reservation: ReservationPolicy = ReservationPolicy()
+        cls,
+        nodes: Sequence[NodeSpec],
+        reservation: ReservationPolicy = ReservationPolicy(),  # noqa: B008 (frozen value)
     ) -> ClusterState:
         """Build the state of an empty cluster.
 
@@ -207,13 +209,18 @@ class ClusterState:
             self.cpuonly_cpu_used[i] + a.cpu_milli > self.cpuonly_cpu_limit[i]
             or self.cpuonly_mem_used[i] + a.memory_mib > self.cpuonly_mem_limit[i]
         ):
-            raise ValueError(f"{a.request_id}: CPU-only work exceeds the reserved share on {a.node}")
+            raise ValueError(
+                f"{a.request_id}: CPU-only work exceeds the reserved share on {a.node}"
+            )
         whole = a.gpu_milli >= GPU_MILLI
         for j in a.gpu_indices:
             if not self.gpu_ok[i, j]:
                 raise ValueError(f"{a.request_id}: GPU {j} of {a.node} is unhealthy")
             if whole:
-                if self.gpu_free[i, j] != GPU_MILLI or self.gpu_mem_free[i, j] != self.gpu_mem_cap[i, j]:
+                if (
+                    self.gpu_free[i, j] != GPU_MILLI
+                    or self.gpu_mem_free[i, j] != self.gpu_mem_cap[i, j]
+                ):
                     raise ValueError(f"{a.request_id}: GPU {j} of {a.node} is not completely free")
             elif a.gpu_milli > self.gpu_free[i, j] or a.gpu_memory_mib > self.gpu_mem_free[i, j]:
                 raise ValueError(f"{a.request_id}: slice does not fit on GPU {j} of {a.node}")
@@ -352,7 +359,9 @@ class ClusterState:
         r = request
         big = np.int64(1 << 40)
         cnt = np.where(r.cpu_milli > 0, self.cpu_free // max(r.cpu_milli, 1), big)
-        cnt = np.minimum(cnt, np.where(r.memory_mib > 0, self.mem_free // max(r.memory_mib, 1), big))
+        cnt = np.minimum(
+            cnt, np.where(r.memory_mib > 0, self.mem_free // max(r.memory_mib, 1), big)
+        )
         if r.is_cpu_only:
             room_c = (self.cpuonly_cpu_limit - self.cpuonly_cpu_used) // max(r.cpu_milli, 1)
             room_m = (self.cpuonly_mem_limit - self.cpuonly_mem_used) // max(r.memory_mib, 1)

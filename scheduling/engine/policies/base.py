@@ -85,7 +85,9 @@ class CachedNodeScorer:
 
     def __init__(self) -> None:
         self._uid = -1
-        self._tables: dict[tuple[int, int, int], tuple[FloatArray, IntArray, list[tuple[int, ...]]]] = {}
+        self._tables: dict[
+            tuple[int, int, int], tuple[FloatArray, IntArray, list[tuple[int, ...]]]
+        ] = {}
         self._memo: dict[tuple[NodeKey, tuple[int, int, int]], tuple[float, tuple[int, ...]]] = {}
 
     def score_key(
@@ -102,8 +104,10 @@ class CachedNodeScorer:
             self._uid = state.uid
             self._tables.clear()
         pk = pod_key(request)
-        slice_mem = (not request.is_cpu_only) and (not request.is_whole_gpu) and (
-            request.gpu_memory_mib > 0
+        slice_mem = (
+            (not request.is_cpu_only)
+            and (not request.is_whole_gpu)
+            and (request.gpu_memory_mib > 0)
         )
         if slice_mem:
             return self._choose_uncached(state, request, cand, prio, pk)
@@ -138,7 +142,9 @@ class CachedNodeScorer:
         scores = np.zeros(cand.size, np.float64)
         vals: list[tuple[int, ...]] = []
         for pos, i in enumerate(cand.tolist()):
-            allowed = frozenset(int(v) for v in state.gpu_free[i, slice_candidates(state, i, request)])
+            allowed = frozenset(
+                int(v) for v in state.gpu_free[i, slice_candidates(state, i, request)]
+            )
             s, v = self.score_key(state.node_key(i), pk, allowed)
             scores[pos] = s
             vals.append(v)

@@ -39,8 +39,6 @@ class GpuClusteringPolicy:
         return i, default_gpus(state, i, r)
 
 
-def make_gpuclustering(
-    *, typical: Sequence[TypicalPod] = (), seed: int = 0
-) -> GpuClusteringPolicy:
+def make_gpuclustering(*, typical: Sequence[TypicalPod] = (), seed: int = 0) -> GpuClusteringPolicy:
     """Factory for :class:`GpuClusteringPolicy`."""
     return GpuClusteringPolicy()

@@ -70,11 +70,20 @@ class TesseraPolicy(FgdPolicy):
     name = "tessera"
 
     def __init__(
-        self, typical: Sequence[TypicalPod], mu: float = MU, bonus: float = USED_NODE_BONUS
+        self,
+        typical: Sequence[TypicalPod],
+        mu: float = MU,
+        bonus: float = USED_NODE_BONUS,
+        cpu_only_full: float = 0.0,
+        cpu_slack: float = 0.0,
+        bonus_cpu: float | None = None,
     ) -> None:
         super().__init__(typical)
         self.mu = mu
         self.bonus = bonus
+        self.cpu_only_full = cpu_only_full
+        self.cpu_slack = cpu_slack
+        self.bonus_cpu = bonus if bonus_cpu is None else bonus_cpu
         self._pressure: dict[int, float] = {}
         self._bound = -1
 
@@ -102,8 +111,14 @@ class TesseraPolicy(FgdPolicy):
         model, _cpu, idle = key
         if pod[2] > 0:
             score -= self.mu * self._pressure.get(model, 0.0)
-        if sum(idle) < GPU_MILLI * len(idle):
-            score += self.bonus
+        total = sum(idle)
+        if total < GPU_MILLI * len(idle):
+            score += self.bonus if pod[2] > 0 else self.bonus_cpu
+        if pod[2] == 0 and idle:
+            score += self.cpu_only_full * (1.0 - total / (GPU_MILLI * len(idle)))
+        if self.cpu_slack and total > pod[1] * pod[2]:
+            left = (_cpu - pod[0]) / (total - pod[1] * pod[2])
+            score += self.cpu_slack * min(left / 12.0, 1.0)
         return score, vals
 
 

@@ -37,12 +37,14 @@ def test_counts_each_constraint_and_reports_largest_slice() -> None:
 def test_reason_is_the_constraint_that_removed_the_last_nodes() -> None:
     s = cluster(node("a", 1, cpu=2000))
     u = explain(s, req("r", cpu=4000, gpus=1, milli=100))
-    assert u is not None and u.reason is UnplacedReason.INSUFFICIENT_CPU
+    assert u is not None
+    assert u.reason is UnplacedReason.INSUFFICIENT_CPU
     assert u.failed_constraints == (("CPU", 1),)
     assert u.largest_fitting_slice is None
 
 
 def test_invalid_request_is_explained() -> None:
     u = explain(cluster(node("a", 1)), req("r", gpus=1, milli=1500))
-    assert u is not None and u.reason is UnplacedReason.INVALID_REQUEST
+    assert u is not None
+    assert u.reason is UnplacedReason.INVALID_REQUEST
     assert "at most 1000" in u.message

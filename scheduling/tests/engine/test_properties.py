@@ -101,8 +101,10 @@ def _check_invariants(nodes: list[NodeSpec], reqs: list[PlacementRequest], polic
                 if r.is_whole_gpu:
                     assert work.gpu_free[work.index[a.node], j] == 1000
         work.apply(a)  # raises if anything is over capacity
-    assert (work.cpu_free >= 0).all() and (work.mem_free >= 0).all()
-    assert (work.gpu_free >= 0).all() and (work.gpu_free <= 1000).all()
+    assert (work.cpu_free >= 0).all()
+    assert (work.mem_free >= 0).all()
+    assert (work.gpu_free >= 0).all()
+    assert (work.gpu_free <= 1000).all()
     assert (work.gpu_mem_free >= 0).all()
     # place-then-release is the identity
     for a in reversed(plan.placements):
