@@ -302,28 +302,12 @@ TESSERA_SCHEDULING_QUEUES = env_int("TESSERA_SCHEDULING_QUEUES", 4, minimum=1)
 TESSERA_CYCLE_MAX_WORKLOADS = env_int("TESSERA_CYCLE_MAX_WORKLOADS", 5000, minimum=1)
 TESSERA_RECONCILE_INTERVAL_SECONDS = env_float("TESSERA_RECONCILE_INTERVAL_SECONDS", 30.0)
 TESSERA_INVENTORY_SYNC_SECONDS = env_float("TESSERA_INVENTORY_SYNC_SECONDS", 300.0)
-CELERY_BEAT_SCHEDULE["scheduling-cycles"] = {
-    "task": "scheduling.tasks.schedule_cycles_task",
-    "schedule": TESSERA_CYCLE_INTERVAL_SECONDS,
-}
-CELERY_BEAT_SCHEDULE["scheduling-sync-status"] = {
-    "task": "scheduling.tasks.sync_status_task",
-    "schedule": TESSERA_CYCLE_INTERVAL_SECONDS,
-}
-CELERY_BEAT_SCHEDULE["scheduling-reconcile"] = {
-    "task": "scheduling.tasks.reconcile_task",
-    "schedule": TESSERA_RECONCILE_INTERVAL_SECONDS,
-}
-CELERY_BEAT_SCHEDULE["scheduling-sync-inventory"] = {
-    "task": "scheduling.tasks.sync_inventory_task",
-    "schedule": TESSERA_INVENTORY_SYNC_SECONDS,
-}
-
-# scheduling: shard queues, cycle size, beat (cycles, status sync, reconcilers, inventory sync).
-TESSERA_SCHEDULING_QUEUES = env_int("TESSERA_SCHEDULING_QUEUES", 4, minimum=1)
-TESSERA_CYCLE_MAX_WORKLOADS = env_int("TESSERA_CYCLE_MAX_WORKLOADS", 5000, minimum=1)
-TESSERA_RECONCILE_INTERVAL_SECONDS = env_float("TESSERA_RECONCILE_INTERVAL_SECONDS", 30.0)
-TESSERA_INVENTORY_SYNC_SECONDS = env_float("TESSERA_INVENTORY_SYNC_SECONDS", 300.0)
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(  # type: ignore[union-attr]
+    {
+        "WorkloadStateEnum": "scheduling.choices.WorkloadState",
+        "GangStateEnum": "scheduling.choices.GangState",
+    }
+)
 CELERY_BEAT_SCHEDULE["scheduling-cycles"] = {
     "task": "scheduling.tasks.schedule_cycles_task",
     "schedule": TESSERA_CYCLE_INTERVAL_SECONDS,

@@ -2,5 +2,18 @@
 
 from rest_framework.routers import SimpleRouter
 
+from scheduling.api.views import (
+    GpuViewSet,
+    JobViewSet,
+    NodeViewSet,
+    PlacementViewSet,
+    WorkloadViewSet,
+)
+
 router = SimpleRouter()
+router.register("nodes", NodeViewSet, basename="node")
+router.register("gpus", GpuViewSet, basename="gpu")
+router.register("placements", PlacementViewSet, basename="placement")
+router.register("workloads", WorkloadViewSet, basename="workload")
+router.register("jobs", JobViewSet, basename="job")
 urlpatterns = router.urls

@@ -1,0 +1,271 @@
+"""Scheduling API: inventory (read by every member; operator actions by operators only), placements and
+workloads (tenant-scoped), and gang jobs (submit, read, cancel)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from portal.errors import Forbidden, InvalidInput
+from portal.scoping import TenantScopedQuerysetMixin, current_user, is_operator, tenants_for
+from quotas.models import Quota
+from scheduling import services
+from scheduling.api.serializers import (
+    GpuHealthSerializer,
+    GpuSerializer,
+    JobCreateSerializer,
+    JobSerializer,
+    NodeDetailSerializer,
+    NodeSerializer,
+    OperatorResultSerializer,
+    PlacementSerializer,
+    WorkloadSerializer,
+)
+from scheduling.models import Gang, Gpu, Node, Placement, Workload
+
+
+def _require_operator(request: Request) -> None:
+    if not is_operator(request.user):
+        raise Forbidden("Only platform operators can change the cluster inventory.")
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    """Cluster nodes (every signed-in user may read the inventory). Operators cordon, uncordon, drain and
+    (simulated cluster) fail nodes."""
+
+    queryset = Node.objects.prefetch_related("gpus").order_by("name")
+    serializer_class = NodeSerializer
+    ordering = "name"
+    ordering_fields = ["name", "pool", "cpu_milli"]
+    filter_fields = {"pool": "pool", "cordoned": "cordoned", "healthy": "healthy"}
+    search_fields = ["name"]
+
+    def get_serializer_class(self) -> Any:
+        return NodeDetailSerializer if self.action != "list" else NodeSerializer
+
+    @extend_schema(request=None, responses={200: NodeDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def cordon(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        _require_operator(request)
+        node = services.cordon_node(self.get_object().pk)
+        return Response(NodeDetailSerializer(node, context=self.get_serializer_context()).data)
+
+    @extend_schema(request=None, responses={200: NodeDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        _require_operator(request)
+        node = services.uncordon_node(self.get_object().pk)
+        return Response(NodeDetailSerializer(node, context=self.get_serializer_context()).data)
+
+    @extend_schema(request=None, responses={200: OperatorResultSerializer})
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        _require_operator(request)
+        return Response({"requeued": services.drain_node(self.get_object().pk)})
+
+    @extend_schema(request=None, responses={200: OperatorResultSerializer})
+    @action(detail=True, methods=["post"])
+    def fail(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Simulated cluster only: the node fails, its workloads are requeued."""
+        _require_operator(request)
+        _require_simulated()
+        return Response({"requeued": services.fail_node(self.get_object().pk)})
+
+
+def _require_simulated() -> None:
+    from django.conf import settings
+
+    if settings.TESSERA_BACKEND != "simulated":
+        raise InvalidInput("Failures can only be injected into the simulated cluster.")
+
+
+class GpuViewSet(viewsets.ReadOnlyModelViewSet):
+    """GPUs with the slices placed on them. Operators set health and (simulated) inject failures."""
+
+    queryset = Gpu.objects.select_related("node").order_by("node__name", "index")
+    serializer_class = GpuSerializer
+    ordering = "id"
+    filter_fields = {"node": "node__name", "model": "model", "healthy": "healthy"}
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        ctx = super().get_serializer_context()
+        return ctx
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        from scheduling.services.cluster_view import gpu_shares
+
+        qs = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(qs)
+        items = list(page if page is not None else qs)
+        ctx = {
+            **self.get_serializer_context(),
+            "shares_by_gpu": gpu_shares([g.pk for g in items], request.user),
+        }
+        data = GpuSerializer(items, many=True, context=ctx).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
+
+    @extend_schema(request=GpuHealthSerializer, responses={200: OperatorResultSerializer})
+    @action(detail=True, methods=["post"])
+    def health(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        _require_operator(request)
+        payload = GpuHealthSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        requeued = services.set_gpu_health(
+            self.get_object().pk,
+            healthy=payload.validated_data["healthy"],
+            reason=payload.validated_data.get("reason", ""),
+        )
+        return Response({"requeued": requeued})
+
+    @extend_schema(request=None, responses={200: OperatorResultSerializer})
+    @action(detail=True, methods=["post"])
+    def fail(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Simulated cluster only: the GPU fails; exactly the workloads on it are requeued."""
+        _require_operator(request)
+        _require_simulated()
+        return Response({"requeued": services.fail_gpu(self.get_object().pk)})
+
+
+class PlacementViewSet(TenantScopedQuerysetMixin, viewsets.ReadOnlyModelViewSet):
+    """Placements of your tenants' workloads (active and released)."""
+
+    queryset = Placement.objects.select_related("node", "tenant").prefetch_related(
+        "gpu_shares__gpu"
+    )
+    serializer_class = PlacementSerializer
+    filter_fields = {"workload": "workload_id", "node": "node__name", "tenant": "tenant__slug"}
+
+    def filter_queryset(self, queryset: QuerySet[Placement]) -> QuerySet[Placement]:
+        qs = super().filter_queryset(queryset)
+        active = self.request.query_params.get("active")
+        if active in ("true", "false"):
+            qs = qs.filter(released_at__isnull=(active == "true"))
+        return qs
+
+
+_ACTIVE_PLACEMENTS = Prefetch(
+    "placements",
+    queryset=Placement.objects.filter(released_at__isnull=True)
+    .select_related("node", "tenant")
+    .prefetch_related("gpu_shares__gpu"),
+)
+
+
+class WorkloadViewSet(TenantScopedQuerysetMixin, viewsets.ReadOnlyModelViewSet):
+    """Workloads of your tenants (codespaces and job pods): state, why it waits, where it runs."""
+
+    queryset = Workload.objects.select_related("tenant", "owner").prefetch_related(
+        _ACTIVE_PLACEMENTS
+    )
+    serializer_class = WorkloadSerializer
+    filter_fields = {
+        "state": "state",
+        "kind": "kind",
+        "tenant": "tenant__slug",
+        "quota": "quota_id",
+        "gang": "gang_id",
+    }
+    search_fields = ["name"]
+    ordering_fields = ["submitted_at", "priority", "queue_position"]
+
+
+def _tenant_for(user: Any, slug: str | None) -> Any:
+    tenants = tenants_for(user)
+    if slug:
+        tenant = tenants.filter(slug=slug).first()
+        if tenant is None:
+            raise InvalidInput(
+                f"You are not a member of team {slug}.",
+                fields={"tenant": [f"Unknown team {slug}."]},
+            )
+        return tenant
+    mine = list(tenants[:2])
+    if len(mine) != 1:
+        raise InvalidInput(
+            "Name the team (tenant slug) the job belongs to.",
+            fields={"tenant": ["Required: you belong to several teams (or none)."]},
+        )
+    return mine[0]
+
+
+def _quota_for(tenant: Any, quota_id: int | None) -> Quota:
+    quotas = Quota.objects.filter(tenant=tenant).select_related("group")
+    if quota_id is not None:
+        quota = quotas.filter(pk=quota_id).first()
+        if quota is None:
+            raise InvalidInput(
+                f"Quota {quota_id} is not a quota of team {tenant.slug}.",
+                fields={"quota": ["Choose one of your team's quotas."]},
+            )
+        return quota
+    mine = list(quotas[:2])
+    if len(mine) != 1:
+        raise InvalidInput(
+            f"Team {tenant.slug} has {quotas.count()} quotas; name the one to charge.",
+            fields={"quota": ["Required: give the quota id."]},
+        )
+    return mine[0]
+
+
+class JobViewSet(
+    TenantScopedQuerysetMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Gang jobs: N pods with the same resources, placed all together (at least `min_available`) or not
+    at all; they time out after `timeout_seconds` without a complete placement. Per-pod status and
+    placement; cancel."""
+
+    queryset = Gang.objects.select_related("tenant", "owner").prefetch_related(
+        Prefetch(
+            "members", queryset=Workload.objects.order_by("pk").prefetch_related(_ACTIVE_PLACEMENTS)
+        )
+    )
+    serializer_class = JobSerializer
+    filter_fields = {"state": "state", "tenant": "tenant__slug"}
+    search_fields = ["name"]
+
+    @extend_schema(request=JobCreateSerializer, responses={201: JobSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        payload = JobCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = payload.validated_data
+        user = current_user(request)
+        tenant = _tenant_for(user, data.get("tenant"))
+        quota = _quota_for(tenant, data.get("quota"))
+        member = dict(data["member"])
+        if member.get("gpu_count") and "gpu_milli" not in member:
+            member["gpu_milli"] = 1000
+        gang = services.submit_gang(
+            tenant=tenant,
+            quota=quota,
+            name=data["name"],
+            owner=user,
+            members=[member] * data["pods"],
+            min_available=data.get("min_available") or data["pods"],
+            timeout_seconds=data["timeout_seconds"],
+            priority=data["priority"],
+            preemptible=data["preemptible"],
+        )
+        gang = self.get_queryset().get(pk=gang.pk)
+        return Response(JobSerializer(gang).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: JobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        gang = self.get_object()
+        user = current_user(request)
+        from portal.scoping import can_admin_tenant
+
+        if not (gang.owner_id == user.pk or can_admin_tenant(user, gang.tenant_id)):
+            raise Forbidden("Only the job's owner or a team admin can cancel it.")
+        services.cancel_gang(gang.pk, reason=f"Cancelled by {user.get_username()}.")
+        return Response(JobSerializer(self.get_queryset().get(pk=gang.pk)).data)

@@ -1,0 +1,210 @@
+"""Scheduling API: inventory, operator actions, workloads/placements scoping and gang jobs, per persona."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduling import services
+from scheduling.choices import GangState, WorkloadState
+from scheduling.models import Gang, Gpu, Node, Placement, Workload
+from scheduling.services import snapshot as snap
+from scheduling.tests.factories import make_group, make_quota, small_cluster
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _cluster() -> Any:
+    snap.forget()
+    small_cluster(gpu_nodes=2, gpus_per_node=4)
+    yield
+    snap.forget()
+
+
+@pytest.fixture
+def quota_a(team_a: Any) -> Any:
+    return make_quota(make_group(), team_a, name="team-a")
+
+
+@pytest.fixture
+def quota_b(team_b: Any) -> Any:
+    return make_quota(make_group(), team_b, name="team-b")
+
+
+def personas(request: Any, name: str) -> Any:
+    return request.getfixturevalue(name)
+
+
+JOB = {
+    "name": "train",
+    "pods": 2,
+    "member": {"cpu_milli": 2000, "memory_mib": 4096, "gpu_count": 1},
+    "timeout_seconds": 120,
+}
+
+
+def test_job_submit_places_all_pods_and_shows_each_member(
+    alice: Any, quota_a: Any, api_as: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        r = api_as(alice).post("/api/v1/jobs/", JOB, format="json")
+    assert r.status_code == 201, r.json()
+    job = api_as(alice).get(f"/api/v1/jobs/{r.json()['id']}/").json()
+    assert job["pods"] == 2 and job["min_available"] == 2
+    assert job["tenant"] == "team-a" and job["owner"] == "alice"
+    assert [m["state"] for m in job["members"]] in (
+        [WorkloadState.PLACED] * 2,
+        [WorkloadState.RUNNING] * 2,
+    )
+    assert all(m["placement"]["gpus"][0]["gpu_milli"] == 1000 for m in job["members"])
+    assert job["state"] in (GangState.PLACED, GangState.RUNNING)
+
+
+@pytest.mark.parametrize(
+    ("_case", "body", "field"),
+    [
+        ("no pods", {**JOB, "pods": 0}, "pods"),
+        ("min above pods", {**JOB, "min_available": 3}, "min_available"),
+        ("slice on 2 gpus", {**JOB, "member": {**JOB["member"], "gpu_count": 2, "gpu_milli": 500}},
+         "members[0].gpu_milli"),
+        ("bad name", {**JOB, "name": "Bad Name"}, "name"),
+    ],
+)  # fmt: skip
+def test_job_submit_rejects_bad_input_with_400_and_writes_nothing(
+    _case: str, body: dict[str, Any], field: str, alice: Any, quota_a: Any, api_as: Any
+) -> None:
+    r = api_as(alice).post("/api/v1/jobs/", body, format="json")
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert field in err["fields"] or field.split(".")[0] in str(err["fields"])
+    assert not Gang.objects.exists() and not Workload.objects.exists()
+
+
+def test_job_submit_refuses_quota_of_another_team(
+    alice: Any, quota_a: Any, quota_b: Any, api_as: Any
+) -> None:
+    r = api_as(alice).post("/api/v1/jobs/", {**JOB, "quota": quota_b.pk}, format="json")
+    assert r.status_code == 400
+    assert "quota" in r.json()["error"]["fields"]
+    assert not Gang.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("_case", "persona", "status", "cancelled"),
+    [
+        ("owner", "alice", 200, True),
+        ("member not owner", "bob", 403, False),
+        ("other team", "charlie", 404, False),
+        ("operator", "operator", 200, True),
+    ],
+)
+def test_job_cancel_authorization(
+    _case: str, persona: str, status: int, cancelled: bool, request: Any, quota_a: Any, api_as: Any
+) -> None:
+    alice = request.getfixturevalue("alice")
+    user = request.getfixturevalue(persona)
+    gang = services.submit_gang(
+        tenant=quota_a.tenant, quota=quota_a, name="j", owner=alice,
+        members=[JOB["member"] | {"gpu_milli": 1000}], min_available=1, timeout_seconds=60,
+    )  # fmt: skip
+    services.run_cycle(quota_a.group_id)
+    r = api_as(user).post(f"/api/v1/jobs/{gang.pk}/cancel/")
+    assert r.status_code == status
+    gang.refresh_from_db()
+    assert (gang.state == GangState.CANCELLED) is cancelled
+    assert Placement.objects.filter(released_at__isnull=True).exists() is not cancelled
+
+
+@pytest.mark.parametrize(
+    ("_case", "persona", "sees"),
+    [("admin", "alice", 1), ("member", "bob", 1), ("other team", "charlie", 0), ("operator", "operator", 1)],
+)
+def test_workloads_and_placements_are_tenant_scoped(
+    _case: str, persona: str, sees: int, request: Any, quota_a: Any, api_as: Any
+) -> None:
+    user = request.getfixturevalue(persona)
+    w = services.submit_workload(
+        tenant=quota_a.tenant, quota=quota_a, kind="job_pod", name="w",
+        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=300,
+    )  # fmt: skip
+    services.run_cycle(quota_a.group_id)
+    client = api_as(user)
+    assert len(client.get("/api/v1/workloads/").json()["results"]) == sees
+    assert len(client.get("/api/v1/placements/?active=true").json()["results"]) == sees
+    detail = client.get(f"/api/v1/workloads/{w.pk}/")
+    assert detail.status_code == (200 if sees else 404)
+    if sees:
+        assert detail.json()["placement"]["gpus"][0]["gpu_milli"] == 300
+
+
+def test_gpu_shares_hide_other_teams_names(charlie: Any, alice: Any, quota_a: Any, api_as: Any) -> None:
+    services.submit_workload(
+        tenant=quota_a.tenant, quota=quota_a, kind="codespace", name="secret-notebook",
+        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=250, gpu_memory_mib=1000,
+    )  # fmt: skip
+    services.run_cycle(quota_a.group_id)
+    gpu_id = Placement.objects.get().gpu_shares.get().gpu_id
+    theirs = api_as(charlie).get(f"/api/v1/gpus/{gpu_id}/").json()
+    ours = api_as(alice).get(f"/api/v1/gpus/{gpu_id}/").json()
+    assert theirs["shares"] == [
+        {"workload": None, "name": "another team", "tenant": "another team",
+         "gpu_milli": 250, "gpu_memory_mib": 1000}
+    ]  # fmt: skip
+    assert ours["shares"][0]["name"] == "secret-notebook"
+    assert ours["used_milli"] == 250
+    node = api_as(charlie).get(f"/api/v1/nodes/{Gpu.objects.get(pk=gpu_id).node_id}/").json()
+    assert "secret-notebook" not in str(node)
+
+
+@pytest.mark.parametrize(
+    ("_case", "persona", "status"),
+    [("admin", "alice", 403), ("member", "bob", 403), ("other", "charlie", 403), ("operator", "operator", 200)],
+)
+def test_operator_actions_are_for_operators_only(
+    _case: str, persona: str, status: int, request: Any, api_as: Any
+) -> None:
+    client = api_as(request.getfixturevalue(persona))
+    node = Node.objects.get(name="training-g0")
+    gpu = node.gpus.get(index=0)
+    assert client.post(f"/api/v1/nodes/{node.pk}/cordon/").status_code == status
+    node.refresh_from_db()
+    assert node.cordoned is (status == 200)
+    r = client.post(f"/api/v1/gpus/{gpu.pk}/health/", {"healthy": False}, format="json")
+    assert r.status_code == status
+    gpu.refresh_from_db()
+    assert gpu.healthy is (status != 200)
+    assert client.post(f"/api/v1/nodes/{node.pk}/drain/").status_code == status
+    assert client.post(f"/api/v1/nodes/{node.pk}/uncordon/").status_code == status
+
+
+def test_everyone_signed_in_reads_the_inventory(bob: Any, api_as: Any, api_client: Any) -> None:
+    nodes = api_as(bob).get("/api/v1/nodes/").json()["results"]
+    assert [n["name"] for n in nodes] == ["training-g0", "training-g1"]
+    assert nodes[0]["gpu_count"] == 4 and nodes[0]["schedulable"] is True
+    assert api_client.get("/api/v1/nodes/").status_code in (401, 403)
+
+
+def test_fail_gpu_via_api_requeues_exactly_its_workloads(
+    operator: Any, quota_a: Any, api_as: Any
+) -> None:
+    ws = [
+        services.submit_workload(
+            tenant=quota_a.tenant, quota=quota_a, kind="job_pod", name=f"w{i}",
+            cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500,
+        )  # fmt: skip
+        for i in range(6)
+    ]
+    services.run_cycle(quota_a.group_id)
+    gpu_id = Placement.objects.filter(workload=ws[0]).get().gpu_shares.get().gpu_id
+    on_it = sorted(
+        Placement.objects.filter(released_at__isnull=True, gpu_shares__gpu_id=gpu_id).values_list(
+            "workload_id", flat=True
+        )
+    )
+    r = api_as(operator).post(f"/api/v1/gpus/{gpu_id}/fail/")
+    assert r.status_code == 200
+    assert r.json()["requeued"] == on_it
+    states = dict(Workload.objects.values_list("pk", "state"))
+    assert {pk for pk, s in states.items() if s == WorkloadState.PENDING} == set(on_it)
