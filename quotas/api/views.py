@@ -1,0 +1,200 @@
+"""Quotas API: `quota-groups` and `quotas`. Read for members (scoped to their tenants), write for operators.
+
+Views validate the payload and call one service; the same services back the pages and the admin. Updates
+need `If-Match: "<version>"` (428 without, 412 when stale); the ETag of a single quota or group is its
+version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from portal.api.concurrency import ETagMixin, etag_for, expected_version
+from portal.errors import Forbidden, InvalidInput
+from portal.models import Tenant
+from portal.scoping import is_operator, scope_queryset, tenant_ids_for
+from quotas import services
+from quotas.api.serializers import (
+    QuotaChangeSerializer,
+    QuotaCreateSerializer,
+    QuotaGroupCreateSerializer,
+    QuotaGroupSerializer,
+    QuotaGroupWriteSerializer,
+    QuotaSerializer,
+    QuotaUpdateSerializer,
+    QuotaWriteFieldsSerializer,
+    SavedQuotaSerializer,
+    WhatIfRowSerializer,
+    what_if_row,
+)
+from quotas.models import Quota, QuotaChange, QuotaGroup
+
+ERRORS = {
+    400: OpenApiResponse(description="Invalid input: {error: {code, message, fields}}"),
+    403: OpenApiResponse(description="Only platform operators change quotas"),
+    404: OpenApiResponse(description="Not found (or another tenant's)"),
+    412: OpenApiResponse(description="Stale If-Match: someone else saved first"),
+    428: OpenApiResponse(description="If-Match header missing"),
+}
+
+
+def _require_operator(request: Request) -> None:
+    if not is_operator(request.user):
+        raise Forbidden("Only platform operators change quotas and quota groups.")
+
+
+def _with_etag(response: Response, version: int) -> Response:
+    response["ETag"] = etag_for(version)
+    return response
+
+
+class QuotaGroupViewSet(ETagMixin, viewsets.ModelViewSet):
+    """Quota groups (node pools) with capacity and allocation. Members see the groups they hold a quota in."""
+
+    serializer_class = QuotaGroupSerializer
+    queryset = QuotaGroup.objects.all()
+    ordering = "name"
+    ordering_fields = ["name", "created_at"]
+    search_fields = ["name", "description"]
+    http_method_names = ["get", "post", "patch", "put", "delete", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[QuotaGroup]:
+        queryset = QuotaGroup.objects.all()
+        if is_operator(self.request.user):
+            return queryset
+        return queryset.filter(quotas__tenant_id__in=tenant_ids_for(self.request.user)).distinct()
+
+    @extend_schema(
+        request=QuotaGroupCreateSerializer, responses={201: QuotaGroupSerializer, **ERRORS}
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        _require_operator(request)
+        payload = QuotaGroupCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = dict(payload.validated_data)
+        saved = services.create_group(actor=request.user, note=data.pop("note", ""), **data)
+        body = QuotaGroupSerializer(saved.obj, context=self.get_serializer_context()).data
+        return _with_etag(Response(body, status=status.HTTP_201_CREATED), saved.obj.version)
+
+    @extend_schema(
+        request=QuotaGroupWriteSerializer, responses={200: QuotaGroupSerializer, **ERRORS}
+    )
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        group = self.get_object()
+        _require_operator(request)
+        version = expected_version(request)
+        payload = QuotaGroupWriteSerializer(data=request.data, partial=True)
+        payload.is_valid(raise_exception=True)
+        data = dict(payload.validated_data)
+        saved = services.update_group(
+            group, expected_version=version, actor=request.user, note=data.pop("note", ""), **data
+        )
+        body = QuotaGroupSerializer(saved.obj, context=self.get_serializer_context()).data
+        return _with_etag(Response(body), saved.obj.version)
+
+    @extend_schema(
+        request=QuotaGroupWriteSerializer, responses={200: QuotaGroupSerializer, **ERRORS}
+    )
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.update(request, *args, **kwargs)
+
+    @extend_schema(responses={204: None, **ERRORS})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        group = self.get_object()
+        _require_operator(request)
+        services.delete_group(group, expected_version=expected_version(request), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class QuotaViewSet(ETagMixin, viewsets.ModelViewSet):
+    """Quotas (a tenant's leaf in a group) with their runtime share, borrowed capacity and headroom."""
+
+    serializer_class = QuotaSerializer
+    queryset = Quota.objects.select_related("group", "tenant")
+    ordering = "id"
+    ordering_fields = ["id", "name", "created_at"]
+    search_fields = ["name"]
+    filter_fields = {"group": "group_id", "tenant": "tenant__slug"}
+    http_method_names = ["get", "post", "patch", "put", "delete", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[Quota]:
+        return scope_queryset(
+            Quota.objects.select_related("group", "tenant"), self.request.user, "tenant"
+        )
+
+    @extend_schema(request=QuotaCreateSerializer, responses={201: SavedQuotaSerializer, **ERRORS})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        _require_operator(request)
+        payload = QuotaCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = dict(payload.validated_data)
+        tenant = Tenant.objects.filter(slug=data.pop("tenant")).first()
+        if tenant is None:
+            raise InvalidInput("tenant: no such tenant.", fields={"tenant": ["No such tenant."]})
+        saved = services.create_quota(
+            group=data.pop("group"),
+            tenant=tenant,
+            name=data.pop("name", None),
+            actor=request.user,
+            note=data.pop("note", ""),
+            **data,
+        )
+        context = {**self.get_serializer_context(), "warnings": saved.warnings}
+        body = SavedQuotaSerializer(saved.obj, context=context).data
+        return _with_etag(Response(body, status=status.HTTP_201_CREATED), saved.obj.version)
+
+    @extend_schema(request=QuotaUpdateSerializer, responses={200: SavedQuotaSerializer, **ERRORS})
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        _require_operator(request)
+        version = expected_version(request)
+        payload = QuotaUpdateSerializer(data=request.data, partial=True)
+        payload.is_valid(raise_exception=True)
+        data = dict(payload.validated_data)
+        saved = services.update_quota(
+            quota, expected_version=version, actor=request.user, note=data.pop("note", ""), **data
+        )
+        context = {**self.get_serializer_context(), "warnings": saved.warnings}
+        return _with_etag(
+            Response(SavedQuotaSerializer(saved.obj, context=context).data), saved.obj.version
+        )
+
+    @extend_schema(request=QuotaUpdateSerializer, responses={200: SavedQuotaSerializer, **ERRORS})
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.update(request, *args, **kwargs)
+
+    @extend_schema(responses={204: None, **ERRORS})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        _require_operator(request)
+        services.delete_quota(quota, expected_version=expected_version(request), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        request=QuotaWriteFieldsSerializer,
+        responses={200: WhatIfRowSerializer(many=True), **ERRORS},
+        description="Every sibling's runtime share before and after the proposed change, for the "
+        "current demand. Nothing is written.",
+    )
+    @action(detail=True, methods=["post"], url_path="what-if")
+    def what_if(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        _require_operator(request)
+        payload = QuotaWriteFieldsSerializer(data=request.data, partial=True)
+        payload.is_valid(raise_exception=True)
+        rows = services.what_if(quota.group, quota, dict(payload.validated_data))
+        return Response([what_if_row(row) for row in rows])
+
+    @extend_schema(responses={200: QuotaChangeSerializer(many=True), 404: ERRORS[404]})
+    @action(detail=True, methods=["get"])
+    def history(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        changes = QuotaChange.objects.filter(quota=quota).select_related("actor")[:200]
+        return Response(QuotaChangeSerializer(changes, many=True).data)
