@@ -218,10 +218,8 @@ class TenantUsage:
     used_gpu_hours: float = 0.0
     idle_gpu_hours: float = 0.0
     wasting: list[WastingCodespace] = field(default_factory=list)
-
-    @property
-    def utilization_percent(self) -> float | None:
-        return _ratio(self.used_gpu_hours, self.allocated_gpu_hours)
+    utilization_percent: float | None = None
+    """Used ÷ allocated over the window (from the unrounded sums)."""
 
 
 def _quota_points(rows: Iterable[dict[str, object]]) -> list[TenantPoint]:
@@ -287,6 +285,7 @@ def tenant_usage(
     usage.allocated_gpu_hours = round(float(totals["a"] or 0) / MILLI_MINUTES_PER_GPU_HOUR, 3)
     usage.used_gpu_hours = round(float(totals["u"] or 0) / MILLI_MINUTES_PER_GPU_HOUR, 3)
     usage.idle_gpu_hours = round(float(totals["i"] or 0) / MILLI_MINUTES_PER_GPU_HOUR, 3)
+    usage.utilization_percent = _ratio(float(totals["u"] or 0), float(totals["a"] or 0))
     usage.wasting = wasting_codespaces(tenant, win, quota=quota, top=top)
     return usage
 

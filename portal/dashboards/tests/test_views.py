@@ -1,0 +1,205 @@
+"""Dashboard pages and their JSON endpoints: access, scoping, figures fed with the fixed data, errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime
+
+import pytest
+import time_machine
+
+from scheduling.telemetry.ingestion import ingest_minute
+from scheduling.telemetry.models import QuotaSample, Resolution
+from scheduling.telemetry.tests.fixtures import FIXED, T0, FixedMetrics
+
+pytestmark = pytest.mark.django_db
+
+PAGES = [
+    "/dashboards/",
+    "/dashboards/tenants/",
+    "/dashboards/fragmentation/",
+    "/dashboards/savings/",
+    "/dashboards/chargeback/",
+]
+DATA = [
+    "/dashboards/data/",
+    "/dashboards/tenants/data/",
+    "/dashboards/fragmentation/data/",
+    "/dashboards/savings/data/",
+    "/dashboards/chargeback/data/",
+]
+
+
+@pytest.fixture
+def ingested(telemetry_cluster):  # type: ignore[no-untyped-def]
+    with time_machine.travel(T0, tick=False):
+        ingest_minute(T0, FixedMetrics(FIXED))
+        yield telemetry_cluster
+
+
+@pytest.mark.parametrize("url", PAGES + DATA + ["/dashboards/chargeback.csv"])
+def test_anonymous_users_go_to_login(client, url):
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_every_page_renders_controls_definitions_and_plot_containers(client, bob, ingested, url):
+    client.force_login(bob)
+    response = client.get(url)
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "vendor/plotly/plotly.min.js" in body
+    assert "dashboards/js/dashboards.js" in body
+    assert "data-figure=" in body
+    assert "GPU allocation = allocated GPU capacity" in body
+    assert "Fragmentation = free GPU capacity that the current request mix cannot use" in body
+
+
+def test_overview_data_has_the_pool_figures(client, bob, ingested):
+    client.force_login(bob)
+    body = client.get("/dashboards/data/?range=6h").json()
+    assert body["summary"] == {
+        "allocation_milli": 66.67,
+        "allocation_cards": 100.0,
+        "utilization": 45.17,
+        "pending": 1.0,
+        "wait_p50": 2.0,
+        "wait_p95": 4.7,
+    }
+    allocation = body["figures"]["allocation"]["data"]
+    assert [(t["name"], t["y"]) for t in allocation] == [
+        ("a100 allocation (milli)", [66.67]),
+        ("a100 allocation (cards)", [100.0]),
+        ("a100 SM utilization", [45.17]),
+    ]
+    assert body["figures"]["pending"]["data"][0]["y"] == [1.0]
+    assert body["figures"]["waits"]["data"][0]["y"] == [2.0]
+
+
+def test_bad_range_is_a_400_with_the_field(client, bob, ingested):
+    client.force_login(bob)
+    response = client.get("/dashboards/data/?range=10y")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid"
+    assert response.json()["error"]["fields"] == {
+        "range": ["choose one of 6h, 24h, 48h, 7d, 30d, 90d"]
+    }
+    page = client.get("/dashboards/?range=10y")
+    assert page.status_code == 200
+    assert "field-error" in page.content.decode()
+
+
+def test_members_see_their_own_tenant_and_404_for_others(client, bob, charlie, ingested):
+    client.force_login(bob)
+    own = client.get("/dashboards/tenants/data/?range=6h").json()
+    assert own["summary"] == {
+        "allocated_gpu_hours": 0.017,
+        "used_gpu_hours": 0.008,
+        "idle_gpu_hours": 0.004,
+        "utilization": 45.5,
+    }
+    assert [t["name"] for t in own["figures"]["quota"]["data"]] == [
+        "allocated",
+        "borrowed",
+        "min",
+        "max",
+        "runtime share",
+    ]
+    assert own["figures"]["quota"]["data"][0]["y"] == [1.0]
+    assert own["tables"]["wasting"]["rows"] == [["cs-idle", 0.004, 0.004, 2.0]]
+    assert client.get("/dashboards/tenants/?tenant=team-b").status_code == 404
+    assert client.get("/dashboards/tenants/data/?tenant=team-b").status_code == 404
+    page = client.get("/dashboards/tenants/").content.decode()
+    assert 'value="team-b"' not in page
+
+
+def test_operators_see_any_tenant(client, operator, ingested):
+    client.force_login(operator)
+    other = client.get("/dashboards/tenants/data/?tenant=team-b&range=6h").json()
+    assert other["figures"]["quota"]["data"][0]["y"] == [1.0]
+    assert other["summary"]["utilization"] == 90.0
+    page = client.get("/dashboards/tenants/").content.decode()
+    assert 'value="team-a"' in page
+    assert 'value="team-b"' in page
+
+
+def test_fragmentation_data(client, bob, ingested):
+    client.force_login(bob)
+    body = client.get("/dashboards/fragmentation/data/?pool=a100&preset=quarter").json()
+    assert body["summary"] == {
+        "preset": "25% / 20 GiB",
+        "fits_total": 4,
+        "free_gpus": 1.0,
+        "fragmented_gpus": 0.4,
+        "fragmentation": 40.0,
+    }
+    assert body["figures"]["compute"]["data"][0]["z"] == [[500, 0], [500, None]]
+    assert body["figures"]["memory"]["data"][0]["z"] == [[40.0, 0.0], [40.0, None]]
+    assert body["figures"]["fits"]["data"][0]["y"] == [2, 2]
+    bad = client.get("/dashboards/fragmentation/data/?milli=0")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["fields"] == {"milli": ["1 to 1000"]}
+    assert client.get("/dashboards/fragmentation/data/?milli=abc").status_code == 400
+    assert client.get("/dashboards/fragmentation/data/?pool=nope").status_code == 404
+
+
+def test_savings_data(client, bob, ingested):
+    client.force_login(bob)
+    body = client.get("/dashboards/savings/data/?range=6h").json()
+    assert body["summary"] == {"unsliced": 2.0, "occupied": 1.0, "saved": 1.0}
+    assert [t["y"] for t in body["figures"]["savings"]["data"]] == [[2.0], [1.0]]
+
+
+@pytest.fixture
+def charges(telemetry_cluster, settings):  # type: ignore[no-untyped-def]
+    settings.TESSERA_GPU_HOUR_PRICES = "A100=2.5,default=1.0"
+    for slug, hours in (("team-a", 10), ("team-b", 4)):
+        quota = telemetry_cluster.quotas[slug]
+        QuotaSample.objects.create(
+            resolution=Resolution.HOUR,
+            ts=datetime(2026, 11, 1, 3, 0, tzinfo=UTC),
+            minutes=60,
+            group=quota.group,
+            quota=quota,
+            tenant=quota.tenant,
+            gpu_model="A100",
+            allocated_milli=hours * 60000,
+            used_milli=hours * 30000,
+        )
+    with time_machine.travel(T0, tick=False):
+        yield
+
+
+def test_chargeback_operators_see_all_members_their_own_and_csv(client, bob, operator, charges):
+    client.force_login(operator)
+    body = client.get("/dashboards/chargeback/data/?months=1").json()
+    assert body["tables"]["chargeback"]["rows"] == [
+        ["2026-11", "team-a", "A100", 10.0, 5.0, "2.5", "25.00"],
+        ["2026-11", "team-b", "A100", 4.0, 2.0, "2.5", "10.00"],
+    ]
+    assert body["summary"] == {
+        "total_cost": "35.00",
+        "allocated_gpu_hours": 14.0,
+        "used_gpu_hours": 7.0,
+    }
+    client.force_login(bob)
+    own = client.get("/dashboards/chargeback/data/").json()
+    assert [r[1] for r in own["tables"]["chargeback"]["rows"]] == ["team-a"]
+    response = client.get("/dashboards/chargeback.csv?months=3")
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert list(csv.reader(io.StringIO(response.content.decode()))) == [
+        [
+            "month",
+            "tenant",
+            "gpu_model",
+            "allocated_gpu_hours",
+            "used_gpu_hours",
+            "price_per_gpu_hour",
+            "charge",
+        ],
+        ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00"],
+    ]
+    assert client.get("/dashboards/chargeback/data/?months=99").status_code == 400
