@@ -1,0 +1,293 @@
+"""Codespace templates (operator-managed), codespaces and their event timeline."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from codespaces.choices import (
+    ACTIVE_STATES,
+    PLACED_STATES,
+    STATE_BADGE,
+    CodespaceState,
+    EventKind,
+    GpuMode,
+)
+from portal.models import Tenant, dns_label_validator
+from quotas.models import Quota
+
+MIB_PER_GIB = 1024
+
+
+class CodespaceTemplate(models.Model):
+    """What operators offer developers: an image, size presets, the custom ranges a user may pick from,
+    the home volume size, the idle policy and which tenants may use it (none selected = every tenant).
+
+    `whole_card_models` lists GPU models that cannot be shared (a slice on them is refused);
+    `allow_slices=False` makes the whole template whole-card only.
+    """
+
+    name = models.SlugField(max_length=63, unique=True, validators=[dns_label_validator])
+    display_name = models.CharField(max_length=120)
+    image = models.CharField(max_length=255)
+    description = models.TextField(blank=True)
+    home_volume_gib = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
+    allow_custom = models.BooleanField(
+        default=True, help_text="Users may pick their own size within the ranges below."
+    )
+    allow_slices = models.BooleanField(default=True)
+    whole_card_models = models.JSONField(
+        default=list, blank=True, help_text='GPU models that cannot be sliced, e.g. ["T4"]'
+    )
+    min_cpu_milli = models.PositiveIntegerField(default=500)
+    max_cpu_milli = models.PositiveIntegerField(default=16000)
+    min_memory_mib = models.PositiveIntegerField(default=1024)
+    max_memory_mib = models.PositiveIntegerField(default=131072)
+    max_gpu_count = models.PositiveSmallIntegerField(default=2)
+    idle_window_minutes = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1)], help_text="Idle this long → warned."
+    )
+    idle_grace_minutes = models.PositiveIntegerField(
+        default=15,
+        validators=[MinValueValidator(1)],
+        help_text="After the warning, still idle this long → stopped.",
+    )
+    idle_threshold_percent = models.PositiveSmallIntegerField(
+        default=5,
+        validators=[MaxValueValidator(100)],
+        help_text="Mean GPU utilization below this counts as idle.",
+    )
+    max_per_user = models.PositiveSmallIntegerField(default=3, validators=[MinValueValidator(1)])
+    allowed_tenants = models.ManyToManyField(
+        Tenant, blank=True, related_name="codespace_templates", help_text="Empty = every tenant."
+    )
+    active = models.BooleanField(default=True)
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.display_name or self.name
+
+    def is_whole_card_only(self, gpu_model: str) -> bool:
+        """True when a slice is not allowed for this GPU model (or for this template at all)."""
+        return (not self.allow_slices) or (bool(gpu_model) and gpu_model in self.whole_card_models)
+
+
+class TemplatePreset(models.Model):
+    """A named size of a template: "1/4 H100: 25% compute, 20 GiB", "1 × A100 80GB", "CPU only"."""
+
+    template = models.ForeignKey(
+        CodespaceTemplate, on_delete=models.CASCADE, related_name="presets"
+    )
+    name = models.SlugField(max_length=63)
+    label = models.CharField(max_length=120)
+    gpu_mode = models.CharField(max_length=10, choices=GpuMode.choices, default=GpuMode.SLICE)
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    gpu_percent = models.PositiveSmallIntegerField(default=0, help_text="Slice compute, 1-100 %")
+    gpu_memory_gib = models.PositiveIntegerField(default=0, help_text="Slice GPU memory")
+    gpu_model = models.CharField(
+        max_length=63, blank=True, help_text="Preferred model; blank = any"
+    )
+    cpu_milli = models.PositiveIntegerField(default=2000)
+    memory_mib = models.PositiveIntegerField(default=8192)
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["template", "position", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["template", "name"], name="uniq_preset_in_template")
+        ]
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class Codespace(models.Model):
+    """A developer environment: a container with a home volume, running as a scheduling Workload of kind
+    "codespace" on a GPU slice, N whole cards or no GPU.
+
+    `state` is changed only by `codespaces.lifecycle` (compare-and-set). `workload` is the current
+    scheduling workload (a new one per start); node and GPU come from its placement. The home volume
+    survives stop/start and is removed on delete. `version` increments on every change (ETag).
+    """
+
+    name = models.CharField(max_length=63, validators=[dns_label_validator])
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="codespaces"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="codespaces")
+    quota = models.ForeignKey(Quota, on_delete=models.PROTECT, related_name="codespaces")
+    template = models.ForeignKey(
+        CodespaceTemplate, on_delete=models.PROTECT, related_name="codespaces"
+    )
+    preset = models.ForeignKey(
+        TemplatePreset, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    image = models.CharField(max_length=255)
+    gpu_mode = models.CharField(max_length=10, choices=GpuMode.choices)
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    gpu_milli = models.PositiveIntegerField(default=0, help_text="Per GPU; 1000 = whole card")
+    gpu_memory_mib = models.PositiveIntegerField(default=0, help_text="Per GPU")
+    gpu_model = models.CharField(max_length=63, blank=True)
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveIntegerField()
+    home_gib = models.PositiveIntegerField()
+    state = models.CharField(
+        max_length=20, choices=CodespaceState.choices, default=CodespaceState.QUEUED
+    )
+    failure_reason = models.TextField(blank=True)
+    pending_reason = models.TextField(blank=True)
+    pending_code = models.CharField(max_length=40, blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    workload = models.ForeignKey(
+        "scheduling.Workload",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="codespaces",
+    )
+    node_name = models.CharField(max_length=253, blank=True)
+    gpu_names = models.CharField(max_length=255, blank=True, help_text='e.g. "gpu0, gpu1"')
+    gpu_model_placed = models.CharField(max_length=63, blank=True)
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_stopped_at = models.DateTimeField(null=True, blank=True)
+    gpu_hours_freed = models.FloatField(default=0.0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=~Q(state=CodespaceState.DELETED),
+                name="uniq_live_codespace_name",
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_milli__lte=1000), name="codespace_gpu_milli_at_most_1000"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["owner", "state"], name="codespace_owner_state"),
+            models.Index(fields=["tenant", "state"], name="codespace_tenant_state"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def holds_placement(self) -> bool:
+        return self.state in PLACED_STATES
+
+    @property
+    def badge(self) -> str:
+        return STATE_BADGE.get(CodespaceState(self.state), "")
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.gpu_mode != GpuMode.NONE
+
+    @property
+    def gpu_fraction(self) -> float:
+        """Cards' worth of GPU compute held when placed (0.25 for a 25% slice, 2.0 for two cards)."""
+        if self.gpu_mode == GpuMode.NONE:
+            return 0.0
+        return self.gpu_count * self.gpu_milli / 1000
+
+    @property
+    def whole_cards_without_slicing(self) -> int:
+        """Cards this codespace would hold if GPUs could not be shared."""
+        return self.gpu_count if self.gpu_mode != GpuMode.NONE else 0
+
+    @property
+    def size_label(self) -> str:
+        """Human size: "25% · 20 GiB of 1 GPU", "2 × whole GPU", "CPU only"."""
+        cpu = f"{self.cpu_milli / 1000:g} CPU · {self.memory_mib / MIB_PER_GIB:g} GiB RAM"
+        model = f" {self.gpu_model}" if self.gpu_model else ""
+        if self.gpu_mode == GpuMode.SLICE:
+            gib = self.gpu_memory_mib / MIB_PER_GIB
+            return f"{self.gpu_milli / 10:g}% · {gib:g} GiB of 1{model} GPU · {cpu}"
+        if self.gpu_mode == GpuMode.WHOLE:
+            return f"{self.gpu_count} × whole{model} GPU · {cpu}"
+        return f"CPU only · {cpu}"
+
+    @property
+    def waiting_reason(self) -> str:
+        """Why a queued codespace waits, fresh from its workload (the cycle updates it every pass)."""
+        if self.state != CodespaceState.QUEUED:
+            return ""
+        workload = self.workload if self.workload_id else None
+        return (workload.pending_reason if workload else "") or self.pending_reason
+
+    @property
+    def waiting_position(self) -> int | None:
+        """Its position in the queue of its pool, fresh from its workload."""
+        if self.state != CodespaceState.QUEUED:
+            return None
+        workload = self.workload if self.workload_id else None
+        return workload.queue_position if workload else self.queue_position
+
+    @property
+    def location(self) -> str:
+        """ "node-3 / gpu1" once placed, else ""."""
+        if not self.node_name:
+            return ""
+        return f"{self.node_name} / {self.gpu_names}" if self.gpu_names else self.node_name
+
+    def ide_url(self) -> str:
+        return settings.TESSERA_IDE_URL_PATTERN.format(
+            name=self.name, user=self.owner.get_username(), tenant=self.tenant.slug
+        )
+
+    def ssh_command(self) -> str:
+        return settings.TESSERA_SSH_COMMAND_PATTERN.format(
+            name=self.name, user=self.owner.get_username(), tenant=self.tenant.slug
+        )
+
+    def idle_stop_due_at(self) -> datetime | None:
+        """When an idle-warned codespace will be stopped unless someone keeps it."""
+        if self.idle_warned_at is None:
+            return None
+        return self.idle_warned_at + timedelta(minutes=self.template.idle_grace_minutes)
+
+
+class CodespaceEvent(models.Model):
+    """One entry of a codespace's timeline: a state change, a pending reason, an idle warning, ..."""
+
+    codespace = models.ForeignKey(Codespace, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=20, choices=EventKind.choices)
+    from_state = models.CharField(max_length=20, choices=CodespaceState.choices, blank=True)
+    to_state = models.CharField(max_length=20, choices=CodespaceState.choices, blank=True)
+    message = models.TextField()
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.codespace}: {self.kind} {self.message[:60]}"

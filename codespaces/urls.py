@@ -1,6 +1,21 @@
-"""Pages of the codespaces app."""
+"""Pages of the codespaces app (mounted at /codespaces/)."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from codespaces import views
 
 app_name = "codespaces"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.my_codespaces, name="list"),
+    path("new/", views.create, name="create"),
+    path("new/preview.json", views.preview_json, name="preview-json"),
+    path("status.json", views.status_json, name="status-json"),
+    path("team/", views.team_codespaces, name="team"),
+    path("all/", views.all_codespaces, name="all"),
+    path("savings/", views.savings, name="savings"),
+    path("<int:pk>/", views.detail, name="detail"),
+    path("<int:pk>/start/", views.start, name="start"),
+    path("<int:pk>/stop/", views.stop, name="stop"),
+    path("<int:pk>/delete/", views.delete, name="delete"),
+    path("<int:pk>/keep/", views.keep, name="keep"),
+]

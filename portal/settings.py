@@ -343,6 +343,11 @@ CELERY_BEAT_SCHEDULE["codespaces-idle-check"] = {
     "task": "codespaces.tasks.check_idle_codespaces_task",
     "schedule": TESSERA_CODESPACE_IDLE_CHECK_SECONDS,
 }
+TESSERA_CODESPACE_RECONCILE_SECONDS = env_float("TESSERA_CODESPACE_RECONCILE_SECONDS", 15.0)
+CELERY_BEAT_SCHEDULE["codespaces-reconcile"] = {
+    "task": "codespaces.tasks.reconcile_codespaces_task",
+    "schedule": TESSERA_CODESPACE_RECONCILE_SECONDS,
+}
 
 LOGGING = {
     "version": 1,

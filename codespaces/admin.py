@@ -1,0 +1,110 @@
+"""Operator back office for templates and codespaces. State changes go through services, not edits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from codespaces import services
+from codespaces.models import Codespace, CodespaceEvent, CodespaceTemplate, TemplatePreset
+from portal.errors import DomainError
+
+
+class TemplatePresetInline(admin.TabularInline):
+    model = TemplatePreset
+    extra = 0
+
+
+@admin.register(CodespaceTemplate)
+class CodespaceTemplateAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "display_name",
+        "image",
+        "home_volume_gib",
+        "idle_window_minutes",
+        "idle_threshold_percent",
+        "max_per_user",
+        "active",
+    )
+    list_filter = ("active", "allow_slices", "allow_custom")
+    search_fields = ("name", "display_name", "image")
+    filter_horizontal = ("allowed_tenants",)
+    inlines = [TemplatePresetInline]
+    readonly_fields = ("version", "created_at", "updated_at")
+
+
+class CodespaceEventInline(admin.TabularInline):
+    model = CodespaceEvent
+    extra = 0
+    can_delete = False
+    fields = ("created_at", "kind", "from_state", "to_state", "message", "actor")
+    readonly_fields = fields
+
+
+@admin.action(description="Stop the selected codespaces (home kept)")
+def stop_codespaces(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Codespace]) -> None:
+    for codespace in queryset:
+        try:
+            services.stop_codespace(codespace, actor=request.user, reason="Stopped by an operator.")
+        except DomainError as exc:
+            modeladmin.message_user(request, exc.message, level=messages.WARNING)
+
+
+@admin.register(Codespace)
+class CodespaceAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "owner",
+        "tenant",
+        "template",
+        "state",
+        "gpu_mode",
+        "gpu_milli",
+        "gpu_memory_mib",
+        "node_name",
+        "gpu_names",
+        "created_at",
+    )
+    list_filter = ("state", "gpu_mode", "template")
+    search_fields = ("name", "owner__username", "tenant__slug", "node_name")
+    list_select_related = ("owner", "tenant", "template")
+    raw_id_fields = ("owner", "tenant", "quota", "template", "preset", "workload")
+    readonly_fields = (
+        "state",
+        "version",
+        "workload",
+        "node_name",
+        "gpu_names",
+        "gpu_model_placed",
+        "pending_reason",
+        "queue_position",
+        "failure_reason",
+        "idle_warned_at",
+        "idle_stopped_at",
+        "gpu_hours_freed",
+        "started_at",
+        "stopped_at",
+        "deleted_at",
+        "created_at",
+        "updated_at",
+    )
+    inlines = [CodespaceEventInline]
+    actions = [stop_codespaces]
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # codespaces are created through the page or the API (validation, workload)
+
+
+@admin.register(CodespaceEvent)
+class CodespaceEventAdmin(admin.ModelAdmin):
+    list_display = ("created_at", "codespace", "kind", "from_state", "to_state", "message")
+    list_filter = ("kind",)
+    search_fields = ("codespace__name", "message")
+    list_select_related = ("codespace",)
+    raw_id_fields = ("codespace", "actor")
+    show_full_result_count = False

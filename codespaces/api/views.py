@@ -1,0 +1,322 @@
+"""Codespaces API: the twins of the pages, calling the same services."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from codespaces import services
+from codespaces.access import can_manage
+from codespaces.api.serializers import (
+    CodespaceCreateSerializer,
+    CodespaceEventSerializer,
+    CodespaceSerializer,
+    CodespaceTemplateSerializer,
+    PickerSerializer,
+    PreviewRequestSerializer,
+    PreviewSerializer,
+    SavingsSerializer,
+    UtilizationSerializer,
+)
+from codespaces.models import Codespace, CodespaceTemplate
+from codespaces.utilization import utilization_series
+from portal.api.concurrency import ETagMixin, expected_version
+from portal.errors import Forbidden, InvalidInput, NotFoundError
+from portal.scoping import admin_tenant_ids_for, current_user, is_operator, tenants_for
+
+
+def _tenant_for(user: Any, slug: str | None) -> Any:
+    tenants = tenants_for(user)
+    if slug:
+        tenant = tenants.filter(slug=slug).first()
+        if tenant is None:
+            raise InvalidInput(
+                f"tenant: you are not a member of team {slug}.",
+                fields={"tenant": [f"Unknown team {slug}."]},
+            )
+        return tenant
+    mine = list(tenants[:2])
+    if len(mine) != 1:
+        raise InvalidInput(
+            "tenant: name the team (slug) the codespace belongs to.",
+            fields={"tenant": ["Required: you belong to several teams (or none)."]},
+        )
+    return mine[0]
+
+
+class IsOperatorOrReadOnly(permissions.BasePermission):
+    """Members read templates; only platform operators write them."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if request.method in permissions.SAFE_METHODS:
+            return bool(request.user and request.user.is_authenticated)
+        return is_operator(request.user)
+
+
+class CodespaceTemplateViewSet(ETagMixin, viewsets.ModelViewSet):
+    """Codespace templates: members read the ones open to their teams; operators create, update
+    (If-Match with the ETag) and retire them (DELETE sets active=false)."""
+
+    serializer_class = CodespaceTemplateSerializer
+    queryset = CodespaceTemplate.objects.all()
+    permission_classes = [permissions.IsAuthenticated, IsOperatorOrReadOnly]
+    ordering = "name"
+    ordering_fields = ["name", "created_at"]
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[CodespaceTemplate]:
+        return services.templates_for_user(self.request.user).prefetch_related(
+            "presets", "allowed_tenants"
+        )
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        template = services.create_template(
+            presets=[dict(p) for p in data.pop("presets", [])],
+            allowed_tenant_slugs=data.pop("allowed_tenant_slugs", None),
+            **data,
+        )
+        return Response(self.get_serializer(template).data, status=status.HTTP_201_CREATED)
+
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        template = self.get_object()
+        version = expected_version(request)
+        serializer = self.get_serializer(
+            template, data=request.data, partial=kwargs.get("partial", False)
+        )
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        presets = data.pop("presets", None)
+        template = services.update_template(
+            template,
+            expected_version=version,
+            presets=[dict(p) for p in presets] if presets is not None else None,
+            allowed_tenant_slugs=data.pop("allowed_tenant_slugs", None),
+            **data,
+        )
+        response = Response(self.get_serializer(template).data)
+        response["ETag"] = f'"{template.version}"'
+        return response
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        services.retire_template(self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("quota", int, description="Quota id (default: your team's first)"),
+            OpenApiParameter("tenant", str, description="Team slug (default: your only team)"),
+        ],
+        responses={200: PickerSerializer},
+    )
+    @action(detail=True, methods=["get"])
+    def presets(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """The slice picker: quota headroom, largest free slice, and for each preset whether it would
+        start now or queue (and why)."""
+        template = self.get_object()
+        tenant = _tenant_for(request.user, request.query_params.get("tenant"))
+        template = services._resolve_template(template, tenant)
+        quota_param = request.query_params.get("quota")
+        if quota_param is not None and not quota_param.isdigit():
+            raise InvalidInput("quota: a quota id.", fields={"quota": ["Expected a number."]})
+        quota = services._resolve_quota(int(quota_param) if quota_param else None, tenant, "")
+        return Response(PickerSerializer(services.picker_data(template, quota)).data)
+
+
+class CodespaceViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    ETagMixin,
+    viewsets.GenericViewSet,
+):
+    """Codespaces of your teams (operators: all). `?scope=mine` lists your own, `?scope=team` those of
+    the teams you administer. Create queues it; `start`/`stop`/`keep`; DELETE removes it and its home."""
+
+    serializer_class = CodespaceSerializer
+    queryset = Codespace.objects.all()
+    ordering = "-id"
+    ordering_fields = ["created_at", "name", "state"]
+    filter_fields = {"state": "state", "tenant": "tenant__slug", "template": "template__name"}
+
+    def get_queryset(self) -> QuerySet[Codespace]:
+        user = current_user(self.request)
+        queryset = services.scoped_codespaces(user)
+        scope = self.request.query_params.get("scope", "")
+        if scope == "mine":
+            queryset = queryset.filter(owner=user)
+        elif scope == "team" and not is_operator(user):
+            queryset = queryset.filter(tenant_id__in=admin_tenant_ids_for(user))
+        return queryset
+
+    def _managed(self) -> Codespace:
+        codespace = self.get_object()
+        if not can_manage(self.request.user, codespace):
+            raise Forbidden(
+                f"Only the owner of '{codespace.name}', an admin of {codespace.tenant.slug} or an "
+                "operator may do that."
+            )
+        return codespace
+
+    @extend_schema(
+        request=CodespaceCreateSerializer,
+        responses={201: CodespaceSerializer},
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        payload = CodespaceCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = payload.validated_data
+        tenant = _tenant_for(request.user, data.get("tenant"))
+        preset = data.get("preset") or None
+        codespace = services.create_codespace(
+            user=current_user(request),
+            tenant=tenant,
+            template=data["template"],
+            name=data["name"],
+            preset=preset,
+            size=None
+            if preset
+            else services.SizeRequest(
+                gpu_mode=data["gpu_mode"],
+                gpu_count=data["gpu_count"],
+                gpu_percent=data["gpu_percent"],
+                gpu_memory_gib=data["gpu_memory_gib"],
+                gpu_model=data["gpu_model"],
+                cpu_milli=data["cpu_milli"],
+                memory_mib=data["memory_mib"],
+            ),
+            quota=data.get("quota"),
+        )
+        codespace.refresh_from_db()
+        return Response(CodespaceSerializer(codespace).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        services.delete_codespace(self._managed(), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses={200: CodespaceSerializer})
+    @action(detail=True, methods=["post"])
+    def start(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Queue a stopped or failed codespace again (409 in any other state)."""
+        codespace = services.start_codespace(self._managed(), actor=request.user)
+        codespace.refresh_from_db()
+        return Response(CodespaceSerializer(codespace).data)
+
+    @extend_schema(request=None, responses={200: CodespaceSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Release the placement, keep the home volume (409 unless queued/placed/starting/running)."""
+        codespace = services.stop_codespace(self._managed(), actor=request.user)
+        codespace.refresh_from_db()
+        return Response(CodespaceSerializer(codespace).data)
+
+    @extend_schema(request=None, responses={200: CodespaceSerializer})
+    @action(detail=True, methods=["post"])
+    def keep(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Record activity on a running codespace: clears an idle warning and restarts the idle timer."""
+        codespace = services.keep_codespace(self._managed(), actor=request.user)
+        codespace.refresh_from_db()
+        return Response(CodespaceSerializer(codespace).data)
+
+    @extend_schema(responses={200: CodespaceEventSerializer(many=True)})
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def events(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """The timeline, newest first (at most 200 entries)."""
+        codespace = self.get_object()
+        events = codespace.events.select_related("actor")[:200]
+        return Response(CodespaceEventSerializer(events, many=True).data)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("minutes", int, description="Window, 1-2880 (default 60)")],
+        responses={200: UtilizationSerializer},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def utilization(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """GPU utilization per minute (percent of its own allocation) — the sparkline's data."""
+        codespace = self.get_object()
+        raw = request.query_params.get("minutes", "60")
+        if not raw.isdigit() or not (1 <= int(raw) <= 2880):
+            raise InvalidInput(
+                "minutes: a whole number from 1 to 2880.",
+                fields={"minutes": ["Expected 1-2880."]},
+            )
+        since = timezone.now() - timedelta(minutes=int(raw))
+        empty: dict[str, list[Any]] = {"ts": [], "values": []}
+        data = (
+            utilization_series([codespace.workload_id], since).get(codespace.workload_id, empty)
+            if codespace.workload_id
+            else empty
+        )
+        return Response(UtilizationSerializer(data).data)
+
+    @extend_schema(
+        request=PreviewRequestSerializer,
+        responses={200: PreviewSerializer},
+    )
+    @action(detail=False, methods=["post"])
+    def preview(self, request: Request, **kwargs: Any) -> Response:
+        """Would this size start now? Validation errors (400) or the scheduler's answer; creates nothing."""
+        payload = PreviewRequestSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = payload.validated_data
+        tenant = _tenant_for(request.user, data.get("tenant"))
+        template = services._resolve_template(data["template"], tenant)
+        quota = services._resolve_quota(data.get("quota"), tenant, data["gpu_model"])
+        resources = services.validate_size(
+            template,
+            quota,
+            services.SizeRequest(
+                gpu_mode=data["gpu_mode"],
+                gpu_count=data["gpu_count"],
+                gpu_percent=data["gpu_percent"],
+                gpu_memory_gib=data["gpu_memory_gib"],
+                gpu_model=data["gpu_model"],
+                cpu_milli=data["cpu_milli"],
+                memory_mib=data["memory_mib"],
+            ),
+        )
+        result = services.preview(quota, resources)
+        return Response(
+            PreviewSerializer(
+                {
+                    "starts_now": result.starts_now,
+                    "code": result.code,
+                    "reason": result.reason,
+                    "node": result.node,
+                    "quota": quota.pk,
+                }
+            ).data
+        )
+
+    @extend_schema(responses={200: SavingsSerializer})
+    @action(detail=False, methods=["get"], pagination_class=None)
+    def savings(self, request: Request, **kwargs: Any) -> Response:
+        """Operators: whole cards without slicing vs cards occupied, and GPU-hours freed by idle stops."""
+        if not is_operator(request.user):
+            raise NotFoundError("Not found.")
+        result = services.savings()
+        return Response(
+            SavingsSerializer(
+                {
+                    "codespaces": result.codespaces,
+                    "cards_without_slicing": result.cards_without_slicing,
+                    "cards_occupied": result.cards_occupied,
+                    "cards_saved": result.cards_saved,
+                    "percent_saved": result.percent_saved,
+                    "gpu_hours_freed_by_idle_stop": result.gpu_hours_freed_by_idle_stop,
+                    "per_pool": result.per_pool,
+                }
+            ).data
+        )

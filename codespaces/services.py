@@ -1,0 +1,997 @@
+"""Codespace services: create, start, stop, delete, keep alive, the slice picker's preview, savings.
+
+Pages and API call these same functions. Every state change goes through `codespaces.lifecycle`; the
+scheduling service owns placement (`scheduling.services.submit_workload` / `release_workload`).
+Refusals are `portal.errors` exceptions with the field at fault and the numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from codespaces import lifecycle, pools
+from codespaces.choices import (
+    DELETABLE_STATES,
+    PLACED_STATES,
+    STARTABLE_STATES,
+    STOPPABLE_STATES,
+    CodespaceState,
+    EventKind,
+    GpuMode,
+)
+from codespaces.models import MIB_PER_GIB, Codespace, CodespaceTemplate, TemplatePreset
+from portal.errors import Conflict, InvalidInput
+from portal.models import Tenant, dns_label_validator
+from portal.scoping import is_operator, tenant_ids_for
+from quotas import usage
+from quotas.models import Quota
+from scheduling import services as scheduling_services
+from scheduling.choices import ACTIVE_STATES as WORKLOAD_ACTIVE_STATES
+from scheduling.choices import WorkloadKind
+from scheduling.models import Placement, PlacementGpu
+
+logger = logging.getLogger(__name__)
+S = CodespaceState
+
+
+# --- What a user asks for ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SizeRequest:
+    """A codespace size as typed in the form / API (GiB and %, as people think), before validation."""
+
+    gpu_mode: str = GpuMode.SLICE
+    gpu_count: int = 1
+    gpu_percent: int = 0
+    gpu_memory_gib: int = 0
+    gpu_model: str = ""
+    cpu_milli: int = 2000
+    memory_mib: int = 8192
+
+    @classmethod
+    def from_preset(cls, preset: TemplatePreset) -> SizeRequest:
+        return cls(
+            gpu_mode=preset.gpu_mode,
+            gpu_count=preset.gpu_count,
+            gpu_percent=preset.gpu_percent,
+            gpu_memory_gib=preset.gpu_memory_gib,
+            gpu_model=preset.gpu_model,
+            cpu_milli=preset.cpu_milli,
+            memory_mib=preset.memory_mib,
+        )
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Validated resources in scheduler units (the submit_workload / preview_request keywords)."""
+
+    gpu_mode: str
+    gpu_count: int
+    gpu_milli: int
+    gpu_memory_mib: int
+    gpu_model: str
+    cpu_milli: int
+    memory_mib: int
+
+    def scheduler_kwargs(self) -> dict[str, Any]:
+        return {
+            "cpu_milli": self.cpu_milli,
+            "memory_mib": self.memory_mib,
+            "gpu_count": self.gpu_count,
+            "gpu_milli": self.gpu_milli,
+            "gpu_memory_mib": self.gpu_memory_mib,
+            "gpu_models": (self.gpu_model,) if self.gpu_model else (),
+        }
+
+
+class _Errors:
+    """Collects field errors so one refusal names every bad field."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, list[str]] = defaultdict(list)
+
+    def add(self, name: str, message: str) -> None:
+        self.fields[name].append(message)
+
+    def raise_if_any(self) -> None:
+        if self.fields:
+            message = "; ".join(f"{name}: {errors[0]}" for name, errors in self.fields.items())
+            raise InvalidInput(message, fields=dict(self.fields))
+
+
+# --- Templates and quotas a user may use --------------------------------------------------------
+
+
+def templates_for_tenant(tenant: Tenant | None) -> QuerySet[CodespaceTemplate]:
+    """Active templates open to every tenant or to `tenant`."""
+    queryset = CodespaceTemplate.objects.filter(active=True)
+    if tenant is None:
+        return queryset.filter(allowed_tenants__isnull=True).distinct()
+    return (
+        queryset.filter(allowed_tenants__isnull=True) | queryset.filter(allowed_tenants=tenant)
+    ).distinct()
+
+
+def templates_for_user(user: Any) -> QuerySet[CodespaceTemplate]:
+    """Templates a user may see: all for operators; otherwise active ones open to one of their teams."""
+    if is_operator(user):
+        return CodespaceTemplate.objects.all()
+    queryset = CodespaceTemplate.objects.filter(active=True)
+    return (
+        queryset.filter(allowed_tenants__isnull=True)
+        | queryset.filter(allowed_tenants__in=tenant_ids_for(user))
+    ).distinct()
+
+
+def quotas_for_tenant(tenant: Tenant) -> QuerySet[Quota]:
+    return Quota.objects.filter(tenant=tenant).select_related("group").order_by("group__name")
+
+
+def _resolve_template(
+    template: CodespaceTemplate | int | str | None, tenant: Tenant
+) -> CodespaceTemplate:
+    if template is None or template == "":
+        raise InvalidInput(
+            "template: choose a template.", fields={"template": ["Choose a template."]}
+        )
+    if isinstance(template, CodespaceTemplate):
+        found: CodespaceTemplate | None = template
+    else:
+        lookup = {"pk": template} if str(template).isdigit() else {"name": template}
+        found = CodespaceTemplate.objects.filter(**lookup).first()
+    if found is None or not found.active:
+        raise InvalidInput(
+            f"template: there is no template {template!s}.",
+            fields={"template": [f"Unknown template {template!s}."]},
+        )
+    if not templates_for_tenant(tenant).filter(pk=found.pk).exists():
+        raise InvalidInput(
+            f"template: '{found.name}' is not available to team {tenant.slug}.",
+            fields={
+                "template": [f"Template '{found.name}' is not available to team {tenant.slug}."]
+            },
+        )
+    return found
+
+
+def _resolve_quota(quota: Quota | int | None, tenant: Tenant, gpu_model: str) -> Quota:
+    quotas = list(quotas_for_tenant(tenant))
+    if not quotas:
+        raise InvalidInput(
+            f"quota: team {tenant.slug} has no quota to run codespaces; ask a platform operator.",
+            fields={"quota": [f"Team {tenant.slug} has no quota."]},
+        )
+    if quota is not None and quota != "":
+        wanted = quota.pk if isinstance(quota, Quota) else int(quota)
+        for candidate in quotas:
+            if candidate.pk == wanted:
+                return candidate
+        raise InvalidInput(
+            f"quota: quota {quota!s} does not belong to team {tenant.slug}.",
+            fields={"quota": [f"Quota {quota!s} is not one of team {tenant.slug}'s quotas."]},
+        )
+    if gpu_model:
+        for candidate in quotas:
+            if any(m.model == gpu_model for m in pools.gpu_models_of_group(candidate.group)):
+                return candidate
+    return quotas[0]
+
+
+def validate_size(
+    template: CodespaceTemplate, quota: Quota, size: SizeRequest, errors: _Errors | None = None
+) -> Resources:
+    """Check a size against the template's ranges and the quota's pool. Raises InvalidInput naming
+    every bad field (compute %, GPU memory vs the largest GPU, whole-card-only models, ...)."""
+    own = errors is None
+    errors = errors or _Errors()
+    mode = size.gpu_mode
+    if mode not in GpuMode.values:
+        errors.add(
+            "gpu_mode", f"Unknown GPU mode {mode!r}; use one of {', '.join(GpuMode.values)}."
+        )
+    pool_models = pools.gpu_models_of_group(quota.group)
+    pool_name = quota.group.name
+    if size.gpu_model and mode != GpuMode.NONE:
+        if not any(m.model == size.gpu_model for m in pool_models):
+            have = ", ".join(m.model for m in pool_models) or "none"
+            errors.add(
+                "gpu_model",
+                f"Pool {pool_name} has no healthy {size.gpu_model} GPU (it has: {have}).",
+            )
+    if not (template.min_cpu_milli <= size.cpu_milli <= template.max_cpu_milli):
+        errors.add(
+            "cpu_milli",
+            f"CPU must be between {template.min_cpu_milli / 1000:g} and "
+            f"{template.max_cpu_milli / 1000:g} cores for {template.name} "
+            f"(got {size.cpu_milli / 1000:g}).",
+        )
+    if not (template.min_memory_mib <= size.memory_mib <= template.max_memory_mib):
+        errors.add(
+            "memory_mib",
+            f"Memory must be between {template.min_memory_mib / MIB_PER_GIB:g} and "
+            f"{template.max_memory_mib / MIB_PER_GIB:g} GiB for {template.name} "
+            f"(got {size.memory_mib / MIB_PER_GIB:g} GiB).",
+        )
+    gpu_count, gpu_milli, gpu_memory_mib = 0, 0, 0
+    if mode == GpuMode.SLICE:
+        if not (1 <= size.gpu_percent <= 100):
+            errors.add(
+                "gpu_percent",
+                f"Compute must be between 1% and 100% of one GPU (got {size.gpu_percent}%).",
+            )
+        largest = pools.largest_gpu_memory_mib(quota.group, size.gpu_model)
+        largest_gib = largest // MIB_PER_GIB
+        if size.gpu_memory_gib < 1:
+            errors.add(
+                "gpu_memory_gib", f"GPU memory must be at least 1 GiB (got {size.gpu_memory_gib})."
+            )
+        elif size.gpu_memory_gib * MIB_PER_GIB > largest:
+            which = f"{size.gpu_model} " if size.gpu_model else ""
+            errors.add(
+                "gpu_memory_gib",
+                f"{size.gpu_memory_gib} GiB is more than the largest {which}GPU in pool "
+                f"{pool_name} ({largest_gib} GiB).",
+            )
+        if template.is_whole_card_only(size.gpu_model):
+            reason = (
+                f"{size.gpu_model} GPUs can't be shared"
+                if size.gpu_model and size.gpu_model in template.whole_card_models
+                else f"template {template.name} only offers whole cards"
+            )
+            errors.add("gpu_model", f"{reason}: choose whole cards or another model.")
+        gpu_count, gpu_milli, gpu_memory_mib = (
+            1,
+            size.gpu_percent * 10,
+            size.gpu_memory_gib * MIB_PER_GIB,
+        )
+    elif mode == GpuMode.WHOLE:
+        if not (1 <= size.gpu_count <= template.max_gpu_count):
+            errors.add(
+                "gpu_count",
+                f"Whole cards must be between 1 and {template.max_gpu_count} for {template.name} "
+                f"(got {size.gpu_count}).",
+            )
+        # A whole card takes all its memory: no memory constraint (0) for the engine.
+        gpu_count, gpu_milli, gpu_memory_mib = size.gpu_count, 1000, 0
+        if not pool_models:
+            errors.add("gpu_count", f"Pool {pool_name} has no healthy GPU.")
+    if own:
+        errors.raise_if_any()
+    return Resources(
+        gpu_mode=mode,
+        gpu_count=gpu_count,
+        gpu_milli=gpu_milli,
+        gpu_memory_mib=gpu_memory_mib,
+        gpu_model=size.gpu_model if mode != GpuMode.NONE else "",
+        cpu_milli=size.cpu_milli,
+        memory_mib=size.memory_mib,
+    )
+
+
+# --- Create / start / stop / delete / keep -------------------------------------------------------
+
+
+def _submit(codespace: Codespace) -> Any:
+    """Create the scheduling workload of a codespace (PENDING; the cycle runs on commit)."""
+    return scheduling_services.submit_workload(
+        tenant=codespace.tenant,
+        quota=codespace.quota,
+        kind=WorkloadKind.CODESPACE,
+        name=codespace.name,
+        owner=codespace.owner,
+        cpu_milli=codespace.cpu_milli,
+        memory_mib=codespace.memory_mib,
+        gpu_count=codespace.gpu_count,
+        gpu_milli=codespace.gpu_milli,
+        gpu_memory_mib=codespace.gpu_memory_mib,
+        gpu_models=(codespace.gpu_model,) if codespace.gpu_model else (),
+        profile="development",
+        image=codespace.image,
+        preemptible=True,
+        # Several whole cards: prefer one NVLink group / NUMA node, but do not wait for it.
+        topology="preferred" if codespace.gpu_count > 1 else "none",
+    )
+
+
+def create_codespace(
+    *,
+    user: Any,
+    tenant: Tenant,
+    template: CodespaceTemplate | int | str | None,
+    name: str,
+    preset: TemplatePreset | int | str | None = None,
+    size: SizeRequest | None = None,
+    quota: Quota | int | None = None,
+) -> Codespace:
+    """Create a codespace and queue it for placement (state QUEUED, a new PENDING workload).
+
+    Validates everything first and creates nothing on a refusal: unknown or forbidden template, bad
+    name or a name clash, the per-user limit, compute % outside 1-100, GPU memory above the largest GPU
+    in the pool, a slice on a whole-card-only model, CPU/memory outside the template's ranges.
+    Locks the owner's row so two concurrent creates cannot both pass the per-user limit.
+    """
+    errors = _Errors()
+    try:
+        dns_label_validator(name or "")
+    except ValidationError:
+        errors.add(
+            "name",
+            "Use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit.",
+        )
+    template_obj = _resolve_template(template, tenant)
+    preset_obj: TemplatePreset | None = None
+    if preset not in (None, ""):
+        if isinstance(preset, TemplatePreset):
+            preset_obj = preset if preset.template_id == template_obj.pk else None
+        else:
+            lookup = {"pk": preset} if str(preset).isdigit() else {"name": preset}
+            preset_obj = template_obj.presets.filter(**lookup).first()
+        if preset_obj is None:
+            raise InvalidInput(
+                f"preset: {preset!s} is not a size of template {template_obj.name}.",
+                fields={"preset": [f"Unknown size {preset!s} for {template_obj.name}."]},
+            )
+        size = SizeRequest.from_preset(preset_obj)
+    elif size is None:
+        raise InvalidInput(
+            "preset: choose a size or enter a custom one.",
+            fields={"preset": ["Choose a size or enter a custom one."]},
+        )
+    elif not template_obj.allow_custom:
+        raise InvalidInput(
+            f"preset: template {template_obj.name} only offers its listed sizes.",
+            fields={"preset": [f"Template {template_obj.name} has no custom sizes; pick one."]},
+        )
+    quota_obj = _resolve_quota(quota, tenant, size.gpu_model)
+    resources = validate_size(template_obj, quota_obj, size, errors)
+    if name and Codespace.objects.exclude(state=S.DELETED).filter(name=name).exists():
+        errors.add("name", f"A codespace named '{name}' already exists; choose another name.")
+    errors.raise_if_any()
+
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        live = (
+            Codespace.objects.filter(owner=user, template=template_obj)
+            .exclude(state__in=(S.DELETING, S.DELETED))
+            .count()
+        )
+        if live >= template_obj.max_per_user:
+            raise InvalidInput(
+                f"template: you already have {live} codespaces from {template_obj.name} "
+                f"(limit {template_obj.max_per_user} per user); delete one first.",
+                fields={
+                    "template": [
+                        f"Limit reached: {live} of {template_obj.max_per_user} codespaces per user."
+                    ]
+                },
+            )
+        try:
+            with transaction.atomic():
+                codespace = Codespace.objects.create(
+                    name=name,
+                    owner=user,
+                    tenant=tenant,
+                    quota=quota_obj,
+                    template=template_obj,
+                    preset=preset_obj,
+                    image=template_obj.image,
+                    gpu_mode=resources.gpu_mode,
+                    gpu_count=resources.gpu_count,
+                    gpu_milli=resources.gpu_milli,
+                    gpu_memory_mib=resources.gpu_memory_mib,
+                    gpu_model=resources.gpu_model,
+                    cpu_milli=resources.cpu_milli,
+                    memory_mib=resources.memory_mib,
+                    home_gib=template_obj.home_volume_gib,
+                    state=S.QUEUED,
+                    last_activity_at=timezone.now(),
+                )
+        except IntegrityError as exc:
+            raise InvalidInput(
+                f"name: a codespace named '{name}' already exists; choose another name.",
+                fields={"name": [f"A codespace named '{name}' already exists."]},
+            ) from exc
+        lifecycle.record_event(
+            codespace,
+            EventKind.CREATED,
+            f"Created from {template_obj.name} ({codespace.size_label}) on quota {quota_obj}; "
+            f"home volume {codespace.home_gib} GiB.",
+            actor=user,
+            to_state=S.QUEUED,
+        )
+        workload = _submit(codespace)
+        lifecycle.update_in_state(codespace, expected=S.QUEUED, workload=workload)
+    return codespace
+
+
+def start_codespace(codespace: Codespace, *, actor: Any) -> Codespace:
+    """Queue a stopped or failed codespace again (a new workload; the home volume is reused).
+
+    Credits the GPU-hours an idle stop freed (cards' worth × time stopped) to `gpu_hours_freed`.
+    """
+    if codespace.state not in STARTABLE_STATES:
+        raise lifecycle.refuse_action(codespace, "start")
+    now = timezone.now()
+    with transaction.atomic():
+        extra: dict[str, Any] = {}
+        if codespace.idle_stopped_at is not None:
+            hours = (now - codespace.idle_stopped_at).total_seconds() / 3600
+            extra["gpu_hours_freed"] = codespace.gpu_hours_freed + hours * codespace.gpu_fraction
+            extra["idle_stopped_at"] = None
+        lifecycle.transition(
+            codespace,
+            S.QUEUED,
+            message="Started again: queued for placement; the home volume is kept.",
+            actor=actor,
+            failure_reason="",
+            pending_reason="",
+            pending_code="",
+            queue_position=None,
+            idle_warned_at=None,
+            last_activity_at=now,
+            **extra,
+        )
+        workload = _submit(codespace)
+        lifecycle.update_in_state(codespace, expected=S.QUEUED, workload=workload)
+    return codespace
+
+
+def _release(codespace: Codespace, *, reason: str, delete_home: bool) -> None:
+    if codespace.workload_id is not None:
+        scheduling_services.release_workload(
+            codespace.workload_id, reason=reason, delete_home=delete_home
+        )
+
+
+def _cleared_placement() -> dict[str, Any]:
+    return {
+        "node_name": "",
+        "gpu_names": "",
+        "gpu_model_placed": "",
+        "pending_reason": "",
+        "pending_code": "",
+        "queue_position": None,
+        "idle_warned_at": None,
+    }
+
+
+def stop_codespace(
+    codespace: Codespace,
+    *,
+    actor: Any,
+    reason: str = "Stopped by its owner.",
+    kind: str = EventKind.TRANSITION,
+    data: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Codespace:
+    """Stop: release the placement (the GPU share goes back to the pool), keep the home volume.
+
+    QUEUED/PLACED/STARTING/RUNNING → STOPPING → STOPPED in one transaction.
+    """
+    if codespace.state not in STOPPABLE_STATES:
+        raise lifecycle.refuse_action(codespace, "stop")
+    with transaction.atomic():
+        lifecycle.transition(codespace, S.STOPPING, message=reason, actor=actor)
+        _release(codespace, reason=reason, delete_home=False)
+        lifecycle.transition(
+            codespace,
+            S.STOPPED,
+            message="Stopped; the placement is released and the home volume is kept.",
+            actor=actor,
+            kind=kind,
+            data=data,
+            stopped_at=timezone.now(),
+            **_cleared_placement(),
+            **fields,
+        )
+    return codespace
+
+
+def delete_codespace(codespace: Codespace, *, actor: Any) -> Codespace:
+    """Delete: release the placement and delete the home volume; DELETING → DELETED."""
+    if codespace.state not in DELETABLE_STATES:
+        raise lifecycle.refuse_action(codespace, "delete")
+    with transaction.atomic():
+        lifecycle.transition(
+            codespace,
+            S.DELETING,
+            message="Deleting the codespace and its home volume.",
+            actor=actor,
+        )
+        _release(codespace, reason="Codespace deleted.", delete_home=True)
+        lifecycle.transition(
+            codespace,
+            S.DELETED,
+            message="Deleted; the home volume is gone.",
+            actor=actor,
+            deleted_at=timezone.now(),
+            **_cleared_placement(),
+        )
+    return codespace
+
+
+def keep_codespace(codespace: Codespace, *, actor: Any) -> Codespace:
+    """The owner's "keep it running": records activity and clears an idle warning."""
+    if codespace.state != S.RUNNING:
+        raise lifecycle.refuse_action(codespace, "keep")
+    now = timezone.now()
+    if not lifecycle.update_in_state(
+        codespace, expected=S.RUNNING, last_activity_at=now, idle_warned_at=None
+    ):
+        raise lifecycle.StaleState(
+            f"Codespace '{codespace.name}' is no longer running; reload the page.",
+            fields={"state": ["Expected running."]},
+        )
+    lifecycle.record_event(
+        codespace, EventKind.KEPT, "Kept running; the idle timer starts again.", actor=actor
+    )
+    return codespace
+
+
+# --- Following the scheduling workload (observer callback) ---------------------------------------
+
+
+def placement_summary(workload_id: int) -> dict[str, str]:
+    """Node, GPU names and GPU model of a workload's active placement ({} when it has none)."""
+    placement = (
+        Placement.objects.filter(workload_id=workload_id, released_at__isnull=True)
+        .select_related("node")
+        .first()
+    )
+    if placement is None:
+        return {}
+    shares = list(
+        PlacementGpu.objects.filter(placement=placement)
+        .select_related("gpu")
+        .order_by("gpu__index")
+    )
+    return {
+        "node_name": placement.node.name,
+        "gpu_names": ", ".join(f"gpu{share.gpu.index}" for share in shares),
+        "gpu_model_placed": shares[0].gpu.model if shares else "",
+    }
+
+
+def sync_from_workloads(workload_ids: list[int] | tuple[int, ...]) -> int:
+    """Map the state of each codespace's current workload onto the codespace (observer callback).
+
+    PENDING → QUEUED with pending reason and queue position; PLACED → PLACED → STARTING; RUNNING →
+    RUNNING; FAILED → FAILED with the reason; RELEASED/SUCCEEDED while the codespace was active (a
+    reclaim) → STOPPED with a notice, home kept. Returns how many codespaces changed.
+    """
+    changed = 0
+    codespaces = Codespace.objects.filter(workload_id__in=list(workload_ids)).select_related(
+        "workload", "template", "owner", "tenant"
+    )
+    for codespace in codespaces:
+        try:
+            changed += int(_sync_one(codespace))
+        except Conflict:
+            # Someone else moved it first (user stop, idle task); their transition wins.
+            logger.info("codespace %s changed while syncing; skipped", codespace.pk)
+    return changed
+
+
+def reconcile_codespaces() -> int:
+    """Follow the workload of every active codespace (the observer's safety net, run on beat)."""
+    ids = list(
+        Codespace.objects.filter(state__in=(S.QUEUED, S.PLACED, S.STARTING, S.RUNNING))
+        .exclude(workload__isnull=True)
+        .values_list("workload_id", flat=True)
+    )
+    return sync_from_workloads(ids)
+
+
+def _sync_one(codespace: Codespace) -> bool:
+    workload = codespace.workload
+    if workload is None or codespace.state not in (S.QUEUED, S.PLACED, S.STARTING, S.RUNNING):
+        return False
+    state = workload.state
+    if state == "pending":
+        changed = False
+        if codespace.state != S.QUEUED:
+            lifecycle.transition(
+                codespace,
+                S.QUEUED,
+                message=f"Requeued by the scheduler: {workload.pending_reason or 'capacity changed'}.",
+                kind=EventKind.NOTICE,
+                **_cleared_placement(),
+            )
+            changed = True
+        if (workload.pending_reason, workload.pending_code, workload.queue_position) != (
+            codespace.pending_reason,
+            codespace.pending_code,
+            codespace.queue_position,
+        ):
+            reason_changed = workload.pending_reason != codespace.pending_reason
+            lifecycle.update_in_state(
+                codespace,
+                expected=S.QUEUED,
+                pending_reason=workload.pending_reason,
+                pending_code=workload.pending_code,
+                queue_position=workload.queue_position,
+            )
+            if reason_changed and workload.pending_reason:
+                position = (
+                    f" (position {workload.queue_position} in the queue)"
+                    if workload.queue_position
+                    else ""
+                )
+                lifecycle.record_event(
+                    codespace,
+                    EventKind.PENDING,
+                    f"Waiting: {workload.pending_reason}{position}",
+                    data={"code": workload.pending_code, "queue_position": workload.queue_position},
+                )
+            changed = True
+        return changed
+    if state in WORKLOAD_ACTIVE_STATES:
+        where = placement_summary(workload.pk)
+        if codespace.state == S.QUEUED:
+            lifecycle.transition(
+                codespace,
+                S.PLACED,
+                message=(
+                    f"Placed on {where.get('node_name', '?')} {where.get('gpu_names', '')} "
+                    f"{where.get('gpu_model_placed', '')}".strip()
+                ),
+                kind=EventKind.PLACED,
+                data=where,
+                pending_reason="",
+                pending_code="",
+                queue_position=None,
+                **where,
+            )
+        if codespace.state == S.PLACED:
+            lifecycle.transition(
+                codespace,
+                S.STARTING,
+                message="Starting the container and mounting the home volume.",
+            )
+        if state == "running" and codespace.state == S.STARTING:
+            now = timezone.now()
+            lifecycle.transition(
+                codespace,
+                S.RUNNING,
+                message="Running; connect with the web IDE or ssh.",
+                started_at=now,
+                last_activity_at=now,
+                idle_warned_at=None,
+            )
+        return True
+    if state == "failed":
+        reason = workload.failure_reason or "the scheduler reported a failure"
+        lifecycle.transition(
+            codespace,
+            S.FAILED,
+            message=f"Failed: {reason}",
+            kind=EventKind.FAILED,
+            failure_reason=reason,
+            **_cleared_placement(),
+        )
+        return True
+    if state in ("released", "succeeded"):
+        reason = workload.failure_reason or workload.pending_reason or "capacity was reclaimed"
+        lifecycle.transition(codespace, S.STOPPING, message=f"Reclaimed by the scheduler: {reason}")
+        lifecycle.transition(
+            codespace,
+            S.STOPPED,
+            message=f"Stopped because the scheduler reclaimed its GPU ({reason}); "
+            "the home volume is kept, start it again when you need it.",
+            kind=EventKind.RECLAIMED,
+            stopped_at=timezone.now(),
+            **_cleared_placement(),
+        )
+        return True
+    return False
+
+
+# --- The slice picker: what fits now --------------------------------------------------------------
+
+
+@dataclass
+class PresetOption:
+    preset: TemplatePreset
+    starts_now: bool
+    code: str
+    reason: str
+    node: str | None
+    refused: str = ""  # the validation error when the preset cannot be used in this pool at all
+
+
+@dataclass
+class PickerData:
+    """Everything the create page shows next to the size choice (computed server-side)."""
+
+    quota: Quota
+    headroom: dict[str, Any]
+    largest_free_slice: tuple[int, int]
+    gpu_models: list[pools.PoolGpuModel]
+    options: list[PresetOption] = field(default_factory=list)
+
+
+def quota_headroom(quota: Quota) -> dict[str, Any]:
+    """The GPU-side numbers of a quota from the quota tree's snapshot, in cards and GiB."""
+    snapshot = usage.group_snapshot(quota.group)
+    try:
+        entry = snapshot.quota(quota.pk)
+    except KeyError:
+        return {}
+    side = entry.gpu
+    return {
+        "min_gpus": side.min.gpu_milli / 1000,
+        "max_gpus": side.max.gpu_milli / 1000,
+        "used_gpus": side.used.gpu_milli / 1000,
+        "pending_gpus": side.pending.gpu_milli / 1000,
+        "runtime_gpus": side.runtime.gpu_milli / 1000,
+        "headroom_gpus": side.headroom.gpu_milli / 1000,
+        "headroom_gpu_memory_gib": round(side.headroom.gpu_memory_mib / MIB_PER_GIB, 1),
+    }
+
+
+def preview(quota: Quota, resources: Resources) -> Any:
+    """Would these resources start now on this quota? (scheduling.services.preview_request)."""
+    return scheduling_services.preview_request(quota, **resources.scheduler_kwargs())
+
+
+def picker_data(template: CodespaceTemplate, quota: Quota) -> PickerData:
+    """Quota headroom, the pool's largest free slice, and per preset: starts now, or queues and why."""
+    data = PickerData(
+        quota=quota,
+        headroom=quota_headroom(quota),
+        largest_free_slice=tuple(scheduling_services.largest_free_slice(quota.group)),  # type: ignore[arg-type]
+        gpu_models=pools.gpu_models_of_group(quota.group),
+    )
+    for preset in template.presets.all():
+        try:
+            resources = validate_size(template, quota, SizeRequest.from_preset(preset))
+        except InvalidInput as exc:
+            data.options.append(
+                PresetOption(preset, False, "invalid", exc.message, None, refused=exc.message)
+            )
+            continue
+        result = preview(quota, resources)
+        data.options.append(
+            PresetOption(preset, result.starts_now, result.code, result.reason, result.node)
+        )
+    return data
+
+
+# --- Savings and listings -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Savings:
+    """Whole cards codespaces would hold without slicing vs the cards their slices actually occupy."""
+
+    codespaces: int
+    cards_without_slicing: int
+    cards_occupied: int
+    gpu_hours_freed_by_idle_stop: float
+    per_pool: list[dict[str, Any]]
+
+    @property
+    def cards_saved(self) -> int:
+        return self.cards_without_slicing - self.cards_occupied
+
+    @property
+    def percent_saved(self) -> float:
+        if not self.cards_without_slicing:
+            return 0.0
+        return round(100 * self.cards_saved / self.cards_without_slicing, 1)
+
+
+def savings(now: datetime | None = None) -> Savings:
+    """Compute savings over codespaces holding a placement now; GPU-hours freed include idle-stopped
+    codespaces still stopped (cards' worth × time since the stop)."""
+    now = now or timezone.now()
+    placed = list(
+        Codespace.objects.filter(state__in=PLACED_STATES)
+        .exclude(gpu_mode=GpuMode.NONE)
+        .exclude(workload__isnull=True)
+        .select_related("quota__group")
+    )
+    per_pool: dict[str, dict[str, Any]] = {}
+    for codespace in placed:
+        pool = per_pool.setdefault(
+            codespace.quota.group.name,
+            {"pool": codespace.quota.group.name, "codespaces": 0, "without": 0, "gpus": set()},
+        )
+        pool["codespaces"] += 1
+        pool["without"] += codespace.whole_cards_without_slicing
+    gpu_rows = PlacementGpu.objects.filter(
+        placement__released_at__isnull=True,
+        placement__workload_id__in=[c.workload_id for c in placed],
+    ).values_list("placement__workload_id", "gpu_id")
+    pool_of_workload = {c.workload_id: c.quota.group.name for c in placed}
+    for workload_id, gpu_id in gpu_rows:
+        per_pool[pool_of_workload[workload_id]]["gpus"].add(gpu_id)
+    rows = [
+        {
+            "pool": pool["pool"],
+            "codespaces": pool["codespaces"],
+            "cards_without_slicing": pool["without"],
+            "cards_occupied": len(pool["gpus"]),
+        }
+        for pool in sorted(per_pool.values(), key=lambda p: p["pool"])
+    ]
+    freed = 0.0
+    for codespace in Codespace.objects.exclude(state=S.DELETED).only(
+        "gpu_hours_freed", "idle_stopped_at", "gpu_mode", "gpu_count", "gpu_milli", "state"
+    ):
+        freed += codespace.gpu_hours_freed
+        if codespace.idle_stopped_at is not None and codespace.state == S.STOPPED:
+            hours = (now - codespace.idle_stopped_at).total_seconds() / 3600
+            freed += hours * codespace.gpu_fraction
+    return Savings(
+        codespaces=len(placed),
+        cards_without_slicing=sum(r["cards_without_slicing"] for r in rows),
+        cards_occupied=sum(r["cards_occupied"] for r in rows),
+        gpu_hours_freed_by_idle_stop=round(freed, 2),
+        per_pool=rows,
+    )
+
+
+def visible_codespaces(user: Any, *, scope: str = "mine") -> QuerySet[Codespace]:
+    """Codespaces for a listing: "mine" (the user's own), "team" (teams the user administers; all for
+    operators), "all" (operators only; others get their teams' rows)."""
+    from portal.scoping import admin_tenant_ids_for, scope_queryset
+
+    queryset = Codespace.objects.exclude(state=S.DELETED).select_related(
+        "owner", "tenant", "template", "quota__group", "workload"
+    )
+    if scope == "mine":
+        return queryset.filter(owner=user)
+    if scope == "team":
+        if is_operator(user):
+            return queryset
+        return queryset.filter(tenant_id__in=admin_tenant_ids_for(user))
+    return scope_queryset(queryset, user)
+
+
+def scoped_codespaces(user: Any) -> QuerySet[Codespace]:
+    """Live codespaces of the user's tenants (all for operators): the base of every lookup."""
+    from portal.scoping import scope_queryset
+
+    return scope_queryset(
+        Codespace.objects.exclude(state=S.DELETED).select_related(
+            "owner", "tenant", "template", "quota__group", "workload"
+        ),
+        user,
+    )
+
+
+# --- Templates (operators) -----------------------------------------------------------------------
+
+TEMPLATE_FIELDS = (
+    "name",
+    "display_name",
+    "image",
+    "description",
+    "home_volume_gib",
+    "allow_custom",
+    "allow_slices",
+    "whole_card_models",
+    "min_cpu_milli",
+    "max_cpu_milli",
+    "min_memory_mib",
+    "max_memory_mib",
+    "max_gpu_count",
+    "idle_window_minutes",
+    "idle_grace_minutes",
+    "idle_threshold_percent",
+    "max_per_user",
+    "active",
+)
+
+
+def _check_template(template: CodespaceTemplate, presets: list[dict[str, Any]] | None) -> None:
+    errors = _Errors()
+    if template.min_cpu_milli > template.max_cpu_milli:
+        errors.add("min_cpu_milli", "The CPU minimum is above the maximum.")
+    if template.min_memory_mib > template.max_memory_mib:
+        errors.add("min_memory_mib", "The memory minimum is above the maximum.")
+    for index, preset in enumerate(presets or []):
+        mode = preset.get("gpu_mode", GpuMode.SLICE)
+        percent = preset.get("gpu_percent", 0)
+        if mode == GpuMode.SLICE and not (1 <= percent <= 100):
+            errors.add("presets", f"Preset {index + 1}: compute must be 1-100% (got {percent}%).")
+        if mode == GpuMode.SLICE and preset.get("gpu_memory_gib", 0) < 1:
+            errors.add("presets", f"Preset {index + 1}: a slice needs at least 1 GiB GPU memory.")
+        if mode == GpuMode.WHOLE and preset.get("gpu_count", 0) < 1:
+            errors.add("presets", f"Preset {index + 1}: whole cards need a count of at least 1.")
+    try:
+        template.full_clean(exclude=["allowed_tenants"], validate_unique=True)
+    except ValidationError as exc:
+        for name, messages in exc.message_dict.items():
+            for text in messages:
+                errors.add(name, text)
+    errors.raise_if_any()
+
+
+def _apply_template(
+    template: CodespaceTemplate,
+    presets: list[dict[str, Any]] | None,
+    allowed_tenant_slugs: list[str] | None,
+) -> None:
+    if allowed_tenant_slugs is not None:
+        tenants = list(Tenant.objects.filter(slug__in=allowed_tenant_slugs))
+        missing = sorted(set(allowed_tenant_slugs) - {t.slug for t in tenants})
+        if missing:
+            raise InvalidInput(
+                f"allowed_tenant_slugs: unknown teams {', '.join(missing)}.",
+                fields={"allowed_tenant_slugs": [f"Unknown teams: {', '.join(missing)}."]},
+            )
+        template.allowed_tenants.set(tenants)
+    if presets is not None:
+        template.presets.all().delete()
+        TemplatePreset.objects.bulk_create(
+            TemplatePreset(template=template, **{"position": i, **preset})
+            for i, preset in enumerate(presets)
+        )
+
+
+@transaction.atomic
+def create_template(
+    *,
+    presets: list[dict[str, Any]] | None = None,
+    allowed_tenant_slugs: list[str] | None = None,
+    **fields: Any,
+) -> CodespaceTemplate:
+    """Create a template with its presets (operators)."""
+    template = CodespaceTemplate(**{k: v for k, v in fields.items() if k in TEMPLATE_FIELDS})
+    _check_template(template, presets)
+    template.save()
+    _apply_template(template, presets, allowed_tenant_slugs)
+    return template
+
+
+@transaction.atomic
+def update_template(
+    template: CodespaceTemplate,
+    *,
+    expected_version: int,
+    presets: list[dict[str, Any]] | None = None,
+    allowed_tenant_slugs: list[str] | None = None,
+    **fields: Any,
+) -> CodespaceTemplate:
+    """Update a template (operators); compare-and-set on `version` so concurrent edits cannot be lost
+    (PreconditionFailed with the current version otherwise). Presets, when given, replace the old ones."""
+    from django.db.models import F
+
+    from portal.api.concurrency import version_conflict
+
+    for name, value in fields.items():
+        if name in TEMPLATE_FIELDS:
+            setattr(template, name, value)
+    _check_template(template, presets)
+    values = {name: getattr(template, name) for name in TEMPLATE_FIELDS}
+    updated = CodespaceTemplate.objects.filter(pk=template.pk, version=expected_version).update(
+        **values, version=F("version") + 1, updated_at=timezone.now()
+    )
+    if updated == 0:
+        current = CodespaceTemplate.objects.values_list("version", flat=True).get(pk=template.pk)
+        raise version_conflict(current)
+    _apply_template(template, presets, allowed_tenant_slugs)
+    template.refresh_from_db()
+    return template
+
+
+def retire_template(template: CodespaceTemplate) -> CodespaceTemplate:
+    """Operators "delete" a template by retiring it (codespaces made from it keep working)."""
+    CodespaceTemplate.objects.filter(pk=template.pk).update(
+        active=False, version=template.version + 1
+    )
+    template.refresh_from_db()
+    return template

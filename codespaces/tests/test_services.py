@@ -1,0 +1,326 @@
+"""Services end to end on the simulated cluster: create → running on a named GPU, stop, start, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from codespaces import services
+from codespaces.choices import CodespaceState as S
+from codespaces.choices import EventKind
+from codespaces.models import Codespace
+from codespaces.tests.factories import CodespaceTemplateFactory
+from portal.errors import InvalidInput
+from scheduling.models import Placement, Workload
+from scheduling.services import reconcile
+
+pytestmark = pytest.mark.django_db
+
+
+def create(user: Any, tenant: Any, name: str, capture: Any, **kwargs: Any) -> Codespace:
+    kwargs.setdefault("template", "pytorch")
+    kwargs.setdefault("preset", "quarter-h100")
+    with capture(execute=True):
+        codespace = services.create_codespace(user=user, tenant=tenant, name=name, **kwargs)
+    run_status_sync(capture)
+    codespace.refresh_from_db()
+    return codespace
+
+
+def run_status_sync(capture: Any) -> None:
+    """What beat does every few seconds: the simulated cluster reports placed pods running."""
+    with capture(execute=True):
+        reconcile.sync_status()
+
+
+def test_create_runs_on_a_named_node_and_gpu(
+    bob: Any, team_a: Any, quota_a: Any, template: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a free H100 node; when bob creates a 25% / 20 GiB codespace
+    codespace = create(bob, team_a, "bob-dev", django_capture_on_commit_callbacks)
+    # then it runs on h100-a with one GPU slice of exactly that size
+    assert codespace.state == S.RUNNING
+    assert codespace.node_name == "h100-a"
+    assert codespace.gpu_names in ("gpu0", "gpu1")
+    assert codespace.gpu_model_placed == "H100"
+    assert (codespace.gpu_milli, codespace.gpu_memory_mib) == (250, 20480)
+    workload = Workload.objects.get(pk=codespace.workload_id)
+    assert (workload.kind, workload.state, workload.gpu_milli) == ("codespace", "running", 250)
+    states = list(codespace.events.order_by("id").values_list("to_state", flat=True))
+    assert states == [S.QUEUED, S.PLACED, S.STARTING, S.RUNNING]
+
+
+def test_over_quota_request_queues_with_the_quota_and_numbers(
+    bob: Any, team_a: Any, quota_a: Any, template: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given team-a may use at most 1 GPU; when bob asks for 2 whole H100s
+    codespace = create(bob, team_a, "big", django_capture_on_commit_callbacks, preset="2x-h100")
+    # then it waits, and says which quota and what numbers
+    assert codespace.state == S.QUEUED
+    assert codespace.waiting_reason == "team-a GPU side: 0 of max 1 GPU in use, request 2."
+    assert codespace.waiting_position == 1
+    # and the reconciler copies the reason onto the codespace and its timeline
+    assert services.reconcile_codespaces() == 1
+    codespace.refresh_from_db()
+    assert (codespace.pending_code, codespace.queue_position) == ("quota_max", 1)
+    assert codespace.events.filter(kind=EventKind.PENDING).count() == 1
+    assert services.reconcile_codespaces() == 0  # nothing new: no duplicate event
+
+
+class BackendSpy:
+    """Records the release calls the simulated backend receives (delete_home tells home kept/removed)."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        from scheduling.backends.simulated.backend import SimulatedBackend
+
+        self.calls: list[tuple[int, bool]] = []
+        original = SimulatedBackend.release
+
+        def release(backend: Any, workload_id: int, name: str, *, delete_home: bool) -> None:
+            self.calls.append((workload_id, delete_home))
+            original(backend, workload_id, name, delete_home=delete_home)
+
+        monkeypatch.setattr(SimulatedBackend, "release", release)
+
+
+def test_stop_start_delete_round_trip(
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: Any,
+) -> None:
+    spy = BackendSpy(monkeypatch)
+    capture = django_capture_on_commit_callbacks
+    codespace = create(bob, team_a, "bob-dev", capture)
+    first_workload = codespace.workload_id
+
+    # stop: the placement is released, the home volume kept
+    with capture(execute=True):
+        services.stop_codespace(codespace, actor=bob)
+    codespace.refresh_from_db()
+    assert codespace.state == S.STOPPED
+    assert (codespace.node_name, codespace.gpu_names) == ("", "")
+    assert first_workload is not None
+    assert Workload.objects.get(pk=first_workload).state == "released"
+    assert Placement.objects.get(workload_id=first_workload).released_at is not None
+    assert spy.calls == [(first_workload or 0, False)]
+
+    # start: a new workload, running again
+    with capture(execute=True):
+        services.start_codespace(codespace, actor=bob)
+    run_status_sync(capture)
+    codespace.refresh_from_db()
+    assert codespace.state == S.RUNNING
+    assert codespace.workload_id != first_workload
+    assert codespace.node_name == "h100-a"
+
+    # delete: placement released and the home volume deleted; the name is free again
+    second_workload = codespace.workload_id
+    with capture(execute=True):
+        services.delete_codespace(codespace, actor=bob)
+    codespace.refresh_from_db()
+    assert codespace.state == S.DELETED
+    assert spy.calls == [(first_workload or 0, False), (second_workload or 0, True)]
+    transitions = list(codespace.events.order_by("id").values_list("to_state", flat=True))
+    assert transitions == [
+        S.QUEUED,
+        S.PLACED,
+        S.STARTING,
+        S.RUNNING,
+        S.STOPPING,
+        S.STOPPED,
+        S.QUEUED,
+        S.PLACED,
+        S.STARTING,
+        S.RUNNING,
+        S.DELETING,
+        S.DELETED,
+    ]
+    again = create(bob, team_a, "bob-dev", capture)
+    assert again.state == S.RUNNING
+
+
+def test_reclaim_by_the_scheduler_stops_it_with_a_notice(
+    bob: Any, team_a: Any, quota_a: Any, template: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from scheduling import services as scheduling
+
+    capture = django_capture_on_commit_callbacks
+    codespace = create(bob, team_a, "bob-dev", capture)
+    with capture(execute=True):
+        scheduling.release_workload(
+            codespace.workload_id, reason="reclaimed: team-b needs its guaranteed min"
+        )
+    codespace.refresh_from_db()
+    assert codespace.state == S.STOPPED
+    notice = codespace.events.get(kind=EventKind.RECLAIMED)
+    assert "the home volume is kept" in notice.message
+    # it can be started again
+    with capture(execute=True):
+        services.start_codespace(codespace, actor=bob)
+    run_status_sync(capture)
+    codespace.refresh_from_db()
+    assert codespace.state == S.RUNNING
+
+
+def test_failed_workload_fails_the_codespace_with_the_reason(
+    bob: Any, team_a: Any, quota_a: Any, template: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from scheduling import services as scheduling
+
+    capture = django_capture_on_commit_callbacks
+    codespace = create(bob, team_a, "bob-dev", capture)
+    with capture(execute=True):
+        scheduling.fail_workloads(
+            [codespace.workload_id or 0], reason="GPU h100-a/gpu0 fell off the bus"
+        )
+    codespace.refresh_from_db()
+    assert codespace.state == S.FAILED
+    assert codespace.failure_reason == "GPU h100-a/gpu0 fell off the bus"
+    with capture(execute=True):
+        services.start_codespace(codespace, actor=bob)
+    codespace.refresh_from_db()
+    run_status_sync(capture)
+    codespace.refresh_from_db()
+    assert (codespace.state, codespace.failure_reason) == (S.RUNNING, "")
+
+
+@pytest.mark.parametrize(
+    ("_case", "kwargs", "field", "message"),
+    [
+        (
+            "compute 0%",
+            {"preset": None, "size": {"gpu_percent": 0, "gpu_memory_gib": 20}},
+            "gpu_percent",
+            "Compute must be between 1% and 100% of one GPU (got 0%).",
+        ),
+        (
+            "compute 101%",
+            {"preset": None, "size": {"gpu_percent": 101, "gpu_memory_gib": 20}},
+            "gpu_percent",
+            "Compute must be between 1% and 100% of one GPU (got 101%).",
+        ),
+        (
+            "GPU memory above the largest GPU",
+            {"preset": None, "size": {"gpu_percent": 25, "gpu_memory_gib": 81}},
+            "gpu_memory_gib",
+            "81 GiB is more than the largest GPU in pool gpu (80 GiB).",
+        ),
+        (
+            "slice on a whole-card-only model",
+            {"preset": None, "size": {"gpu_percent": 25, "gpu_memory_gib": 4, "gpu_model": "T4"}},
+            "gpu_model",
+            "T4 GPUs can't be shared: choose whole cards or another model.",
+        ),
+        (
+            "unknown template",
+            {"template": "tensorflow"},
+            "template",
+            "Unknown template tensorflow.",
+        ),
+        (
+            "bad name",
+            {"name": "Bob_Dev"},
+            "name",
+            "Use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit.",
+        ),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field_and_nothing_is_created(
+    _case: str,
+    kwargs: dict[str, Any],
+    field: str,
+    message: str,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+) -> None:
+    params: dict[str, Any] = {"template": "pytorch", "preset": "quarter-h100", "name": "bob-dev"}
+    params.update(kwargs)
+    if isinstance(params.get("size"), dict):
+        params["size"] = services.SizeRequest(**params["size"])
+    with pytest.raises(InvalidInput) as refused:
+        services.create_codespace(user=bob, tenant=team_a, **params)
+    assert refused.value.fields[field] == [message]
+    assert Codespace.objects.count() == 0
+    assert Workload.objects.count() == 0
+
+
+def test_forbidden_template_name_clash_and_per_user_limit(
+    bob: Any,
+    alice: Any,
+    team_a: Any,
+    team_b: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    capture = django_capture_on_commit_callbacks
+    other = CodespaceTemplateFactory(name="vision-only")
+    other.allowed_tenants.set([team_b])
+    with pytest.raises(InvalidInput) as forbidden:
+        services.create_codespace(
+            user=bob, tenant=team_a, template="vision-only", name="x", size=services.SizeRequest()
+        )
+    assert forbidden.value.fields == {
+        "template": ["Template 'vision-only' is not available to team team-a."]
+    }
+    create(bob, team_a, "one", capture, preset="cpu")
+    with pytest.raises(InvalidInput) as clash:
+        services.create_codespace(
+            user=alice, tenant=team_a, template="pytorch", preset="cpu", name="one"
+        )
+    assert clash.value.fields == {
+        "name": ["A codespace named 'one' already exists; choose another name."]
+    }
+    create(bob, team_a, "two", capture, preset="cpu")
+    with pytest.raises(InvalidInput) as limit:
+        services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", preset="cpu", name="three"
+        )
+    assert limit.value.fields == {"template": ["Limit reached: 2 of 2 codespaces per user."]}
+    assert sorted(Codespace.objects.values_list("name", flat=True)) == ["one", "two"]
+    assert Workload.objects.count() == 2
+
+
+def test_picker_shows_what_starts_now_and_what_queues(
+    bob: Any, team_a: Any, quota_a: Any, template: Any
+) -> None:
+    data = services.picker_data(template, quota_a)
+    assert data.largest_free_slice == (1000, 81920)
+    assert data.headroom["max_gpus"] == 1.0
+    assert data.headroom["used_gpus"] == 0.0
+    by_name = {o.preset.name: o for o in data.options}
+    assert by_name["quarter-h100"].starts_now is True
+    assert by_name["quarter-h100"].node == "h100-a"
+    assert by_name["2x-h100"].starts_now is False
+    assert by_name["2x-h100"].reason == "team-a GPU side: 0 of max 1 GPU in use, request 2."
+    assert by_name["t4"].starts_now is True
+    assert by_name["cpu"].starts_now is True
+
+
+def test_savings_counts_whole_cards_vs_cards_occupied(
+    bob: Any,
+    alice: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    capture = django_capture_on_commit_callbacks
+    create(bob, team_a, "bob-dev", capture)
+    create(alice, team_a, "alice-dev", capture)
+    create(alice, team_a, "alice-cpu", capture, preset="cpu")
+    result = services.savings()
+    assert result.codespaces == 2
+    assert result.cards_without_slicing == 2
+    assert result.cards_occupied == 1  # the packing policy puts both 25% slices on one H100
+    assert result.cards_saved == 1
+    assert result.percent_saved == 50.0
+    assert result.per_pool == [
+        {"pool": "gpu", "codespaces": 2, "cards_without_slicing": 2, "cards_occupied": 1}
+    ]

@@ -1,0 +1,288 @@
+"""Codespaces pages. Thin: pick the rows through tenant scoping, call one service, render or redirect."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from codespaces import services
+from codespaces.access import can_manage, codespace_for
+from codespaces.choices import CodespaceState
+from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm
+from codespaces.models import Codespace, CodespaceTemplate
+from codespaces.utilization import utilization_series
+from portal.errors import DomainError
+from portal.scoping import admin_tenant_ids_for, current_user, is_operator
+
+
+def _active_tenant(request: HttpRequest) -> Any:
+    tenant = getattr(request, "active_tenant", None)
+    if tenant is None:
+        raise Http404("You are not a member of any team.")
+    return tenant
+
+
+@login_required
+def my_codespaces(request: HttpRequest) -> HttpResponse:
+    user = current_user(request)
+    rows = list(services.visible_codespaces(user, scope="mine"))
+    return render(
+        request,
+        "codespaces/list.html",
+        {"codespaces": rows, "scope": "mine", "title": "My codespaces", "show_owner": False},
+    )
+
+
+@login_required
+def team_codespaces(request: HttpRequest) -> HttpResponse:
+    user = current_user(request)
+    if not (is_operator(user) or admin_tenant_ids_for(user)):
+        raise PermissionDenied("Only tenant admins see their team's codespaces.")
+    rows = list(services.visible_codespaces(user, scope="team"))
+    return render(
+        request,
+        "codespaces/list.html",
+        {"codespaces": rows, "scope": "team", "title": "Team codespaces", "show_owner": True},
+    )
+
+
+@login_required
+def all_codespaces(request: HttpRequest) -> HttpResponse:
+    user = current_user(request)
+    if not is_operator(user):
+        raise Http404("Not found.")
+    rows = list(services.visible_codespaces(user, scope="all"))
+    return render(
+        request,
+        "codespaces/list.html",
+        {"codespaces": rows, "scope": "all", "title": "All codespaces", "show_owner": True},
+    )
+
+
+@login_required
+def savings(request: HttpRequest) -> HttpResponse:
+    if not is_operator(request.user):
+        raise Http404("Not found.")
+    return render(request, "codespaces/savings.html", {"savings": services.savings()})
+
+
+def _picker_context(template: CodespaceTemplate | None, quota: Any) -> dict[str, Any]:
+    if template is None or quota is None:
+        return {"picker": None}
+    return {"picker": services.picker_data(template, quota)}
+
+
+@login_required
+def create(request: HttpRequest) -> HttpResponse:
+    """The create page with the slice picker (what fits now, what would queue and why)."""
+    user = current_user(request)
+    tenant = _active_tenant(request)
+    templates = list(services.templates_for_tenant(tenant).prefetch_related("presets"))
+    quotas = list(services.quotas_for_tenant(tenant))
+    source = request.POST if request.method == "POST" else request.GET
+    selected = next((t for t in templates if t.name == source.get("template")), None)
+    selected = selected or (templates[0] if templates else None)
+    quota = next((q for q in quotas if str(q.pk) == source.get("quota")), None)
+    quota = quota or (quotas[0] if quotas else None)
+    gpu_models = [m.model for m in services.pools.gpu_models_of_group(quota.group)] if quota else []
+    initial = {
+        "template": selected.name if selected else "",
+        "quota": str(quota.pk) if quota else "",
+        "preset": source.get("preset") or "",
+    }
+    form = CodespaceCreateForm(
+        request.POST if request.method == "POST" else None,
+        initial=initial,
+        templates=templates,
+        quotas=quotas,
+        selected_template=selected,
+        gpu_models=gpu_models,
+    )
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            codespace = services.create_codespace(
+                user=user,
+                tenant=tenant,
+                template=data["template"],
+                name=data["name"],
+                preset=None if data["preset"] == CUSTOM else data["preset"],
+                size=services.SizeRequest(**form.size_fields())
+                if data["preset"] == CUSTOM
+                else None,
+                quota=int(data["quota"]),
+            )
+        except DomainError as exc:
+            for field_name, errors in exc.fields.items():
+                target = SERVICE_FIELD_TO_FORM.get(field_name, field_name)
+                for error in errors if isinstance(errors, list) else [errors]:
+                    form.add_error(target if target in form.fields else None, str(error))
+            if not exc.fields:
+                form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Codespace “{codespace.name}” created.")
+            return redirect("codespaces:detail", pk=codespace.pk)
+    context = {
+        "form": form,
+        "templates": templates,
+        "selected_template": selected,
+        "quota": quota,
+        **_picker_context(selected, quota),
+    }
+    return render(request, "codespaces/create.html", context)
+
+
+@login_required
+@require_POST
+def preview_json(request: HttpRequest) -> JsonResponse:
+    """The picker's "check this custom size" call: validation errors or the scheduler's preview."""
+    tenant = _active_tenant(request)
+    try:
+        payload = json.loads(request.body or b"{}")
+        template = services._resolve_template(payload.get("template"), tenant)
+        quota = services._resolve_quota(payload.get("quota"), tenant, payload.get("gpu_model", ""))
+        size = services.SizeRequest(
+            gpu_mode=str(payload.get("gpu_mode") or "slice"),
+            gpu_count=int(payload.get("gpu_count") or 0),
+            gpu_percent=int(payload.get("gpu_percent") or 0),
+            gpu_memory_gib=int(payload.get("gpu_memory_gib") or 0),
+            gpu_model=str(payload.get("gpu_model") or ""),
+            cpu_milli=int(float(payload.get("cpu_cores") or 0) * 1000),
+            memory_mib=int(payload.get("memory_gib") or 0) * 1024,
+        )
+        resources = services.validate_size(template, quota, size)
+    except (ValueError, TypeError):
+        return JsonResponse(
+            {"valid": False, "message": "Numbers only, please.", "fields": {}}, status=400
+        )
+    except DomainError as exc:
+        fields = {SERVICE_FIELD_TO_FORM.get(k, k) or k: v for k, v in exc.fields.items()}
+        return JsonResponse({"valid": False, "message": exc.message, "fields": fields}, status=400)
+    result = services.preview(quota, resources)
+    return JsonResponse(
+        {
+            "valid": True,
+            "starts_now": result.starts_now,
+            "code": result.code,
+            "reason": result.reason,
+            "node": result.node,
+        }
+    )
+
+
+@login_required
+def detail(request: HttpRequest, pk: int) -> HttpResponse:
+    user = current_user(request)
+    codespace = codespace_for(user, pk)
+    events = list(codespace.events.select_related("actor")[:100])
+    return render(
+        request,
+        "codespaces/detail.html",
+        {
+            "codespace": codespace,
+            "events": events,
+            "can_manage": can_manage(user, codespace),
+            "S": CodespaceState,
+        },
+    )
+
+
+def _action(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
+    user = current_user(request)
+    codespace = codespace_for(user, pk)
+    if not can_manage(user, codespace):
+        raise PermissionDenied("Only the owner, a tenant admin or an operator may do that.")
+    actions: dict[str, Callable[..., Codespace]] = {
+        "start": services.start_codespace,
+        "stop": services.stop_codespace,
+        "delete": services.delete_codespace,
+        "keep": services.keep_codespace,
+    }
+    action = actions[verb]
+    try:
+        action(codespace, actor=user)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        done = {
+            "start": "queued to start",
+            "stop": "stopped; its home volume is kept",
+            "delete": "deleted",
+            "keep": "kept running",
+        }[verb]
+        messages.success(request, f"Codespace “{codespace.name}” {done}.")
+        if verb == "delete":
+            return redirect("codespaces:list")
+    return redirect("codespaces:detail", pk=codespace.pk)
+
+
+@login_required
+@require_POST
+def start(request: HttpRequest, pk: int) -> HttpResponse:
+    return _action(request, pk, "start")
+
+
+@login_required
+@require_POST
+def stop(request: HttpRequest, pk: int) -> HttpResponse:
+    return _action(request, pk, "stop")
+
+
+@login_required
+@require_POST
+def delete(request: HttpRequest, pk: int) -> HttpResponse:
+    return _action(request, pk, "delete")
+
+
+@login_required
+@require_POST
+def keep(request: HttpRequest, pk: int) -> HttpResponse:
+    return _action(request, pk, "keep")
+
+
+@login_required
+@require_GET
+def status_json(request: HttpRequest) -> JsonResponse:
+    """Polled by the list and detail pages: state, location and a 60-minute utilization series for the
+    codespaces named in `?ids=1,2,3` (only those the user may see)."""
+    user = current_user(request)
+    try:
+        ids = [int(i) for i in request.GET.get("ids", "").split(",") if i.strip()][:100]
+    except ValueError:
+        return JsonResponse({"error": "ids must be numbers"}, status=400)
+    rows = services.scoped_codespaces(user).filter(pk__in=ids)
+    since = timezone.now() - timedelta(minutes=60)
+    series = utilization_series([c.workload_id for c in rows if c.workload_id], since)
+    return JsonResponse(
+        {
+            "codespaces": [
+                {
+                    "id": c.pk,
+                    "state": c.state,
+                    "state_label": c.get_state_display(),
+                    "badge": c.badge,
+                    "location": c.location,
+                    "gpu_model": c.gpu_model_placed,
+                    "pending_reason": c.waiting_reason,
+                    "queue_position": c.waiting_position,
+                    "idle_warned": c.idle_warned_at is not None,
+                    "detail_url": reverse("codespaces:detail", args=[c.pk]),
+                    "utilization": series.get(c.workload_id, {"ts": [], "values": []})
+                    if c.workload_id
+                    else {"ts": [], "values": []},
+                }
+                for c in rows
+            ]
+        }
+    )
