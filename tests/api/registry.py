@@ -46,8 +46,15 @@ class Resource:
     create_payload: Callable[[Owner, Model], dict[str, Any]] | None = None
     create_reason: str = ""
     reason: str = ""
-    # The model rows counted to prove that a refused write changed nothing.
-    model: type[Model] | None = None
+    # The model rows counted to prove that a refused write changed nothing ("app_label.Model" or class).
+    model: type[Model] | str | None = None
+
+    def model_class(self) -> type[Model] | None:
+        if isinstance(self.model, str):
+            from django.apps import apps
+
+            return apps.get_model(self.model)
+        return self.model
 
 
 def _token(owner: Owner) -> Model:
@@ -56,6 +63,105 @@ def _token(owner: Owner) -> Model:
 
 def _tenant(owner: Owner) -> Model:
     return owner.tenant
+
+
+def _quota(owner: Owner) -> Model:
+    from quotas.models import Quota
+    from quotas.tests.factories import QuotaFactory, QuotaGroupFactory
+
+    group = QuotaGroupFactory(name="isolation-pool", node_selector={"pool": "isolation-pool"})
+    existing = Quota.objects.filter(group=group, tenant=owner.tenant).first()
+    return existing or QuotaFactory(
+        group=group, tenant=owner.tenant, name=f"{owner.tenant.slug}-isolation"
+    )
+
+
+def _template(owner: Owner) -> Model:
+    """A template open to the owner's tenant only (templates are scoped by `allowed_tenants`)."""
+    from codespaces.models import CodespaceTemplate
+
+    template = CodespaceTemplate.objects.create(
+        name=f"tpl-{owner.tenant.slug}", display_name="Isolation", image="python:3.11"
+    )
+    template.allowed_tenants.add(owner.tenant)
+    _quota(owner)  # the slice picker needs a quota of the team
+    return template
+
+
+def _codespace(owner: Owner) -> Model:
+    from codespaces.choices import GpuMode
+    from codespaces.models import Codespace
+
+    template = _template(owner)
+    return Codespace.objects.create(
+        name=f"cs-{owner.tenant.slug}",
+        owner=owner.user,
+        tenant=owner.tenant,
+        quota=_quota(owner),
+        template=template,
+        image="python:3.11",
+        gpu_mode=GpuMode.NONE,
+        cpu_milli=1000,
+        memory_mib=2048,
+        home_gib=10,
+    )
+
+
+def _placed_workload(owner: Owner) -> Model:
+    """A running team-a workload placed on a GPU of node `iso-node` (so inventory views show a share)."""
+    from quotas.tests.factories import make_node, make_workload
+    from scheduling.models import Node, Placement, PlacementGpu
+
+    node = Node.objects.filter(name="iso-node").first() or make_node(
+        "iso-node", pool="isolation-pool", gpu_count=1
+    )
+    workload = make_workload(
+        _quota(owner),
+        name=f"{owner.tenant.slug}-secret-work",
+        gpu_count=1,
+        gpu_milli=250,
+        gpu_memory_mib=1024,
+    )
+    placement = Placement.objects.create(
+        workload=workload,
+        node=node,
+        tenant=owner.tenant,
+        cpu_milli=workload.cpu_milli,
+        memory_mib=workload.memory_mib,
+        gpu_milli_total=250,
+    )
+    PlacementGpu.objects.create(
+        placement=placement, gpu=node.gpus.first(), gpu_milli=250, gpu_memory_mib=1024
+    )
+    return workload
+
+
+def _placement(owner: Owner) -> Model:
+    return _placed_workload(owner).placements.get()  # type: ignore[attr-defined]
+
+
+def _node(owner: Owner) -> Model:
+    return _placement(owner).node  # type: ignore[attr-defined]
+
+
+def _gpu(owner: Owner) -> Model:
+    return _node(owner).gpus.get()  # type: ignore[attr-defined]
+
+
+def _job(owner: Owner) -> Model:
+    from quotas.tests.factories import make_gang, make_workload
+
+    quota = _quota(owner)
+    gang = make_gang(quota, f"{owner.tenant.slug}-secret-job", min_available=2)
+    for _ in range(2):
+        make_workload(quota, state="pending", gang=gang)
+    gang.owner = owner.user
+    gang.save(update_fields=["owner"])
+    return gang
+
+
+def _quota_group(owner: Owner) -> Model:
+    return _quota(owner).group  # type: ignore[attr-defined]
 
 
 REGISTRY: dict[str, Resource] = {
@@ -71,6 +177,73 @@ REGISTRY: dict[str, Resource] = {
         make=_token,
         model=ApiToken,
         create_reason="a token is always created for the caller; there is no owner field to forge",
+    ),
+    "templates": Resource(
+        kind="tenant",
+        make=_template,
+        model="codespaces.CodespaceTemplate",
+        create_payload=lambda owner, obj: {
+            "name": "forged",
+            "display_name": "Forged",
+            "image": "python:3.11",
+            "allowed_tenant_slugs": [owner.tenant.slug],
+        },
+    ),
+    "nodes": Resource(
+        kind="global",
+        make=_node,
+        model="scheduling.Node",
+        reason="the inventory is shared by every tenant; other tenants' slices on a GPU show only "
+        "their size (the no-leak check on team-a's slug and workload name still applies)",
+    ),
+    "gpus": Resource(
+        kind="global",
+        make=_gpu,
+        model="scheduling.Gpu",
+        reason="the inventory is shared by every tenant; other tenants' slices show only their size",
+    ),
+    "placements": Resource(kind="tenant", make=_placement, model="scheduling.Placement"),
+    "workloads": Resource(kind="tenant", make=_placed_workload, model="scheduling.Workload"),
+    "jobs": Resource(
+        kind="tenant",
+        make=_job,
+        model="scheduling.Gang",
+        create_payload=lambda owner, obj: {
+            "name": "forged",
+            "tenant": owner.tenant.slug,
+            "quota": obj.quota_id,  # type: ignore[attr-defined]
+            "pods": 1,
+            "member": {"cpu_milli": 1000, "memory_mib": 1024},
+        },
+    ),
+    "quota-groups": Resource(
+        kind="tenant",
+        make=_quota_group,
+        model="quotas.QuotaGroup",
+        reason="a group is visible to the tenants that have a quota in it",
+        create_payload=lambda owner, obj: {"name": "forged", "node_selector": {"pool": "x"}},
+    ),
+    "quotas": Resource(
+        kind="tenant",
+        make=_quota,
+        model="quotas.Quota",
+        create_payload=lambda owner, obj: {
+            "group": obj.group_id,  # type: ignore[attr-defined]
+            "tenant": owner.tenant.slug,
+            "name": "forged",
+        },
+    ),
+    "codespaces": Resource(
+        kind="tenant",
+        make=_codespace,
+        model="codespaces.Codespace",
+        create_payload=lambda owner, obj: {
+            "name": "forged",
+            "template": obj.template.name,  # type: ignore[attr-defined]
+            "tenant": owner.tenant.slug,
+            "cpu_milli": 1000,
+            "memory_mib": 2048,
+        },
     ),
 }
 

@@ -77,6 +77,10 @@ def fill_path(path: str, resource: Resource, obj: Any) -> str:
     return path
 
 
+def missing_object_url(path: str) -> str:
+    return re.sub(r"{[^}]+}", "987654321", path)
+
+
 def call(client: APIClient, method: str, url: str, data: Any = None) -> Any:
     kwargs: dict[str, Any] = (
         {"HTTP_IF_MATCH": '"1"'} if method in ("put", "patch", "delete") else {}
@@ -144,7 +148,7 @@ def test_operation_is_tenant_isolated(
     owner = Owner(tenant=world["team_a"], user=world["bob"])
     obj = resource.make(owner) if resource.make is not None else None
     before = snapshot(obj)
-    model = resource.model
+    model = resource.model_class()
     count_before = model._default_manager.count() if model is not None else None
     client = world["clients"][identity]
     url = fill_path(path, resource, obj)
@@ -162,37 +166,56 @@ def test_operation_is_tenant_isolated(
         return
 
     if identity == "own":
+        # The owner's side proves the other checks are not vacuous: the object is visible to its team.
         if resource.kind == "global":
             return
-        assert response.status_code not in (401, 404), (path, method, response.content[:500])
-        if method == "get":
+        assert response.status_code != 401, (path, method, response.content[:500])
+        if is_detail:
+            assert response.status_code != 404, (path, method, response.content[:500])
+        if method == "get" and is_detail:
+            assert response.status_code in (200, 403), (path, response.content[:500])
+        is_collection = path == f"{PREFIX}{collection_of(path)}/"
+        if method == "get" and is_collection and obj is not None:
             assert response.status_code == 200, (path, response.content[:500])
-            if not is_detail and resource.kind in ("tenant", "user") and obj is not None:
-                keys = {item.get(resource.list_key) for item in results_of(response.json())}
-                assert obj.pk in keys or resource.lookup(obj) in keys, (
-                    f"{path}: the owner's own object is missing from the list, so the no-leak check "
-                    "on this list would prove nothing; fix the registry factory"
-                )
+            keys = {item.get(resource.list_key) for item in results_of(response.json())}
+            assert obj.pk in keys or resource.lookup(obj) in keys, (
+                f"{path}: the owner's own object is missing from the list, so the no-leak check "
+                "on this list would prove nothing; fix the registry factory"
+            )
         return
 
     # identity == "other": charlie of team-b
     if resource.kind == "global":
         assert resource.reason, f"{path}: global resources need a written reason"
+        if method == "get":
+            assert response.status_code in (200, 403), (path, response.status_code)
+            assert_no_leak(response, resource, None, world)
+        else:
+            assert snapshot(obj) == before, f"{path} {method}: another tenant changed shared data"
         return
     if is_detail and resource.kind in ("tenant", "user"):
-        assert response.status_code == 404, (
-            path,
-            method,
-            response.status_code,
-            response.content[:500],
-        )
-        assert response.json()["error"]["code"] == "not_found"
+        if response.status_code == 403:
+            # Allowed only when it is no existence oracle: the same answer for an id that does not exist.
+            missing = call(client, method, missing_object_url(path))
+            assert (missing.status_code, missing.json()) == (403, response.json()), (
+                f"{path} {method}: 403 for another tenant's object but {missing.status_code} for a "
+                "missing one reveals that the object exists"
+            )
+        else:
+            assert response.status_code == 404, (
+                path,
+                method,
+                response.status_code,
+                response.content[:500],
+            )
+            assert response.json()["error"]["code"] == "not_found"
         assert snapshot(obj) == before, f"{path} {method}: another tenant changed the object"
         if model is not None:
             assert model._default_manager.count() == count_before
         return
     if method == "get":
-        assert response.status_code in (200, 403), (path, response.status_code)
+        # 404 here: an operator-only view that hides itself from members.
+        assert response.status_code in (200, 403, 404), (path, response.status_code)
         assert_no_leak(response, resource, obj, world)
         if any(p["name"] == "tenant" for p in _query_params(path, method)):
             for value in (world["team_a"].slug, str(world["team_a"].pk)):
@@ -209,7 +232,7 @@ def test_operation_is_tenant_isolated(
             return
         assert obj is not None
         payload = resource.create_payload(owner, obj)
-        model = resource.model
+        model = resource.model_class()
         assert model is not None
         count_before = model._default_manager.count()
         forged = call(client, "post", url, payload)
@@ -229,7 +252,8 @@ def assert_no_leak(response: Any, resource: Resource, obj: Any, world: dict[str,
     if response.status_code != 200:
         return
     text = response.content.decode()
-    assert world["team_a"].slug not in text, f"team-a appears in team-b's response: {text[:500]}"
+    for secret in (world["team_a"].slug, "team-a-secret"):
+        assert secret not in text, f"{secret!r} appears in team-b's response: {text[:500]}"
     if obj is not None and resource.kind in ("tenant", "user"):
         keys = {item.get(resource.list_key) for item in results_of(response.json())}
         assert obj.pk not in keys, text[:500]
