@@ -52,8 +52,10 @@ def test_job_submit_places_all_pods_and_shows_each_member(
         r = api_as(alice).post("/api/v1/jobs/", JOB, format="json")
     assert r.status_code == 201, r.json()
     job = api_as(alice).get(f"/api/v1/jobs/{r.json()['id']}/").json()
-    assert job["pods"] == 2 and job["min_available"] == 2
-    assert job["tenant"] == "team-a" and job["owner"] == "alice"
+    assert job["pods"] == 2
+    assert job["min_available"] == 2
+    assert job["tenant"] == "team-a"
+    assert job["owner"] == "alice"
     assert [m["state"] for m in job["members"]] in (
         [WorkloadState.PLACED] * 2,
         [WorkloadState.RUNNING] * 2,
@@ -79,7 +81,8 @@ def test_job_submit_rejects_bad_input_with_400_and_writes_nothing(
     assert r.status_code == 400
     err = r.json()["error"]
     assert field in err["fields"] or field.split(".")[0] in str(err["fields"])
-    assert not Gang.objects.exists() and not Workload.objects.exists()
+    assert not Gang.objects.exists()
+    assert not Workload.objects.exists()
 
 
 def test_job_submit_refuses_quota_of_another_team(
@@ -119,7 +122,12 @@ def test_job_cancel_authorization(
 
 @pytest.mark.parametrize(
     ("_case", "persona", "sees"),
-    [("admin", "alice", 1), ("member", "bob", 1), ("other team", "charlie", 0), ("operator", "operator", 1)],
+    [
+        ("admin", "alice", 1),
+        ("member", "bob", 1),
+        ("other team", "charlie", 0),
+        ("operator", "operator", 1),
+    ],
 )
 def test_workloads_and_placements_are_tenant_scoped(
     _case: str, persona: str, sees: int, request: Any, quota_a: Any, api_as: Any
@@ -139,7 +147,9 @@ def test_workloads_and_placements_are_tenant_scoped(
         assert detail.json()["placement"]["gpus"][0]["gpu_milli"] == 300
 
 
-def test_gpu_shares_hide_other_teams_names(charlie: Any, alice: Any, quota_a: Any, api_as: Any) -> None:
+def test_gpu_shares_hide_other_teams_names(
+    charlie: Any, alice: Any, quota_a: Any, api_as: Any
+) -> None:
     services.submit_workload(
         tenant=quota_a.tenant, quota=quota_a, kind="codespace", name="secret-notebook",
         cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=250, gpu_memory_mib=1000,
@@ -160,7 +170,12 @@ def test_gpu_shares_hide_other_teams_names(charlie: Any, alice: Any, quota_a: An
 
 @pytest.mark.parametrize(
     ("_case", "persona", "status"),
-    [("admin", "alice", 403), ("member", "bob", 403), ("other", "charlie", 403), ("operator", "operator", 200)],
+    [
+        ("admin", "alice", 403),
+        ("member", "bob", 403),
+        ("other", "charlie", 403),
+        ("operator", "operator", 200),
+    ],
 )
 def test_operator_actions_are_for_operators_only(
     _case: str, persona: str, status: int, request: Any, api_as: Any
@@ -182,7 +197,8 @@ def test_operator_actions_are_for_operators_only(
 def test_everyone_signed_in_reads_the_inventory(bob: Any, api_as: Any, api_client: Any) -> None:
     nodes = api_as(bob).get("/api/v1/nodes/").json()["results"]
     assert [n["name"] for n in nodes] == ["training-g0", "training-g1"]
-    assert nodes[0]["gpu_count"] == 4 and nodes[0]["schedulable"] is True
+    assert nodes[0]["gpu_count"] == 4
+    assert nodes[0]["schedulable"] is True
     assert api_client.get("/api/v1/nodes/").status_code in (401, 403)
 
 
@@ -191,8 +207,14 @@ def test_fail_gpu_via_api_requeues_exactly_its_workloads(
 ) -> None:
     ws = [
         services.submit_workload(
-            tenant=quota_a.tenant, quota=quota_a, kind="job_pod", name=f"w{i}",
-            cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500,
+            tenant=quota_a.tenant,
+            quota=quota_a,
+            kind="job_pod",
+            name=f"w{i}",
+            cpu_milli=1000,
+            memory_mib=1024,
+            gpu_count=1,
+            gpu_milli=500,
         )  # fmt: skip
         for i in range(6)
     ]

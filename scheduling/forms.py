@@ -1,0 +1,53 @@
+"""Forms of the cluster pages: submitting a gang job, operator reasons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from portal.errors import DomainError
+from quotas.models import Quota
+
+
+class JobForm(forms.Form):
+    """A gang job: `pods` identical pods, at least `min_available` placed together or none."""
+
+    name = forms.SlugField(max_length=63, help_text="Lowercase letters, digits and dashes.")
+    quota = forms.ModelChoiceField(queryset=Quota.objects.none())
+    pods = forms.IntegerField(min_value=1, max_value=512, initial=2)
+    min_available = forms.IntegerField(
+        min_value=1, required=False, help_text="Empty = all pods must be placed together."
+    )
+    cpu_milli = forms.IntegerField(min_value=1, initial=4000, label="CPU (milli) per pod")
+    memory_mib = forms.IntegerField(min_value=1, initial=16384, label="Memory (MiB) per pod")
+    gpu_count = forms.IntegerField(min_value=0, max_value=16, initial=1, label="GPUs per pod")
+    gpu_milli = forms.IntegerField(
+        min_value=0, max_value=1000, initial=1000, label="GPU milli per GPU",
+        help_text="1000 = whole cards; below 1000 = a slice of one GPU.",
+    )  # fmt: skip
+    gpu_memory_mib = forms.IntegerField(
+        min_value=0, initial=0, label="GPU memory (MiB) per slice", required=False
+    )
+    timeout_seconds = forms.IntegerField(min_value=1, max_value=604800, initial=600)
+    priority = forms.IntegerField(min_value=-1000, max_value=1000, initial=0)
+    preemptible = forms.BooleanField(required=False, initial=True)
+
+    def __init__(self, *args: Any, quotas: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["quota"].queryset = quotas  # type: ignore[attr-defined]
+
+    def add_domain_error(self, exc: DomainError) -> None:
+        """Show a service refusal next to the field it names (members[0].gpu_milli → gpu_milli)."""
+        placed = False
+        for key, errors in exc.fields.items():
+            name = key.rsplit(".", 1)[-1]
+            if name in self.fields:
+                self.add_error(name, errors)
+                placed = True
+        if not placed:
+            self.add_error(None, exc.message)
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(max_length=500, required=False)
