@@ -279,7 +279,7 @@ def wasting_figure(slug: str, rows: Sequence[Any]) -> Figure:
 def fragmentation_heatmap(
     nodes: Sequence[str],
     columns: int,
-    values: Sequence[Sequence[int | None]],
+    values: Sequence[Sequence[float | None]],
     *,
     title: str,
     unit: str,

@@ -175,7 +175,8 @@ def collect() -> list[Family]:
         .values_list("group__name", "cycle_ms")
         .order_by("group__name", "ts")
     ):
-        per_pool[name].append(ms / 1000)
+        if ms is not None:
+            per_pool[name].append(ms / 1000)
     for name in sorted(per_pool):
         histogram(cycles, per_pool[name], CYCLE_BUCKETS, pool=name)
 

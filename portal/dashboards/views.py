@@ -192,7 +192,7 @@ def _chosen_pool(request: HttpRequest) -> QuotaGroup | None:
 
 
 def _int_or_none(raw: str | None, field: str) -> int | None:
-    if raw in (None, ""):
+    if raw is None or raw == "":
         return None
     try:
         return int(raw)

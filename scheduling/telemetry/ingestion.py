@@ -67,7 +67,8 @@ class MinuteMetrics:
 
 
 class MetricsSource(Protocol):
-    source: str
+    @property
+    def source(self) -> str: ...
 
     def measure(
         self, minute: datetime, shares: Sequence[Share], gpus: Sequence[Gpu]
@@ -169,7 +170,11 @@ def wait_seconds(group_quota_ids: Iterable[int], start: datetime, end: datetime)
         placed_at__lt=end,
         gpu_count__gt=0,
     ).values_list("submitted_at", "placed_at")
-    return [max((placed - submitted).total_seconds(), 0.0) for submitted, placed in rows]
+    return [
+        max((placed - submitted).total_seconds(), 0.0)
+        for submitted, placed in rows
+        if placed is not None
+    ]
 
 
 def active_shares() -> list[tuple[Share, Workload, Node]]:

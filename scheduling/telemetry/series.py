@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, F, Q, Sum
@@ -294,6 +295,7 @@ def wasting_codespaces(
     tenant: Tenant, win: Window, *, quota: Quota | None = None, top: int = 10
 ) -> list[WastingCodespace]:
     """The tenant's codespaces with the most idle allocated GPU-hours in the window (ties by name)."""
+    rows: Any
     if win.resolution == Resolution.MINUTE:
         idle = Q(sm_utilization__isnull=True) | Q(sm_utilization__lt=5.0)
         qs = WorkloadSample.objects.filter(
@@ -307,12 +309,12 @@ def wasting_codespaces(
             used=Sum("used_milli"),
         )
     else:
-        qs = WorkloadHourly.objects.filter(
+        hourly = WorkloadHourly.objects.filter(
             tenant=tenant, kind="codespace", hour__gte=win.start, hour__lt=win.end
         )
         if quota is not None:
-            qs = qs.filter(quota=quota)
-        rows = qs.values("workload_id", "workload__name").annotate(
+            hourly = hourly.filter(quota=quota)
+        rows = hourly.values("workload_id", "workload__name").annotate(
             idle=Sum("idle_milli_minutes"),
             allocated=Sum("allocated_milli_minutes"),
             used=Sum("used_milli_minutes"),
