@@ -1,6 +1,19 @@
-"""Pages of the quotas app."""
+"""Pages of the quotas app (mounted at /quotas/)."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from quotas import views
 
 app_name = "quotas"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("groups/new/", views.group_form, name="group-create"),
+    path("groups/<int:pk>/", views.group_detail, name="group"),
+    path("groups/<int:pk>/edit/", views.group_form, name="group-edit"),
+    path("groups/<int:pk>/what-if/", views.group_what_if, name="group-what-if"),
+    path("groups/<int:group_pk>/quotas/new/", views.quota_create, name="quota-create"),
+    path("<int:pk>/", views.quota_detail, name="quota"),
+    path("<int:pk>/edit/", views.quota_edit, name="quota-edit"),
+    path("<int:pk>/what-if/", views.quota_what_if, name="quota-what-if"),
+    path("<int:pk>/delete/", views.quota_delete, name="quota-delete"),
+]

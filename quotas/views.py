@@ -1,0 +1,385 @@
+"""Quota pages. Thin: parse a form, call one service, render. Operators edit; members read their own.
+
+- /quotas/                         operators: every group; everyone: their own quotas with headroom
+- /quotas/groups/<id>/             operators: the quota tree of a group (bars, allocation, recent changes)
+- /quotas/<id>/                    a quota (scoped): numbers, headroom, history
+- /quotas/<id>/edit/               operators: edit form with inline errors and a what-if preview
+- /quotas/<id>/what-if/            JSON for the page script (POST form fields)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from portal.api.errors import error_body
+from portal.errors import DomainError, InvalidInput, PreconditionFailed
+from portal.scoping import get_scoped_or_404, is_operator, scope_queryset
+from quotas import services
+from quotas.forms import GroupForm, NewQuotaForm, QuotaForm, resource_rows
+from quotas.models import Quota, QuotaChange, QuotaGroup
+from quotas.presentation import bar, headroom_sentence
+from quotas.resources import Side, human, human_amount
+from quotas.usage import GroupSnapshot, QuotaUsage, group_snapshot
+
+
+def _operator_only(request: HttpRequest) -> None:
+    if not is_operator(request.user):
+        raise Http404("Not found.")
+
+
+def _leaf(snapshot: GroupSnapshot, usage: QuotaUsage) -> dict[str, Any]:
+    sides = []
+    for side in (Side.GPU, Side.CPU):
+        side_usage = usage.side(side)
+        capacity = snapshot.capacity.side(side)
+        primary = "gpu_milli" if side is Side.GPU else "cpu_milli"
+        sides.append(
+            {
+                "side": side,
+                "bar": bar(side_usage, side, capacity.get(primary)),
+                "usage": side_usage,
+                "used": human(side_usage.used, side.dimensions),
+                "runtime": human(side_usage.runtime, side.dimensions),
+                "borrowed": human(side_usage.borrowed, side.dimensions),
+                "over": human(side_usage.over_runtime, side.dimensions),
+                "has_over": side_usage.over_runtime.only(side.dimensions).any_positive(),
+            }
+        )
+    return {"usage": usage, "sides": sides, "headroom": headroom_sentence(usage)}
+
+
+def _group_summary(snapshot: GroupSnapshot) -> list[dict[str, Any]]:
+    rows = []
+    for side in (Side.GPU, Side.CPU):
+        capacity = snapshot.capacity.side(side)
+        mins = snapshot.sum_of_mins(side)
+        used = snapshot.used(side)
+        rows.append(
+            {
+                "side": side,
+                "capacity": human(capacity, side.dimensions),
+                "mins": human(mins, side.dimensions),
+                "used": human(used, side.dimensions),
+                "free": human(snapshot.free(side), side.dimensions),
+                "overcommitted": not mins.fits_in(capacity),
+            }
+        )
+    return rows
+
+
+@login_required
+def index(request: HttpRequest) -> HttpResponse:
+    """Operators: every group with its capacity and allocation. Everyone: their own quotas."""
+    own = scope_queryset(Quota.objects.select_related("group", "tenant"), request.user)
+    if is_operator(request.user):
+        own = own.none()
+    snapshots: dict[int, GroupSnapshot] = {}
+    leaves = []
+    for quota in own.order_by("group__name", "name"):
+        if quota.group_id not in snapshots:
+            snapshots[quota.group_id] = group_snapshot(quota.group)
+        snapshot = snapshots[quota.group_id]
+        leaves.append({"quota": quota, **_leaf(snapshot, snapshot.quota(quota.pk))})
+    groups = []
+    if is_operator(request.user):
+        for group in QuotaGroup.objects.order_by("name"):
+            snapshot = group_snapshot(group)
+            groups.append(
+                {"group": group, "summary": _group_summary(snapshot), "count": len(snapshot.quotas)}
+            )
+    return render(request, "quotas/index.html", {"leaves": leaves, "groups": groups})
+
+
+@login_required
+def group_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """The quota tree of one group: capacity, allocation, per leaf bars, recent changes (operators)."""
+    _operator_only(request)
+    group = get_object_or_404(QuotaGroup, pk=pk)
+    snapshot = group_snapshot(group)
+    leaves = [_leaf(snapshot, usage) for usage in snapshot.ordered()]
+    changes = QuotaChange.objects.filter(group=group).select_related("actor")[:15]
+    return render(
+        request,
+        "quotas/group_detail.html",
+        {
+            "group": group,
+            "snapshot": snapshot,
+            "summary": _group_summary(snapshot),
+            "leaves": leaves,
+            "changes": changes,
+        },
+    )
+
+
+def _apply_errors(form: Any, error: DomainError) -> None:
+    placed = False
+    for field, problems in (error.fields or {}).items():
+        target = field if field in form.fields else None
+        for problem in problems if isinstance(problems, list) else [problems]:
+            form.add_error(target, str(problem))
+            placed = True
+    if not placed:
+        form.add_error(None, error.message)
+
+
+@login_required
+def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
+    """Create or edit a group (operators)."""
+    _operator_only(request)
+    group = get_object_or_404(QuotaGroup, pk=pk) if pk else None
+    form = GroupForm(request.POST or None, group=group)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            if group is None:
+                saved = services.create_group(
+                    name=data["name"],
+                    description=data["description"],
+                    node_selector=data["node_selector"],
+                    allow_overcommitted_min=data["allow_overcommitted_min"],
+                    actor=request.user,
+                    note=data["note"],
+                )
+            else:
+                saved = services.update_group(
+                    group,
+                    expected_version=data.get("version") or group.version,
+                    actor=request.user,
+                    note=data["note"],
+                    description=data["description"],
+                    node_selector=data["node_selector"],
+                    allow_overcommitted_min=data["allow_overcommitted_min"],
+                )
+        except PreconditionFailed:
+            form.add_error(None, _stale_message("group", group))
+        except DomainError as error:
+            _apply_errors(form, error)
+        else:
+            messages.success(request, f"Group {saved.obj.name} saved.")
+            for warning in saved.warnings:
+                messages.warning(request, warning)
+            return redirect("quotas:group", pk=saved.obj.pk)
+    return render(request, "quotas/group_form.html", {"form": form, "group": group})
+
+
+def _stale_message(kind: str, obj: Any) -> str:
+    current = type(obj).objects.filter(pk=obj.pk).values_list("version", flat=True).first()
+    return (
+        f"Someone else saved this {kind} first (it is now at version {current}). Your edit was not "
+        "saved: reload the page to see their change, then apply yours again."
+    )
+
+
+def _what_if_rows(rows: list[Any]) -> list[dict[str, Any]]:
+    result = []
+    for row in rows:
+        result.append(
+            {
+                "name": row.name,
+                "is_target": row.is_target,
+                "gpu_demand": human_amount("gpu_milli", row.gpu_demand.gpu_milli),
+                "gpu_before": human_amount("gpu_milli", row.gpu_before.gpu_milli),
+                "gpu_after": human_amount("gpu_milli", row.gpu_after.gpu_milli),
+                "gpu_changed": row.gpu_before.gpu_milli != row.gpu_after.gpu_milli,
+                "cpu_demand": human_amount("cpu_milli", row.cpu_demand.cpu_milli),
+                "cpu_before": human_amount("cpu_milli", row.cpu_before.cpu_milli),
+                "cpu_after": human_amount("cpu_milli", row.cpu_after.cpu_milli),
+                "cpu_changed": row.cpu_before.cpu_milli != row.cpu_after.cpu_milli,
+                "changed": row.changed,
+            }
+        )
+    return result
+
+
+def _quota_form_page(
+    request: HttpRequest, *, group: QuotaGroup, quota: Quota | None
+) -> HttpResponse:
+    form_class = NewQuotaForm if quota is None else QuotaForm
+    form = form_class(request.POST or None, quota=quota)
+    preview: list[dict[str, Any]] | None = None
+    if request.method == "POST" and form.is_valid():
+        values = form.values()
+        data = form.cleaned_data
+        try:
+            if "preview" in request.POST:
+                rows = services.what_if(
+                    group,
+                    quota,
+                    values,
+                    tenant=data.get("tenant"),
+                    name=data.get("name") or None,
+                )
+                preview = _what_if_rows(rows)
+            elif quota is None:
+                saved = services.create_quota(
+                    group=group,
+                    tenant=data["tenant"],
+                    name=data.get("name") or None,
+                    actor=request.user,
+                    note=data["note"],
+                    **values,
+                )
+            else:
+                saved = services.update_quota(
+                    quota,
+                    expected_version=data.get("version") or quota.version,
+                    actor=request.user,
+                    note=data["note"],
+                    **values,
+                )
+        except PreconditionFailed:
+            assert quota is not None
+            form.add_error(None, _stale_message("quota", quota))
+        except DomainError as error:
+            _apply_errors(form, error)
+        else:
+            if preview is None:
+                messages.success(request, f"Quota {saved.obj} saved (version {saved.obj.version}).")
+                for warning in saved.warnings:
+                    messages.warning(request, warning)
+                return redirect("quotas:group", pk=group.pk)
+    what_if_url = (
+        reverse("quotas:quota-what-if", args=[quota.pk])
+        if quota
+        else reverse("quotas:group-what-if", args=[group.pk])
+    )
+    rows = [
+        {"side": side, "label": label, "min": form[min_name], "max": form[max_name]}
+        for side, label, min_name, max_name in resource_rows()
+    ]
+    history = QuotaChange.objects.filter(quota=quota).select_related("actor")[:20] if quota else []
+    return render(
+        request,
+        "quotas/quota_form.html",
+        {
+            "form": form,
+            "group": group,
+            "quota": quota,
+            "rows": rows,
+            "preview": preview,
+            "what_if_url": what_if_url,
+            "history": history,
+        },
+    )
+
+
+@login_required
+def quota_create(request: HttpRequest, group_pk: int) -> HttpResponse:
+    _operator_only(request)
+    group = get_object_or_404(QuotaGroup, pk=group_pk)
+    return _quota_form_page(request, group=group, quota=None)
+
+
+@login_required
+def quota_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    quota = get_scoped_or_404(Quota.objects.select_related("group", "tenant"), request.user, pk=pk)
+    if not is_operator(request.user):
+        raise PermissionDenied("Only platform operators change quotas.")
+    return _quota_form_page(request, group=quota.group, quota=quota)
+
+
+def _what_if_json(request: HttpRequest, group: QuotaGroup, quota: Quota | None) -> JsonResponse:
+    form_class = NewQuotaForm if quota is None else QuotaForm
+    form = form_class(request.POST, quota=quota)
+    if not form.is_valid():
+        fields = {name: [str(e) for e in errors] for name, errors in form.errors.items()}
+        return JsonResponse(
+            error_body("invalid", "Fix the highlighted fields.", fields), status=400
+        )
+    data = form.cleaned_data
+    try:
+        rows = services.what_if(
+            group, quota, form.values(), tenant=data.get("tenant"), name=data.get("name") or None
+        )
+    except InvalidInput as error:
+        return JsonResponse(error_body(error.code, error.message, error.fields), status=400)
+    return JsonResponse({"rows": _what_if_rows(rows)})
+
+
+@login_required
+@require_POST
+def quota_what_if(request: HttpRequest, pk: int) -> JsonResponse:
+    """JSON preview for the edit page: every sibling's runtime share before/after (nothing saved)."""
+    _operator_only(request)
+    quota = get_object_or_404(Quota.objects.select_related("group", "tenant"), pk=pk)
+    return _what_if_json(request, quota.group, quota)
+
+
+@login_required
+@require_POST
+def group_what_if(request: HttpRequest, pk: int) -> JsonResponse:
+    """JSON preview for the new-quota page."""
+    _operator_only(request)
+    group = get_object_or_404(QuotaGroup, pk=pk)
+    return _what_if_json(request, group, None)
+
+
+@login_required
+def quota_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """A quota (members of its tenant and operators): bounds, use, runtime share, headroom, history."""
+    quota = get_scoped_or_404(Quota.objects.select_related("group", "tenant"), request.user, pk=pk)
+    snapshot = group_snapshot(quota.group)
+    leaf = _leaf(snapshot, snapshot.quota(quota.pk))
+    table = []
+    for side in (Side.GPU, Side.CPU):
+        usage = snapshot.quota(quota.pk).side(side)
+        for dimension in side.dimensions:
+            table.append(
+                {
+                    "side": side,
+                    "dimension": dimension,
+                    **{
+                        key: human_amount(dimension, getattr(usage, key).get(dimension))
+                        for key in (
+                            "min",
+                            "max",
+                            "used",
+                            "pending",
+                            "runtime",
+                            "borrowed",
+                            "headroom",
+                            "guaranteed_headroom",
+                        )
+                    },
+                }
+            )
+    history = QuotaChange.objects.filter(quota=quota).select_related("actor")[:50]
+    return render(
+        request,
+        "quotas/quota_detail.html",
+        {
+            "quota": quota,
+            "leaf": leaf,
+            "table": table,
+            "history": history,
+            "can_edit": is_operator(request.user),
+        },
+    )
+
+
+@login_required
+@require_POST
+def quota_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    _operator_only(request)
+    quota = get_object_or_404(Quota.objects.select_related("group"), pk=pk)
+    group_pk = quota.group_id
+    try:
+        services.delete_quota(
+            quota,
+            expected_version=int(request.POST.get("version") or quota.version),
+            actor=request.user,
+            note=request.POST.get("note", ""),
+        )
+    except DomainError as error:
+        messages.error(request, error.message)
+        return redirect("quotas:quota", pk=pk)
+    messages.success(request, f"Quota {quota.name} deleted.")
+    return redirect("quotas:group", pk=group_pk)
