@@ -4,7 +4,8 @@ stopped (home kept) and the GPU-hours it freed are recorded. The owner keeps it 
 (`services.keep_codespace`, which records activity).
 
 GPU utilization and activity come from telemetry (`scheduling.telemetry.services`). A GPU codespace
-without any utilization sample in the window is never stopped: no data is not proof of idleness.
+without any utilization sample in the window is never stopped (no data is not proof of idleness), and
+CPU-only codespaces are left alone (there is no GPU signal to judge them by).
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ def _check_one(
     threshold = float(template.idle_threshold_percent)
     last_active = _latest(codespace.last_activity_at, telemetry_activity, codespace.started_at)
     recently_active = last_active is not None and last_active > since
-    if codespace.uses_gpu and utilization is None:
-        return  # no samples: cannot tell, never stop on missing data
-    busy_gpu = codespace.uses_gpu and utilization is not None and utilization >= threshold
+    if not codespace.uses_gpu or utilization is None:
+        # CPU-only codespaces have no GPU signal, and no samples is not proof of idleness.
+        return
+    busy_gpu = utilization >= threshold
     if recently_active or busy_gpu:
         if codespace.idle_warned_at is not None and lifecycle.update_in_state(
             codespace, expected=CodespaceState.RUNNING, idle_warned_at=None
@@ -98,11 +100,7 @@ def _check_one(
             lifecycle.record_event(codespace, EventKind.NOTICE, f"Idle warning cleared: {why}.")
             report.cleared.append(codespace.name)
         return
-    util_text = (
-        f"GPU utilization averaged {utilization:.1f}% (threshold {threshold:g}%)"
-        if codespace.uses_gpu and utilization is not None
-        else "no GPU"
-    )
+    util_text = f"GPU utilization averaged {utilization:.1f}% (threshold {threshold:g}%)"
     window = template.idle_window_minutes
     if codespace.idle_warned_at is None:
         stop_at = now + timedelta(minutes=template.idle_grace_minutes)

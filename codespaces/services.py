@@ -720,6 +720,14 @@ class PickerData:
     gpu_models: list[pools.PoolGpuModel]
     options: list[PresetOption] = field(default_factory=list)
 
+    @property
+    def largest_free_gpu_milli(self) -> int:
+        return self.largest_free_slice[0]
+
+    @property
+    def largest_free_gpu_memory_mib(self) -> int:
+        return self.largest_free_slice[1]
+
 
 def quota_headroom(quota: Quota) -> dict[str, Any]:
     """The GPU-side numbers of a quota from the quota tree's snapshot, in cards and GiB."""

@@ -243,8 +243,10 @@ class PickerSerializer(serializers.Serializer):
     quota = serializers.IntegerField(source="quota.pk")
     pool = serializers.CharField(source="quota.group.name")
     headroom = serializers.DictField(child=serializers.FloatField(allow_null=True))
-    largest_free_slice_gpu_milli = serializers.IntegerField(source="largest_free_slice.0")
-    largest_free_slice_gpu_memory_mib = serializers.IntegerField(source="largest_free_slice.1")
+    largest_free_slice_gpu_milli = serializers.IntegerField(source="largest_free_gpu_milli")
+    largest_free_slice_gpu_memory_mib = serializers.IntegerField(
+        source="largest_free_gpu_memory_mib"
+    )
     presets = PresetOptionSerializer(source="options", many=True)
 
 

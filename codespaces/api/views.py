@@ -134,11 +134,11 @@ class CodespaceTemplateViewSet(ETagMixin, viewsets.ModelViewSet):
 
 
 class CodespaceViewSet(
+    ETagMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.DestroyModelMixin,
-    ETagMixin,
     viewsets.GenericViewSet,
 ):
     """Codespaces of your teams (operators: all). `?scope=mine` lists your own, `?scope=team` those of

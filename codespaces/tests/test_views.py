@@ -1,0 +1,230 @@
+"""Pages: the create form with its slice picker, detail, actions, lists; and who may see what."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from codespaces.choices import CodespaceState as S
+from codespaces.models import Codespace
+from codespaces.tests.factories import CodespaceFactory
+from scheduling.models import Workload
+
+pytestmark = pytest.mark.django_db
+
+
+def client_for(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def bobs(bob: Any, team_a: Any, quota_a: Any, template: Any) -> Codespace:
+    return CodespaceFactory(
+        name="bobs", owner=bob, tenant=team_a, quota=quota_a, template=template, state=S.STOPPED
+    )
+
+
+def test_create_page_shows_the_picker(bob: Any, quota_a: Any, template: Any) -> None:
+    response = client_for(bob).get(reverse("codespaces:create"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "1 of max 1 GPUs" not in html
+    assert "0 of max 1 GPUs in use; 1 GPUs / 80.0 GiB left" in html
+    assert "100% compute, 80 GiB on one GPU" in html
+    assert 'data-testid="preset-quarter-h100"' in html
+    assert "team-a GPU side: 0 of max 1 GPU in use, request 2." in html  # 2 × H100 would queue
+
+
+def test_create_through_the_form(
+    bob: Any, quota_a: Any, template: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    client = client_for(bob)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            reverse("codespaces:create"),
+            {
+                "name": "bob-dev",
+                "template": "pytorch",
+                "quota": str(quota_a.pk),
+                "preset": "custom",
+                "gpu_mode": "slice",
+                "gpu_percent": "25",
+                "gpu_memory_gib": "20",
+                "gpu_count": "1",
+                "gpu_model": "H100",
+                "cpu_cores": "4",
+                "memory_gib": "16",
+            },
+        )
+    codespace = Codespace.objects.get(name="bob-dev")
+    assert response.status_code == 302
+    assert response["Location"] == reverse("codespaces:detail", args=[codespace.pk])
+    assert (codespace.gpu_milli, codespace.gpu_memory_mib, codespace.cpu_milli) == (
+        250,
+        20480,
+        4000,
+    )
+    assert codespace.state == S.STARTING
+    assert codespace.node_name == "h100-a"
+
+
+@pytest.mark.parametrize(
+    ("_case", "changes", "field", "error"),
+    [
+        ("compute 0%", {"gpu_percent": "0"}, "gpu_percent", "(got 0%)"),
+        ("compute 150%", {"gpu_percent": "150"}, "gpu_percent", "(got 150%)"),
+        (
+            "memory above the largest GPU",
+            {"gpu_memory_gib": "96"},
+            "gpu_memory_gib",
+            "96 GiB is more than the largest H100 GPU in pool gpu (80 GiB).",
+        ),
+        (
+            "slice on a T4",
+            {"gpu_model": "T4", "gpu_memory_gib": "8"},
+            "gpu_model",
+            "T4 GPUs can&#x27;t be shared",
+        ),
+        ("unknown template", {"template": "nope"}, "template", "Select a valid choice."),
+        ("bad name", {"name": "Not OK"}, "name", "lowercase letters"),
+    ],
+)
+def test_form_errors_are_shown_next_to_the_field_and_nothing_is_created(
+    _case: str,
+    changes: dict[str, str],
+    field: str,
+    error: str,
+    bob: Any,
+    quota_a: Any,
+    template: Any,
+) -> None:
+    data = {
+        "name": "bob-dev",
+        "template": "pytorch",
+        "quota": str(quota_a.pk),
+        "preset": "custom",
+        "gpu_mode": "slice",
+        "gpu_percent": "25",
+        "gpu_memory_gib": "20",
+        "gpu_count": "1",
+        "gpu_model": "H100",
+        "cpu_cores": "4",
+        "memory_gib": "16",
+        **changes,
+    }
+    response = client_for(bob).post(reverse("codespaces:create"), data)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert f'data-field-error="{field}">' in html
+    assert error in html
+    assert Codespace.objects.count() == 0
+    assert Workload.objects.count() == 0
+
+
+def test_detail_actions_and_refusal_messages(
+    bob: Any, bobs: Codespace, django_capture_on_commit_callbacks: Any
+) -> None:
+    client = client_for(bob)
+    detail = reverse("codespaces:detail", args=[bobs.pk])
+    assert 'data-testid="start"' in client.get(detail).content.decode()
+    # stopping a stopped codespace is refused with a message, nothing changes
+    response = client.post(reverse("codespaces:stop", args=[bobs.pk]), follow=True)
+    assert "Codespace &#x27;bobs&#x27; is stopped; only a queued, placed, starting or running" in (
+        response.content.decode()
+    )
+    assert Codespace.objects.get(pk=bobs.pk).state == S.STOPPED
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("codespaces:start", args=[bobs.pk]))
+    assert Codespace.objects.get(pk=bobs.pk).state == S.STARTING
+    response = client.post(reverse("codespaces:delete", args=[bobs.pk]))
+    assert response["Location"] == reverse("codespaces:list")
+    assert Codespace.objects.get(pk=bobs.pk).state == S.DELETED
+    assert client.get(detail).status_code == 404
+
+
+# persona → (detail, stop, list shows it, team page, all page, savings)
+MATRIX = {
+    "bob": (200, 302, True, 403, 404, 404),  # owner, member
+    "alice": (200, 302, False, 200, 404, 404),  # tenant admin of team-a (not the owner)
+    "charlie": (404, 404, False, 403, 404, 404),  # other tenant
+    "operator": (200, 302, False, 200, 200, 200),
+}
+
+
+@pytest.mark.parametrize("persona", list(MATRIX))
+def test_page_authorization_matrix(
+    persona: str, request: Any, bobs: Codespace, alice: Any, charlie: Any, operator: Any
+) -> None:
+    user = request.getfixturevalue(persona)
+    client = client_for(user)
+    detail, stop, listed, team, everything, savings = MATRIX[persona]
+    assert client.get(reverse("codespaces:detail", args=[bobs.pk])).status_code == detail
+    Codespace.objects.filter(pk=bobs.pk).update(state=S.RUNNING)  # something to stop
+    assert client.post(reverse("codespaces:stop", args=[bobs.pk])).status_code == stop
+    expected_state = S.STOPPED if stop == 302 else S.RUNNING
+    assert Codespace.objects.get(pk=bobs.pk).state == expected_state
+    row = f'<tr data-codespace="{bobs.pk}">'
+    assert (row in client.get(reverse("codespaces:list")).content.decode()) is listed
+    assert client.get(reverse("codespaces:team")).status_code == team
+    assert client.get(reverse("codespaces:all")).status_code == everything
+    assert client.get(reverse("codespaces:savings")).status_code == savings
+    status = client.get(reverse("codespaces:status-json") + f"?ids={bobs.pk}").json()
+    assert [c["id"] for c in status["codespaces"]] == ([] if detail == 404 else [bobs.pk])
+
+
+def test_member_of_the_team_who_is_not_the_owner_cannot_act(bobs: Codespace, team_a: Any) -> None:
+    from portal.tests.factories import MembershipFactory, UserFactory
+
+    dora = UserFactory(username="dora")
+    MembershipFactory(user=dora, tenant=team_a)
+    client = client_for(dora)
+    assert client.get(reverse("codespaces:detail", args=[bobs.pk])).status_code == 200
+    assert client.post(reverse("codespaces:start", args=[bobs.pk])).status_code == 403
+    assert Codespace.objects.get(pk=bobs.pk).state == S.STOPPED
+
+
+def test_idle_banner_and_keep(bob: Any, bobs: Codespace) -> None:
+    from django.utils import timezone
+
+    Codespace.objects.filter(pk=bobs.pk).update(state=S.RUNNING, idle_warned_at=timezone.now())
+    client = client_for(bob)
+    html = client.get(reverse("codespaces:detail", args=[bobs.pk])).content.decode()
+    assert 'data-testid="idle-banner"' in html
+    client.post(reverse("codespaces:keep", args=[bobs.pk]))
+    assert Codespace.objects.get(pk=bobs.pk).idle_warned_at is None
+    html = client.get(reverse("codespaces:detail", args=[bobs.pk])).content.decode()
+    assert 'data-testid="idle-banner"' not in html
+
+
+def test_preview_json_validates_and_answers(bob: Any, quota_a: Any, template: Any) -> None:
+    client = client_for(bob)
+    url = reverse("codespaces:preview-json")
+    body = {
+        "template": "pytorch",
+        "quota": quota_a.pk,
+        "gpu_mode": "slice",
+        "gpu_percent": 25,
+        "gpu_memory_gib": 20,
+        "gpu_model": "H100",
+        "cpu_cores": 4,
+        "memory_gib": 16,
+    }
+    ok = client.post(url, body, content_type="application/json").json()
+    assert ok == {
+        "valid": True,
+        "starts_now": True,
+        "code": ok["code"],
+        "reason": ok["reason"],
+        "node": "h100-a",
+    }
+    bad = client.post(url, {**body, "gpu_percent": 0}, content_type="application/json")
+    assert bad.status_code == 400
+    assert bad.json()["fields"] == {
+        "gpu_percent": ["Compute must be between 1% and 100% of one GPU (got 0%)."]
+    }
+    assert Workload.objects.count() == 0
