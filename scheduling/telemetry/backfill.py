@@ -122,119 +122,19 @@ def backfill(
     workload_rows: list[WorkloadHourly] = []
     quota_rows: list[QuotaSample] = []
     pool_rows: list[PoolSample] = []
-    for hour in hours:
-        quota_alloc: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-        pool_alloc: dict[int, dict[str, object]] = defaultdict(
-            lambda: {"milli": 0.0, "gpus": set(), "util": 0.0, "unsliced": 0, "occupied": set()}
-        )
-        for workload_id, held in per_workload.items():
-            tenant_id, quota_id, kind, profile = identity[workload_id]
-            if not _held(workload_id, profile, hour):
-                continue
-            milli = sum(m for _g, m, _n in held)
-            utils = [
-                synthetic.utilization(workload_id, profile, hour + timedelta(minutes=m))
-                for m in SAMPLE_MINUTES
-            ]
-            allocated_mm = milli * 60.0
-            used_mm = sum(milli * u / 100 * 20 for u in utils)
-            idle_mm = sum(milli * 20.0 for u in utils if synthetic.is_idle(u))
-            workload_rows.append(
-                WorkloadHourly(
-                    hour=hour,
-                    workload_id=workload_id,
-                    tenant_id=tenant_id,
-                    quota_id=quota_id,
-                    kind=kind,
-                    minutes=60,
-                    allocated_milli_minutes=allocated_mm,
-                    used_milli_minutes=round(used_mm, 3),
-                    idle_milli_minutes=idle_mm,
-                )
-            )
-            model = held[0][2].gpu_model or "unknown"
-            acc = quota_alloc[(quota_id, model)]
-            acc[0] += allocated_mm
-            acc[1] += used_mm
-            acc[2] += idle_mm
-            mean_util = sum(utils) / len(utils)
-            for gpu_id, share_milli, node in held:
-                group_id = node_group.get(node.pk)
-                if group_id is None:
-                    continue
-                pool = pool_alloc[group_id]
-                pool["milli"] = float(pool["milli"]) + share_milli  # type: ignore[arg-type]
-                pool["gpus"].add(gpu_id)  # type: ignore[attr-defined]
-                pool["util"] = float(pool["util"]) + mean_util * share_milli / GPU_MILLI  # type: ignore[arg-type]
-                if kind == WorkloadKind.CODESPACE and share_milli < GPU_MILLI:
-                    pool["unsliced"] = int(pool["unsliced"]) + 1  # type: ignore[call-overload]
-                    pool["occupied"].add(gpu_id)  # type: ignore[attr-defined]
-        allocated_by_quota: dict[int, float] = defaultdict(float)
-        for (quota_id, model), (alloc, used, idle) in quota_alloc.items():
-            quota = quotas[quota_id]
-            allocated_by_quota[quota_id] += alloc
-            quota_rows.append(
-                QuotaSample(
-                    resolution=Resolution.HOUR,
-                    ts=hour,
-                    minutes=60,
-                    group_id=quota.group_id,
-                    quota_id=quota_id,
-                    tenant_id=quota.tenant_id,
-                    gpu_model=model,
-                    allocated_milli=alloc,
-                    used_milli=round(used, 3),
-                    idle_milli=idle,
-                )
-            )
-        for quota in quotas.values():
-            minimum, maximum, runtime, _borrowed = figures.get(quota.pk, (0.0, 0.0, 0.0, 0.0))
-            borrowed = max(0.0, allocated_by_quota.get(quota.pk, 0.0) / 60 - minimum)
-            quota_rows.append(
-                QuotaSample(
-                    resolution=Resolution.HOUR,
-                    ts=hour,
-                    minutes=60,
-                    group_id=quota.group_id,
-                    quota_id=quota.pk,
-                    tenant_id=quota.tenant_id,
-                    gpu_model="",
-                    min_milli=minimum * 60,
-                    max_milli=maximum * 60,
-                    runtime_milli=runtime * 60,
-                    borrowed_milli=borrowed * 60,
-                    pending=round(2 * synthetic._unit("pending", quota.pk, hour.timestamp()), 1)
-                    * 60,
-                )
-            )
-        for group in groups:
-            capacity = healthy_by_group.get(group.pk, 0)
-            pool = pool_alloc[group.pk]
-            p50 = 30 + 90 * synthetic._unit("p50", group.pk, hour.timestamp())
-            p95 = p50 * (3 + 7 * synthetic._unit("p95", group.pk, hour.timestamp()))
-            pool_rows.append(
-                PoolSample(
-                    resolution=Resolution.HOUR,
-                    ts=hour,
-                    minutes=60,
-                    group_id=group.pk,
-                    capacity_gpus=capacity * 60,
-                    capacity_milli=capacity * GPU_MILLI * 60,
-                    allocated_gpus=len(pool["gpus"]) * 60,  # type: ignore[arg-type]
-                    allocated_milli=float(pool["milli"]) * 60,  # type: ignore[arg-type]
-                    sm_utilization=(float(pool["util"]) / capacity * 60) if capacity else 0.0,  # type: ignore[arg-type]
-                    pending=sum(
-                        round(2 * synthetic._unit("pending", q.pk, hour.timestamp()), 1) * 60
-                        for q in quotas.values()
-                        if q.group_id == group.pk
-                    ),
-                    codespace_cards_unsliced=int(pool["unsliced"]) * 60,  # type: ignore[call-overload]
-                    codespace_cards_occupied=len(pool["occupied"]) * 60,  # type: ignore[arg-type]
-                    wait_p50_seconds=round(p50, 1),
-                    wait_p95_seconds=round(p95, 1),
-                    placed_count=0,
-                )
-            )
+    written = [0, 0, 0]
+
+    def flush() -> None:
+        # a day at a time, so 30 days of a large cluster never sit in memory at once
+        WorkloadHourly.objects.bulk_create(workload_rows, batch_size=5000)
+        QuotaSample.objects.bulk_create(quota_rows, batch_size=5000)
+        PoolSample.objects.bulk_create(pool_rows, batch_size=5000)
+        written[0] += len(workload_rows)
+        written[1] += len(quota_rows)
+        written[2] += len(pool_rows)
+        workload_rows.clear()
+        quota_rows.clear()
+        pool_rows.clear()
 
     with transaction.atomic():
         if replace:
@@ -245,9 +145,23 @@ def backfill(
             PoolSample.objects.filter(
                 resolution=Resolution.HOUR, ts__gte=first, ts__lt=raw_start
             ).delete()
-        WorkloadHourly.objects.bulk_create(workload_rows, batch_size=5000)
-        QuotaSample.objects.bulk_create(quota_rows, batch_size=5000)
-        PoolSample.objects.bulk_create(pool_rows, batch_size=5000)
+        for number, hour in enumerate(hours, start=1):
+            _backfill_hour(
+                hour,
+                per_workload,
+                identity,
+                quotas,
+                groups,
+                node_group,
+                healthy_by_group,
+                figures,
+                workload_rows,
+                quota_rows,
+                pool_rows,
+            )
+            if number % 24 == 0:
+                flush()
+        flush()
 
     minutes = 0
     minute = raw_start
@@ -262,8 +176,136 @@ def backfill(
         hour += timedelta(hours=1)
     return BackfillReport(
         hours=len(hours),
-        workload_hour_rows=len(workload_rows),
-        quota_rows=len(quota_rows),
-        pool_rows=len(pool_rows),
+        workload_hour_rows=written[0],
+        quota_rows=written[1],
+        pool_rows=written[2],
         minutes=minutes,
     )
+
+
+def _backfill_hour(
+    hour: datetime,
+    per_workload: dict[int, list[tuple[int, int, Node]]],
+    identity: dict[int, tuple[int, int, str, str]],
+    quotas: dict[int, Quota],
+    groups: list[QuotaGroup],
+    node_group: dict[int, int],
+    healthy_by_group: dict[int, int],
+    figures: dict[int, tuple[float, float, float, float]],
+    workload_rows: list[WorkloadHourly],
+    quota_rows: list[QuotaSample],
+    pool_rows: list[PoolSample],
+) -> None:
+    """Append the synthetic rows of one hour (see the module docstring)."""
+
+    quota_alloc: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    pool_alloc: dict[int, dict[str, object]] = defaultdict(
+        lambda: {"milli": 0.0, "gpus": set(), "util": 0.0, "unsliced": 0, "occupied": set()}
+    )
+    for workload_id, held in per_workload.items():
+        tenant_id, quota_id, kind, profile = identity[workload_id]
+        if not _held(workload_id, profile, hour):
+            continue
+        milli = sum(m for _g, m, _n in held)
+        utils = [
+            synthetic.utilization(workload_id, profile, hour + timedelta(minutes=m))
+            for m in SAMPLE_MINUTES
+        ]
+        allocated_mm = milli * 60.0
+        used_mm = sum(milli * u / 100 * 20 for u in utils)
+        idle_mm = sum(milli * 20.0 for u in utils if synthetic.is_idle(u))
+        workload_rows.append(
+            WorkloadHourly(
+                hour=hour,
+                workload_id=workload_id,
+                tenant_id=tenant_id,
+                quota_id=quota_id,
+                kind=kind,
+                minutes=60,
+                allocated_milli_minutes=allocated_mm,
+                used_milli_minutes=round(used_mm, 3),
+                idle_milli_minutes=idle_mm,
+            )
+        )
+        model = held[0][2].gpu_model or "unknown"
+        acc = quota_alloc[(quota_id, model)]
+        acc[0] += allocated_mm
+        acc[1] += used_mm
+        acc[2] += idle_mm
+        mean_util = sum(utils) / len(utils)
+        for gpu_id, share_milli, node in held:
+            group_id = node_group.get(node.pk)
+            if group_id is None:
+                continue
+            pool = pool_alloc[group_id]
+            pool["milli"] = float(pool["milli"]) + share_milli  # type: ignore[arg-type]
+            pool["gpus"].add(gpu_id)  # type: ignore[attr-defined]
+            pool["util"] = float(pool["util"]) + mean_util * share_milli / GPU_MILLI  # type: ignore[arg-type]
+            if kind == WorkloadKind.CODESPACE and share_milli < GPU_MILLI:
+                pool["unsliced"] = int(pool["unsliced"]) + 1  # type: ignore[call-overload]
+                pool["occupied"].add(gpu_id)  # type: ignore[attr-defined]
+    allocated_by_quota: dict[int, float] = defaultdict(float)
+    for (quota_id, model), (alloc, used, idle) in quota_alloc.items():
+        quota = quotas[quota_id]
+        allocated_by_quota[quota_id] += alloc
+        quota_rows.append(
+            QuotaSample(
+                resolution=Resolution.HOUR,
+                ts=hour,
+                minutes=60,
+                group_id=quota.group_id,
+                quota_id=quota_id,
+                tenant_id=quota.tenant_id,
+                gpu_model=model,
+                allocated_milli=alloc,
+                used_milli=round(used, 3),
+                idle_milli=idle,
+            )
+        )
+    for quota in quotas.values():
+        minimum, maximum, runtime, _borrowed = figures.get(quota.pk, (0.0, 0.0, 0.0, 0.0))
+        borrowed = max(0.0, allocated_by_quota.get(quota.pk, 0.0) / 60 - minimum)
+        quota_rows.append(
+            QuotaSample(
+                resolution=Resolution.HOUR,
+                ts=hour,
+                minutes=60,
+                group_id=quota.group_id,
+                quota_id=quota.pk,
+                tenant_id=quota.tenant_id,
+                gpu_model="",
+                min_milli=minimum * 60,
+                max_milli=maximum * 60,
+                runtime_milli=runtime * 60,
+                borrowed_milli=borrowed * 60,
+                pending=round(2 * synthetic._unit("pending", quota.pk, hour.timestamp()), 1) * 60,
+            )
+        )
+    for group in groups:
+        capacity = healthy_by_group.get(group.pk, 0)
+        pool = pool_alloc[group.pk]
+        p50 = 30 + 90 * synthetic._unit("p50", group.pk, hour.timestamp())
+        p95 = p50 * (3 + 7 * synthetic._unit("p95", group.pk, hour.timestamp()))
+        pool_rows.append(
+            PoolSample(
+                resolution=Resolution.HOUR,
+                ts=hour,
+                minutes=60,
+                group_id=group.pk,
+                capacity_gpus=capacity * 60,
+                capacity_milli=capacity * GPU_MILLI * 60,
+                allocated_gpus=len(pool["gpus"]) * 60,  # type: ignore[arg-type]
+                allocated_milli=float(pool["milli"]) * 60,  # type: ignore[arg-type]
+                sm_utilization=(float(pool["util"]) / capacity * 60) if capacity else 0.0,  # type: ignore[arg-type]
+                pending=sum(
+                    round(2 * synthetic._unit("pending", q.pk, hour.timestamp()), 1) * 60
+                    for q in quotas.values()
+                    if q.group_id == group.pk
+                ),
+                codespace_cards_unsliced=int(pool["unsliced"]) * 60,  # type: ignore[call-overload]
+                codespace_cards_occupied=len(pool["occupied"]) * 60,  # type: ignore[arg-type]
+                wait_p50_seconds=round(p50, 1),
+                wait_p95_seconds=round(p95, 1),
+                placed_count=0,
+            )
+        )

@@ -48,7 +48,10 @@ class WorkloadSample(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["workload", "ts"], name="uniq_workload_sample_minute")
         ]
-        indexes = [models.Index(fields=["ts"], name="wsample_ts")]
+        indexes = [
+            models.Index(fields=["ts"], name="wsample_ts"),
+            models.Index(fields=["tenant", "kind", "ts"], name="wsample_tenant_kind_ts"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.workload_id}@{self.ts:%Y-%m-%d %H:%M}"
