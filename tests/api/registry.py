@@ -80,8 +80,9 @@ def _template(owner: Owner) -> Model:
     """A template open to the owner's tenant only (templates are scoped by `allowed_tenants`)."""
     from codespaces.models import CodespaceTemplate
 
-    template = CodespaceTemplate.objects.create(
-        name=f"tpl-{owner.tenant.slug}", display_name="Isolation", image="python:3.11"
+    template, _ = CodespaceTemplate.objects.get_or_create(
+        name=f"tpl-{owner.tenant.slug}",
+        defaults={"display_name": "Isolation", "image": "python:3.11"},
     )
     template.allowed_tenants.add(owner.tenant)
     _quota(owner)  # the slice picker needs a quota of the team

@@ -1,0 +1,67 @@
+"""Query budgets of the API's own list endpoints and of the cross-cutting layer (issue 7, convention 10).
+
+Per authenticated request the API layer costs: 1 token lookup (+ at most one last-used write a minute),
+1 rate-limit upsert for all buckets, 1 membership read (shared with tenant scoping). The list itself is
+one query whatever the number of rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from portal.services import issue_token
+from portal.tests.factories import MembershipFactory, TenantFactory
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("_case", "rows"), [("one row", 1), ("many rows", 20)])
+def test_tenants_list_costs_four_queries(
+    _case: str, rows: int, bob: Any, api_as: Any, django_assert_num_queries: Any
+) -> None:
+    for index in range(rows - 1):
+        MembershipFactory(user=bob, tenant=TenantFactory(slug=f"extra-{index}"))
+    client = api_as(bob)
+    client.get("/api/v1/me/")  # warm: the token's last-used write happens once a minute
+    with django_assert_num_queries(4):  # token, rate upsert, memberships, tenants
+        response = client.get("/api/v1/tenants/")
+    assert response.status_code == 200
+    assert len(response.json()["results"]) == rows
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("_case", "rows"), [("one row", 1), ("many rows", 20)])
+def test_tokens_list_costs_four_queries(
+    _case: str, rows: int, bob: Any, api_as: Any, django_assert_num_queries: Any
+) -> None:
+    client = api_as(bob)
+    for index in range(rows - 1):
+        issue_token(bob, name=f"t{index}")
+    client.get("/api/v1/me/")
+    with django_assert_num_queries(4):  # token, rate upsert, memberships, tokens
+        response = client.get("/api/v1/tokens/")
+    assert response.status_code == 200
+    assert len(response.json()["results"]) == rows
+
+
+@pytest.mark.django_db
+def test_idempotent_post_costs_two_writes_and_a_replay_never_reaches_the_view(
+    bob: Any, api_as: Any, django_assert_num_queries: Any
+) -> None:
+    client = api_as(bob)
+    client.get("/api/v1/me/")
+    # claim (INSERT in a savepoint: 3), token, memberships, rate upsert, the view's own atomic INSERT (3),
+    # and storing the response (1). In production the savepoints are one transaction each.
+    with django_assert_num_queries(10):
+        first = client.post(
+            "/api/v1/tokens/", {"name": "ci"}, format="json", HTTP_IDEMPOTENCY_KEY="k"
+        )
+    assert first.status_code == 201
+    # the claim INSERT fails (savepoint, insert, rollback, release) and the stored response is read:
+    # no authentication, no rate counting, no view
+    with django_assert_num_queries(5):
+        replay = client.post(
+            "/api/v1/tokens/", {"name": "ci"}, format="json", HTTP_IDEMPOTENCY_KEY="k"
+        )
+    assert replay.content == first.content
