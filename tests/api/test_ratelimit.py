@@ -123,3 +123,40 @@ def test_200_concurrent_requests_against_a_limit_of_n_admit_exactly_n(
     assert results.count(429) == 200 - limit
     token_rows = RateLimitCounter.objects.filter(bucket__startswith="token:")
     assert [row.count for row in token_rows] == [200]
+
+
+def test_redis_counter_is_exact_under_concurrent_hits() -> None:
+    """With TESSERA_API_RATE_REDIS_URL the counters are Redis INCRs: 200 concurrent hits count 200."""
+    import os
+    import uuid
+
+    import redis
+
+    url = os.environ.get("TESSERA_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
+    try:
+        redis.Redis.from_url(url, socket_timeout=1).ping()
+    except redis.RedisError:
+        if os.environ.get("TESSERA_REQUIRE_BROKER") == "1":
+            pytest.fail(f"no Redis at {url}")
+        pytest.skip(f"no Redis at {url}")
+    bucket = f"token:test-{uuid.uuid4().hex}"
+    counts: list[int] = []
+    lock = threading.Lock()
+    with override_settings(TESSERA_API_RATE_REDIS_URL=url, TESSERA_API_RATE_WINDOW_SECONDS=3600):
+
+        def worker() -> None:
+            for _ in range(10):
+                value = hit([Bucket(bucket, 5)], now=7200.0)[0][bucket]
+                with lock:
+                    counts.append(value)
+
+        threads = [threading.Thread(target=worker) for _ in range(20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sorted(counts) == list(range(1, 201))
+    client = redis.Redis.from_url(url)
+    key = f"tessera:rate:{bucket}:7200"
+    assert 0 < client.ttl(key) <= 7200
+    client.delete(key)
