@@ -138,6 +138,19 @@ def quotas_for_tenant(tenant: Tenant) -> QuerySet[Quota]:
     return Quota.objects.filter(tenant=tenant).select_related("group").order_by("group__name")
 
 
+def default_quota(template: CodespaceTemplate | None, quotas: list[Quota]) -> Quota | None:
+    """The quota the create page starts with: the first whose pool has the GPU model of the
+    template's first GPU preset (so its headline size can start), else the first one."""
+    if not quotas:
+        return None
+    wanted = [p.gpu_model for p in template.presets.all() if p.gpu_model] if template else []
+    for model in wanted[:1]:
+        for quota in quotas:
+            if any(m.model == model for m in pools.gpu_models_of_group(quota.group)):
+                return quota
+    return quotas[0]
+
+
 def _resolve_template(
     template: CodespaceTemplate | int | str | None, tenant: Tenant
 ) -> CodespaceTemplate:

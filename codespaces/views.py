@@ -94,7 +94,7 @@ def create(request: HttpRequest) -> HttpResponse:
     selected = next((t for t in templates if t.name == source.get("template")), None)
     selected = selected or (templates[0] if templates else None)
     quota = next((q for q in quotas if str(q.pk) == source.get("quota")), None)
-    quota = quota or (quotas[0] if quotas else None)
+    quota = quota or services.default_quota(selected, quotas)
     gpu_models = [m.model for m in services.pools.gpu_models_of_group(quota.group)] if quota else []
     initial = {
         "template": selected.name if selected else "",

@@ -3,6 +3,7 @@ compare-and-set that stops two writers from both winning."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -117,12 +118,13 @@ def test_user_actions_refused_in_the_wrong_state(
     from codespaces import services
 
     codespace = make(bob, team_a, quota_a, state)
-    call = {
+    calls: dict[str, Callable[..., Codespace]] = {
         "start": services.start_codespace,
         "stop": services.stop_codespace,
         "keep": services.keep_codespace,
         "delete": services.delete_codespace,
-    }[action]
+    }
+    call = calls[action]
     if allowed:
         with django_capture_on_commit_callbacks(execute=True):
             call(codespace, actor=bob)

@@ -5,13 +5,14 @@
   var form = document.getElementById("create-form");
   if (!form) { return; }
 
+  // A new template gets the quota that suits it best (server default); a new quota keeps the template.
   ["id_template", "id_quota"].forEach(function (id) {
     var select = document.getElementById(id);
     if (!select) { return; }
     select.addEventListener("change", function () {
       var params = new URLSearchParams();
       params.set("template", document.getElementById("id_template").value);
-      params.set("quota", document.getElementById("id_quota").value);
+      if (id === "id_quota") { params.set("quota", select.value); }
       window.location.search = params.toString();
     });
   });
