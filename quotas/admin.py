@@ -55,7 +55,7 @@ class QuotaAdminForm(forms.ModelForm):
 
     def _post_clean(self) -> None:
         # Run the service's checks on the proposed values instead of saving anything here.
-        super()._post_clean()
+        super()._post_clean()  # type: ignore[misc]
         if self.errors:
             return
         values = {name: self.cleaned_data.get(name) for name in EDITABLE_QUOTA_FIELDS}

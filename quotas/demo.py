@@ -8,7 +8,7 @@ borrow idle capacity 2:1. In `interactive`, inference keeps its idle min (no len
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import Any, TextIO
 
 from portal.models import Tenant
 from quotas import services
@@ -53,7 +53,7 @@ def seed(stdout: TextIO) -> None:
         if tenant is None or Quota.objects.filter(group=group, tenant=tenant).exists():
             continue
         capacity = group_capacity(group)
-        values: dict[str, object] = {"lend_idle_min": lend}
+        values: dict[str, Any] = {"lend_idle_min": lend}
         for side in (Side.GPU, Side.CPU):
             for bound, share in (("min", low), ("max", high)):
                 for dimension, amount in _fraction(capacity.side(side), side, share).items():

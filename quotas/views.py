@@ -251,7 +251,7 @@ def _quota_form_page(
         if quota
         else reverse("quotas:group-what-if", args=[group.pk])
     )
-    rows = [
+    bound_rows = [
         {"side": side, "label": label, "min": form[min_name], "max": form[max_name]}
         for side, label, min_name, max_name in resource_rows()
     ]
@@ -263,7 +263,7 @@ def _quota_form_page(
             "form": form,
             "group": group,
             "quota": quota,
-            "rows": rows,
+            "rows": bound_rows,
             "preview": preview,
             "what_if_url": what_if_url,
             "history": history,

@@ -75,7 +75,9 @@ def _snapshot(context: dict[str, Any], group_id: int) -> GroupSnapshot:
 class QuotaSerializer(serializers.ModelSerializer):
     """A quota with its bounds and its live status (runtime share, borrowed, headroom)."""
 
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    tenant: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     group_name = serializers.CharField(source="group.name", read_only=True)
     status = serializers.SerializerMethodField()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import Client
 
@@ -98,7 +100,7 @@ def test_admin_invalid_edit_changes_nothing(admin_client_for, quota, _case, over
 
 
 def test_admin_add_quota_and_group(admin_client_for, quota, team_b):
-    data = dict.fromkeys(RESOURCE_FIELDS, 0)
+    data: dict[str, Any] = dict.fromkeys(RESOURCE_FIELDS, 0)
     data.update(
         group=quota.group_id,
         tenant=team_b.pk,

@@ -49,7 +49,7 @@ def test_create_quota_records_history(group, team_a, operator):
         "initial",
         None,
     )
-    assert change.after["gpu_max_gpu_milli"] == 4000
+    assert (change.after or {})["gpu_max_gpu_milli"] == 4000
     assert change.subject_name == "training/team-a"
 
 

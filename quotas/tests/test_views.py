@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import Client
 
@@ -162,7 +164,7 @@ def test_create_group_and_quota_through_pages(operator, team_a):
     assert response["Location"] == f"/quotas/groups/{group.pk}/"
     bad = client.post("/quotas/groups/new/", {"name": "x", "node_selector": "{nope"})
     assert "Not valid JSON" in bad.context["form"].errors["node_selector"][0]
-    data = dict.fromkeys(RESOURCE_FIELDS, 0)
+    data: dict[str, Any] = dict.fromkeys(RESOURCE_FIELDS, 0)
     data.update(
         tenant="team-a", name="", gpu_min_gpu_milli=3000, gpu_max_gpu_milli=3000, lend_idle_min="on"
     )
