@@ -650,6 +650,7 @@ def _sync_one(codespace: Codespace) -> bool:
             changed = True
         return changed
     if state in WORKLOAD_ACTIVE_STATES:
+        before = codespace.state
         where = placement_summary(workload.pk)
         if codespace.state == S.QUEUED:
             lifecycle.transition(
@@ -682,7 +683,7 @@ def _sync_one(codespace: Codespace) -> bool:
                 last_activity_at=now,
                 idle_warned_at=None,
             )
-        return True
+        return codespace.state != before
     if state == "failed":
         reason = workload.failure_reason or "the scheduler reported a failure"
         lifecycle.transition(

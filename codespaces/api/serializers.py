@@ -100,7 +100,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
         slug_field="name", read_only=True
     )
     preset: serializers.SlugRelatedField = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
+        slug_field="name", read_only=True, allow_null=True
     )
     gpu_percent = serializers.SerializerMethodField()
     gpu_memory_gib = serializers.SerializerMethodField()
@@ -109,7 +109,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
     gpus = serializers.CharField(source="gpu_names", read_only=True)
     ide_url = serializers.SerializerMethodField()
     ssh_command = serializers.SerializerMethodField()
-    idle_stop_due_at = serializers.DateTimeField(read_only=True)
+    idle_stop_due_at = serializers.DateTimeField(read_only=True, allow_null=True)
     pending_reason = serializers.CharField(source="waiting_reason", read_only=True)
     queue_position = serializers.IntegerField(
         source="waiting_position", read_only=True, allow_null=True
