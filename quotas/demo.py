@@ -35,8 +35,10 @@ def _fraction(capacity: Resources, side: Side, share: float) -> dict[str, int]:
     values = {}
     for dimension in side.dimensions:
         amount = int(capacity.get(dimension) * share)
-        if dimension == "gpu_milli":
-            amount = amount // 1000 * 1000  # whole GPUs
+        if dimension in ("gpu_milli", "cpu_milli"):
+            amount = amount // 1000 * 1000  # whole GPUs and CPUs
+        else:
+            amount = amount // 1024 * 1024  # whole GiB
         values[dimension] = amount
     return values
 

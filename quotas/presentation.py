@@ -88,3 +88,67 @@ def bar(usage: SideUsage, side: Side, capacity: int) -> Bar:
         label_borrowed=human_amount(dimension, borrowed),
         label_pending=human_amount(dimension, usage.pending.get(dimension)),
     )
+
+
+SIDE_LABELS = {"gpu": "GPU side", "cpu": "CPU side"}
+DIMENSION_LABELS = {
+    "gpu_milli": "GPU",
+    "gpu_memory_mib": "GPU memory",
+    "cpu_milli": "CPU",
+    "memory_mib": "memory",
+}
+OTHER_LABELS = {
+    "shared_weight": "Shared weight",
+    "lend_idle_min": "Lend idle min",
+    "name": "Name",
+    "tenant": "Tenant",
+    "description": "Description",
+    "node_selector": "Node selector",
+    "allow_overcommitted_min": "Allow overcommitted mins",
+}
+
+
+def field_label(name: str) -> str:
+    """ "gpu_max_gpu_milli" → "GPU side max GPU"; other fields by their label."""
+    side, _, rest = name.partition("_")
+    bound, _, dimension = rest.partition("_")
+    if side in SIDE_LABELS and bound in ("min", "max") and dimension in DIMENSION_LABELS:
+        return f"{SIDE_LABELS[side]} {bound} {DIMENSION_LABELS[dimension]}"
+    return OTHER_LABELS.get(name, name)
+
+
+def field_value(name: str, value: object) -> str:
+    """A stored value as people read it: 4000 (gpu_milli) → "4 GPUs", None weight → "max (default)"."""
+    if value is None:
+        return "max (default)" if name == "shared_weight" else "—"
+    dimension = name.split("_", 2)[-1] if name.startswith(("gpu_", "cpu_")) else ""
+    if dimension in DIMENSION_LABELS and isinstance(value, int):
+        return human_amount(dimension, value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ChangeLine:
+    field: str
+    label: str
+    before: str
+    after: str
+
+
+def change_lines(change: object) -> list[ChangeLine]:
+    """The fields a QuotaChange touched (all initial values for a creation), in people's units."""
+    before = getattr(change, "before", None) or {}
+    after = getattr(change, "after", None) or {}
+    keys = list(dict.fromkeys([*before.keys(), *after.keys()]))
+    return [
+        ChangeLine(
+            field=key,
+            label=field_label(key),
+            before=field_value(key, before.get(key)) if key in before else "—",
+            after=field_value(key, after.get(key)) if key in after else "—",
+        )
+        for key in keys
+        if before.get(key) != after.get(key) or not before or not after
+    ]

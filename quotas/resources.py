@@ -132,6 +132,23 @@ def human_number(dimension: str, value: int) -> str:
     return _trim(value / 1000 if dimension in ("gpu_milli", "cpu_milli") else value / 1024)
 
 
+SHORT_UNITS = {
+    "gpu_milli": "GPUs",
+    "gpu_memory_mib": "GiB",
+    "cpu_milli": "CPUs",
+    "memory_mib": "GiB",
+}
+
+
+def human_short(dimension: str, value: int) -> str:
+    """Compact form for tables whose row already names the dimension: "3.5 GPUs", "40 GiB"."""
+    number = human_number(dimension, value)
+    unit = SHORT_UNITS[dimension]
+    if number == "1" and unit.endswith("s"):
+        unit = unit[:-1]
+    return f"{number} {unit}"
+
+
 def human(resources: Resources, dimensions: tuple[str, ...] = DIMENSIONS) -> str:
     """ "2 GPUs, 80 GiB GPU memory, 16 CPUs, 64 GiB memory" (zero dimensions omitted; "nothing" if all zero)."""
     parts = [human_amount(d, resources.get(d)) for d in dimensions if resources.get(d)]

@@ -23,10 +23,10 @@ from portal.api.errors import error_body
 from portal.errors import DomainError, InvalidInput, PreconditionFailed
 from portal.scoping import get_scoped_or_404, is_operator, scope_queryset
 from quotas import services
-from quotas.forms import GroupForm, NewQuotaForm, QuotaForm, resource_rows
+from quotas.forms import DIMENSION_LABELS, GroupForm, NewQuotaForm, QuotaForm, resource_rows
 from quotas.models import Quota, QuotaChange, QuotaGroup
 from quotas.presentation import bar, headroom_sentence
-from quotas.resources import Side, human, human_amount
+from quotas.resources import Side, human, human_amount, human_short
 from quotas.usage import GroupSnapshot, QuotaUsage, group_snapshot
 
 
@@ -335,9 +335,9 @@ def quota_detail(request: HttpRequest, pk: int) -> HttpResponse:
             table.append(
                 {
                     "side": side,
-                    "dimension": dimension,
+                    "dimension": DIMENSION_LABELS[dimension],
                     **{
-                        key: human_amount(dimension, getattr(usage, key).get(dimension))
+                        key: human_short(dimension, getattr(usage, key).get(dimension))
                         for key in (
                             "min",
                             "max",

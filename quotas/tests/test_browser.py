@@ -62,11 +62,11 @@ def test_operator_edits_a_quota_with_what_if_and_inline_error(login, operator, t
     assert "min 3 GPUs" in leaf
     assert "runtime 4 GPUs" in leaf
     history = page.inner_text("[data-testid=history]")
-    assert "gpu_min_gpu_milli: 1000 → 3000" in history
+    assert "GPU side min GPU: 1 GPU → 3 GPUs" in history
     assert "team-a needs its GPUs back" in history
     assert "operator" in history
     assert Quota.objects.get(pk=qa.pk).version == 2
 
     # and the quota page lists the same change
     page.goto(f"/quotas/{qa.pk}/")
-    assert "gpu_min_gpu_milli: 1000 → 3000" in page.inner_text("[data-testid=history]")
+    assert "GPU side min GPU: 1 GPU → 3 GPUs" in page.inner_text("[data-testid=history]")

@@ -112,7 +112,7 @@ def test_edit_saves_with_history_and_redirects_to_the_tree(setup, operator):
         [("gpu_max_gpu_milli", 4000, 6000)],
     )
     detail = client_for(operator).get(f"/quotas/{qa.pk}/").content.decode()
-    assert "gpu_max_gpu_milli: 4000 → 6000" in detail
+    assert "GPU side max GPU: 4 GPUs → <strong>6 GPUs</strong>" in detail
 
 
 def test_stale_form_says_someone_else_saved_first(setup, operator):
