@@ -234,6 +234,21 @@ REGISTRY: dict[str, Resource] = {
             "name": "forged",
         },
     ),
+    "usage/tenants": Resource(
+        kind="tenant",
+        make=_tenant,
+        model="portal.Tenant",
+        lookup=lambda obj: obj.slug,  # type: ignore[attr-defined]
+    ),
+    "usage/quotas": Resource(kind="tenant", make=_quota, model="quotas.Quota"),
+    "usage/pools": Resource(
+        kind="global",
+        make=_quota_group,
+        model="quotas.QuotaGroup",
+        lookup=lambda obj: obj.name,  # type: ignore[attr-defined]
+        reason="a pool's usage is an aggregate over every tenant in it (cards, utilization, queue); "
+        "it names no tenant (the no-leak check on team-a's slug still applies)",
+    ),
     "codespaces": Resource(
         kind="tenant",
         make=_codespace,

@@ -40,8 +40,13 @@ IDENTITIES = ("own", "other", "anonymous", "revoked", "expired")
 
 
 def collection_of(path: str) -> str:
+    """`codespaces` for /api/v1/codespaces/{id}/start/; `usage/tenants` when the registry names a nested
+    collection (the longest registered prefix wins)."""
     assert path.startswith(PREFIX), path
-    return path[len(PREFIX) :].split("/", 1)[0]
+    segments = path[len(PREFIX) :].split("/")
+    if len(segments) > 1 and f"{segments[0]}/{segments[1]}" in REGISTRY:
+        return f"{segments[0]}/{segments[1]}"
+    return segments[0]
 
 
 def path_params(path: str) -> list[str]:
