@@ -180,6 +180,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.LimitCursorPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    # api: JSON with lone surrogates is a 400, not a 500 at the first database write.
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.api.parsers.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     # api: ?<field>= filters declared per view (filter_fields), ?search=, ?ordering=; see docs/api.md.
     "DEFAULT_FILTER_BACKENDS": [
         "portal.api.filters.FieldFilterBackend",

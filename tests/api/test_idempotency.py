@@ -245,3 +245,13 @@ def test_twenty_concurrent_identical_posts_create_exactly_one_object(
     assert retry.status_code == 201
     assert retry.content == created[0]
     assert ApiToken.objects.filter(name="concurrent").count() == 1
+
+
+@pytest.mark.django_db
+def test_json_with_a_lone_surrogate_is_a_400_not_a_500(alice: Any, api_as: Any) -> None:
+    response = api_as(alice).post(
+        TOKENS_URL, data='{"name": "x\\ud901"}', content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "parse_error"
+    assert ApiToken.objects.filter(name__startswith="x").exists() is False
