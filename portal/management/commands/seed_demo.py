@@ -12,7 +12,13 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-DEMO_SEEDERS = ["portal.demo", "scheduling.demo", "quotas.demo", "codespaces.demo"]
+DEMO_SEEDERS = [
+    "portal.demo",
+    "scheduling.demo",
+    "quotas.demo",
+    "codespaces.demo",
+    "scheduling.telemetry.demo",
+]
 
 
 class Command(BaseCommand):
