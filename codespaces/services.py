@@ -8,6 +8,7 @@ Refusals are `portal.errors` exceptions with the field at fault and the numbers.
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,6 +42,7 @@ from scheduling.choices import WorkloadKind
 from scheduling.models import Placement, PlacementGpu
 
 logger = logging.getLogger(__name__)
+SLUG_PATTERN = re.compile(r"[-a-zA-Z0-9_]{1,63}")
 S = CodespaceState
 
 
@@ -138,6 +140,22 @@ def quotas_for_tenant(tenant: Tenant) -> QuerySet[Quota]:
     return Quota.objects.filter(tenant=tenant).select_related("group").order_by("group__name")
 
 
+def _shown(value: Any) -> str:
+    """User input safe to echo in an error (names only; anything else is not repeated back)."""
+    text = str(value)
+    return text if SLUG_PATTERN.fullmatch(text) else "(not a valid name)"
+
+
+def _lookup(value: Any) -> dict[str, Any]:
+    """A pk or name lookup for user input; anything that cannot be either matches nothing."""
+    text = str(value)
+    if text.isascii() and text.isdigit() and len(text) < 19:
+        return {"pk": int(text)}
+    if SLUG_PATTERN.fullmatch(text):
+        return {"name": text}
+    return {"pk__in": []}
+
+
 def default_quota(template: CodespaceTemplate | None, quotas: list[Quota]) -> Quota | None:
     """The quota the create page starts with: the first whose pool has the GPU model of the
     template's first GPU preset (so its headline size can start), else the first one."""
@@ -161,12 +179,11 @@ def _resolve_template(
     if isinstance(template, CodespaceTemplate):
         found: CodespaceTemplate | None = template
     else:
-        lookup = {"pk": template} if str(template).isdigit() else {"name": template}
-        found = CodespaceTemplate.objects.filter(**lookup).first()
+        found = CodespaceTemplate.objects.filter(**_lookup(template)).first()
     if found is None or not found.active:
         raise InvalidInput(
-            f"template: there is no template {template!s}.",
-            fields={"template": [f"Unknown template {template!s}."]},
+            f"template: there is no template {_shown(template)}.",
+            fields={"template": [f"Unknown template {_shown(template)}."]},
         )
     if not templates_for_tenant(tenant).filter(pk=found.pk).exists():
         raise InvalidInput(
@@ -220,7 +237,7 @@ def validate_size(
             have = ", ".join(m.model for m in pool_models) or "none"
             errors.add(
                 "gpu_model",
-                f"Pool {pool_name} has no healthy {size.gpu_model} GPU (it has: {have}).",
+                f"Pool {pool_name} has no healthy {_shown(size.gpu_model)} GPU (it has: {have}).",
             )
     if not (template.min_cpu_milli <= size.cpu_milli <= template.max_cpu_milli):
         errors.add(
@@ -249,7 +266,7 @@ def validate_size(
             errors.add(
                 "gpu_memory_gib", f"GPU memory must be at least 1 GiB (got {size.gpu_memory_gib})."
             )
-        elif size.gpu_memory_gib * MIB_PER_GIB > largest:
+        elif size.gpu_memory_gib * MIB_PER_GIB > largest and "gpu_model" not in errors.fields:
             which = f"{size.gpu_model} " if size.gpu_model else ""
             errors.add(
                 "gpu_memory_gib",
@@ -348,12 +365,11 @@ def create_codespace(
         if isinstance(preset, TemplatePreset):
             preset_obj = preset if preset.template_id == template_obj.pk else None
         else:
-            lookup = {"pk": preset} if str(preset).isdigit() else {"name": preset}
-            preset_obj = template_obj.presets.filter(**lookup).first()
+            preset_obj = template_obj.presets.filter(**_lookup(preset)).first()
         if preset_obj is None:
             raise InvalidInput(
-                f"preset: {preset!s} is not a size of template {template_obj.name}.",
-                fields={"preset": [f"Unknown size {preset!s} for {template_obj.name}."]},
+                f"preset: {_shown(preset)} is not a size of template {template_obj.name}.",
+                fields={"preset": [f"Unknown size {_shown(preset)} for {template_obj.name}."]},
             )
         size = SizeRequest.from_preset(preset_obj)
     elif size is None:
@@ -368,7 +384,10 @@ def create_codespace(
         )
     quota_obj = _resolve_quota(quota, tenant, size.gpu_model)
     resources = validate_size(template_obj, quota_obj, size, errors)
-    if name and Codespace.objects.exclude(state=S.DELETED).filter(name=name).exists():
+    if (
+        "name" not in errors.fields
+        and Codespace.objects.exclude(state=S.DELETED).filter(name=name).exists()
+    ):
         errors.add("name", f"A codespace named '{name}' already exists; choose another name.")
     errors.raise_if_any()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -293,3 +294,40 @@ def test_templates_read_for_members_write_for_operators(
         "presets": ["Preset 1: compute must be 1-100% (got 0%)."]
     }
     assert not CodespaceTemplate.objects.filter(name="bad").exists()
+
+
+@pytest.mark.parametrize(
+    ("_case", "changes", "fields"),
+    [
+        (
+            "template that looks like a number",
+            {"template": "³"},
+            {"template": ["Unknown template (not a valid name)."]},
+        ),
+        (
+            "template with lone surrogates",
+            {"template": "\udadd\udf87x"},
+            {"template": ["Unknown template (not a valid name)."]},
+        ),
+        (
+            "GPU model the pool lacks",
+            {"gpu_model": "H200", "gpu_memory_gib": 100},
+            {"gpu_model": ["Pool gpu has no healthy H200 GPU (it has: H100, T4)."]},
+        ),
+    ],
+)
+def test_odd_input_is_a_clean_400(
+    _case: str,
+    changes: dict[str, Any],
+    fields: dict[str, Any],
+    bob: Any,
+    quota_a: Any,
+    template: Any,
+    api_as: Any,
+) -> None:
+    # sent as raw JSON: "\\udadd" escapes decode to lone surrogates on the server, as schemathesis sends
+    body = json.dumps({**SLICE, **changes}, ensure_ascii=True)
+    response = api_as(bob).post("/api/v1/codespaces/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"] == fields
+    assert Codespace.objects.count() == 0
