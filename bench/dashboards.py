@@ -259,9 +259,7 @@ def fill_minutes() -> dict[str, int]:
     from django.db import connection
     from django.utils import timezone
 
-    from scheduling.telemetry.models import QuotaSample, WorkloadSample
-
-    from scheduling.telemetry.models import PoolSample
+    from scheduling.telemetry.models import PoolSample, QuotaSample, WorkloadSample
 
     end = timezone.now().replace(second=0, microsecond=0)
     start = end - timedelta(hours=24) + timedelta(minutes=1)
