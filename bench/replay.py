@@ -16,6 +16,7 @@ import csv
 import importlib.util
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -246,6 +247,17 @@ def speed_section(trace_dir: Path, tool: ModuleType, policies: Sequence[str]) ->
     nodes = synthetic_cluster(5000, 8)
     state = ClusterState.from_nodes(nodes)
     out: dict[str, Any] = {"state_bytes_5000x8": state.nbytes(), "synthetic": {}}
+    ff = run_one(
+        {
+            "trace_dir": str(trace_dir),
+            "tool": str(tool.__file__),
+            "trace": "default",
+            "policy": "firstfit",
+            "seed": 42,
+            "log": False,
+        }
+    )
+    out["openb_firstfit_default42"] = ff["decisions_per_s"]
     for pol in dict.fromkeys([*policies, "firstfit"]):
         rate, n = speed_run(nodes, pods, pol, typical, 4000)
         out["synthetic"][pol] = {"decisions_per_s": rate, "decisions": n}
@@ -277,6 +289,13 @@ def summarise(results: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
     return out
 
 
+def _num(x: float, signed: bool = False) -> str:
+    """A 6-wide figure, or '-' when there is no published value."""
+    if math.isnan(x):
+        return f"{'-':>6s}"
+    return f"{x:+6.2f}" if signed else f"{x:6.2f}"
+
+
 def print_table(
     summary: dict[tuple[str, str], dict[str, Any]],
     published: dict[tuple[str, str], dict[str, float]],
@@ -286,7 +305,8 @@ def print_table(
     """Print the per trace × policy table; returns the lines."""
     lines = [
         f"{'trace':12s} {'policy':9s} {'alloc@100 mean [min-max]':26s} {'pub':>6s} {'diff':>6s} "
-        f"{'vsFGD':>6s} {'alloc@130 mean [min-max]':26s} {'pub':>6s} {'diff':>6s} {'dec/s':>7s}"
+        f"{'vsFGD':>6s} {'alloc@130 mean [min-max]':26s} {'pub':>6s} {'diff':>6s} {'dec/s':>7s}",
+        "(pub = published mean of the same policy, vsFGD = ours minus the published FGD mean @100)",
     ]
     for t in traces:
         fgd_pub = published.get((t, "FGD"), {})
@@ -300,9 +320,10 @@ def print_table(
             lines.append(
                 f"{t:12s} {p:9s} "
                 f"{s['alloc100_mean']:6.2f} [{s['alloc100_min']:6.2f}-{s['alloc100_max']:6.2f}]    "
-                f"{p100:6.2f} {s['alloc100_mean'] - p100:+6.2f} {s['alloc100_mean'] - f100:+6.2f} "
+                f"{_num(p100)} {_num(s['alloc100_mean'] - p100, True)} "
+                f"{_num(s['alloc100_mean'] - f100, True)} "
                 f"{s['alloc130_mean']:6.2f} [{s['alloc130_min']:6.2f}-{s['alloc130_max']:6.2f}]    "
-                f"{p130:6.2f} {s['alloc130_mean'] - p130:+6.2f} {s['decisions_per_s']:7.0f}"
+                f"{_num(p130)} {_num(s['alloc130_mean'] - p130, True)} {s['decisions_per_s']:7.0f}"
             )
     for p in policies:
         diffs = [
@@ -463,11 +484,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         rates = {p: summary_rate(results, p) for p in dict.fromkeys(policies)}
         speed = speed_section(trace_dir, load_tool(tool_path), policies)
         speed["openb"] = rates
-        print("\nspeed (one process per run, decisions/s):")
-        base_o = rates.get("firstfit") or rates.get("bestfit")
+        print(
+            "\nspeed (decisions/s, one core per run; ratios against FirstFit measured in this run):"
+        )
+        base_o = speed["openb_firstfit_default42"]
+        print(f"  openb 1,213 nodes      firstfit  {base_o:8.0f}/s (default, seed 42)")
         for p, v in rates.items():
-            ratio = f"  ({v / base_o:.2f}x bestfit)" if base_o and "firstfit" not in rates else ""
-            print(f"  openb 1,213 nodes      {p:9s} {v:8.0f}/s{ratio}")
+            print(f"  openb 1,213 nodes      {p:9s} {v:8.0f}/s ({v / base_o:.2f}x firstfit)")
         syn = speed["synthetic"]
         ff = syn["firstfit"]["decisions_per_s"]
         for p, v in syn.items():
@@ -475,6 +498,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  synthetic 5,000 x 8    {p:9s} {v['decisions_per_s']:8.0f}/s "
                 f"({v['decisions_per_s'] / ff:.2f}x firstfit)"
             )
+        load = os.getloadavg()
+        speed["load_average"] = load
+        print(f"  (machine load average during the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f})")
         mb = speed["state_bytes_5000x8"] / 1e6
         print(f"  state memory 5,000 nodes x 8 GPUs: {mb:.2f} MB ({mb / 10:.2f}x the 10 MB budget)")
     if args.json:

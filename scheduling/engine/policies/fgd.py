@@ -18,9 +18,9 @@ from ..types import PlacementRequest, TypicalPod
 from .base import CachedNodeScorer, Choice, IntArray
 
 
-def fgd_score(delta: float) -> int:
-    """``int64(sigmoid(delta / 1000) * 100)`` exactly as the simulator computes it."""
-    return int((1.0 / (1.0 + math.exp(-(delta / 1000.0)))) * 100.0)
+def fgd_score(delta: float, scale: float = 1000.0) -> int:
+    """``int64(sigmoid(delta / scale) * 100)`` exactly as the simulator computes it (scale 1000)."""
+    return int((1.0 / (1.0 + math.exp(-(delta / scale)))) * 100.0)
 
 
 class FgdPolicy(CachedNodeScorer):
@@ -31,6 +31,7 @@ class FgdPolicy(CachedNodeScorer):
     def __init__(self, typical: Sequence[TypicalPod]) -> None:
         super().__init__()
         self.typical = tuple(typical)
+        self.scale = 1000.0
         self._frag: FragModel | None = None
         self._models: dict[str, int] | None = None
 
@@ -63,13 +64,13 @@ class FgdPolicy(CachedNodeScorer):
             for v in sorted(set(key[2])):
                 if v < m or (allowed is not None and v not in allowed):
                     continue
-                s = fgd_score(f0 - fm.frag(after_placement(key, pod, v)))
+                s = fgd_score(f0 - fm.frag(after_placement(key, pod, v)), self.scale)
                 if s > best:
                     best, vals = s, [v]
                 elif s == best:
                     vals.append(v)
             return float(best), tuple(vals)
-        return float(fgd_score(f0 - fm.frag(after_placement(key, pod, None)))), ()
+        return float(fgd_score(f0 - fm.frag(after_placement(key, pod, None)), self.scale)), ()
 
 
 def make_fgd(*, typical: Sequence[TypicalPod] = (), seed: int = 0) -> FgdPolicy:
