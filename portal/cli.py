@@ -258,17 +258,8 @@ CODESPACE_COLUMNS = (
     "node",
     "created_at",
 )
-JOB_COLUMNS = (
-    "id",
-    "name",
-    "tenant",
-    "state",
-    "members",
-    "min_available",
-    "priority",
-    "created_at",
-)
-QUOTA_COLUMNS = ("id", "tenant", "group", "gpu_min", "gpu_max", "weight", "used", "runtime_share")
+MEMBER_COLUMNS = ("id", "name", "state", "node", "gpus", "pending_reason")
+QUOTA_COLUMNS = ("id", "tenant", "group_name", "name", "shared_weight", "version", "headroom")
 
 
 def client_from_config() -> Client:
@@ -357,18 +348,39 @@ def cmd_job(args: argparse.Namespace) -> int:
             if getattr(args, key):
                 body[key] = getattr(args, key)
         body.update(_fields_from_sets(args.set))
-        emit(args, client.post("/jobs/", body))
+        emit_job(args, client.post("/jobs/", body))
     elif args.action == "show":
-        emit(args, client.get(f"/jobs/{args.id}/"))
+        emit_job(args, client.get(f"/jobs/{args.id}/"))
     elif args.action == "cancel":
-        emit(args, client.post(f"/jobs/{args.id}/cancel/"))
+        emit_job(args, client.post(f"/jobs/{args.id}/cancel/"))
     return EXIT_OK
+
+
+def emit_job(args: argparse.Namespace, job: dict[str, Any]) -> None:
+    """A job as key/values, then one row per pod with where it runs or why it waits."""
+    if args.json:
+        emit(args, job)
+        return
+    print(render_object({k: v for k, v in job.items() if k != "members"}))
+    rows = []
+    for member in job.get("members") or []:
+        placement = member.get("placement") or {}
+        gpus = ",".join(str(g.get("index")) for g in placement.get("gpus", []) or [])
+        rows.append({**member, "node": placement.get("node"), "gpus": gpus or None})
+    if rows:
+        print()
+        print(render_table(rows, MEMBER_COLUMNS))
 
 
 def cmd_quota(args: argparse.Namespace) -> int:
     client = client_from_config()
     params = {"tenant": args.tenant} if args.tenant else {}
-    emit(args, client.list_all("/quotas/", params), QUOTA_COLUMNS)
+    quotas = client.list_all("/quotas/", params)
+    if not args.json:
+        for quota in quotas:
+            status = quota.get("status") or {}
+            quota["headroom"] = status.get("headroom_text") if isinstance(status, dict) else None
+    emit(args, quotas, QUOTA_COLUMNS)
     return EXIT_OK
 
 

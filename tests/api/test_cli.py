@@ -155,3 +155,110 @@ def test_table_and_object_rendering() -> None:
         "ID  NAME     STATE    GPU\n1   nb       running  -\n12  train-a  stopped  yes"
     )
     assert cli.render_object({"id": 3, "labels": {"a": 1}}) == 'id      3\nlabels  {"a":1}'
+
+
+def test_codespace_lifecycle_through_the_cli(
+    live_server: Any,
+    alice: Any,
+    quota_a: Any,
+    template: Any,
+    config_file: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from codespaces.models import Codespace
+
+    cli.save_config(live_server.url, issue_token(alice, name="cli").raw)
+    # create (JSON), then list and show as tables
+    code, out, err = run(
+        capsys, "codespace", "create", "nb1", "--template", "pytorch", "--preset", "quarter-h100",
+        "--json",
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    created = json.loads(out)
+    assert (created["name"], created["tenant"], created["owner"]) == ("nb1", "team-a", "alice")
+    codespace = Codespace.objects.get()
+    assert created["id"] == codespace.pk
+
+    code, out, _ = run(capsys, "codespace", "list")
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split()[:5] == ["ID", "NAME", "TENANT", "OWNER", "STATE"]
+    assert row.split()[:5] == [str(codespace.pk), "nb1", "team-a", "alice", codespace.state]
+
+    code, out, _ = run(capsys, "codespace", "show", str(codespace.pk))
+    assert code == 0
+    assert any(line.split() == ["name", "nb1"] for line in out.splitlines())
+
+    # stop, start, delete
+    code, out, _ = run(capsys, "codespace", "stop", str(codespace.pk), "--json")
+    assert code == 0
+    codespace.refresh_from_db()
+    assert json.loads(out)["state"] == codespace.state
+    assert codespace.state in ("stopping", "stopped")
+    code, out, _ = run(capsys, "codespace", "start", str(codespace.pk), "--json")
+    assert code == 0
+    codespace.refresh_from_db()
+    assert json.loads(out)["state"] == codespace.state
+    code, out, _ = run(capsys, "codespace", "delete", str(codespace.pk))
+    assert (code, out) == (0, f"Codespace {codespace.pk} deleted.\n")
+    codespace.refresh_from_db()
+    assert codespace.state in ("deleting", "deleted")
+
+    # a refused create prints the API's message and field errors, exit code 1, nothing created
+    code, out, err = run(
+        capsys,
+        "codespace",
+        "create",
+        "Bad_Name",
+        "--template",
+        "pytorch",
+        "--preset",
+        "quarter-h100",
+    )
+    assert code == cli.EXIT_REFUSED
+    assert out == ""
+    assert err.startswith("error: ")
+    assert "\n  name: " in err
+    assert Codespace.objects.count() == 1
+
+
+def test_job_submit_show_cancel_and_quota_show_through_the_cli(
+    live_server: Any,
+    alice: Any,
+    quota_a: Any,
+    config_file: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from scheduling.models import Gang
+
+    cli.save_config(live_server.url, issue_token(alice, name="cli").raw)
+    code, out, err = run(
+        capsys, "job", "submit", "train", "--pods", "2", "--cpu-milli", "1000", "--memory-mib", "2048",
+        "--json",
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    job = json.loads(out)
+    gang = Gang.objects.get()
+    assert (job["id"], job["name"], job["tenant"], job["pods"]) == (gang.pk, "train", "team-a", 2)
+    assert job["min_available"] == 2
+
+    code, out, _ = run(capsys, "job", "show", str(gang.pk))
+    assert code == 0
+    lines = out.splitlines()
+    assert any(line.split()[:2] == ["name", "train"] for line in lines)
+    member_header = lines.index(next(line for line in lines if line.startswith("ID ")))
+    assert lines[member_header].split()[:3] == ["ID", "NAME", "STATE"]
+    assert len(lines) - member_header - 1 == 2  # one row per pod
+
+    code, out, _ = run(capsys, "job", "cancel", str(gang.pk), "--json")
+    assert code == 0
+    gang.refresh_from_db()
+    assert json.loads(out)["state"] == gang.state
+
+    code, out, _ = run(capsys, "quota", "show")
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split()[:4] == ["ID", "TENANT", "GROUP_NAME", "NAME"]
+    assert row.split()[:2] == [str(quota_a.pk), "team-a"]
+    code, out, _ = run(capsys, "quota", "show", "--json")
+    assert [q["id"] for q in json.loads(out)] == [quota_a.pk]
