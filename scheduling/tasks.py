@@ -16,7 +16,12 @@ from scheduling.backends.registry import get_backend
 from scheduling.queues import queue_for_group
 from scheduling.services import reconcile
 from scheduling.services.cycle import run_cycle
-from scheduling.services.workloads import expire_gangs, fail_workloads
+from scheduling.services.workloads import (
+    cycle_queued_key,
+    dedupe_triggers,
+    expire_gangs,
+    fail_workloads,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +29,8 @@ logger = logging.getLogger(__name__)
 @shared_task(acks_late=True)
 def run_cycle_task(group_id: int) -> dict[str, Any]:
     """One scheduling cycle of a shard (routed to the shard's queue). Idempotent."""
-    cache.delete(f"tessera:cycle-queued:{group_id}")
+    if dedupe_triggers():
+        cache.delete(cycle_queued_key(group_id))
     report = run_cycle(group_id)
     return {
         "group_id": report.group_id,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
@@ -166,6 +166,8 @@ def _persist(
     if not assignments:
         return []
     ids = [int(a.request_id) for a in assignments]
+    # Row locks in pk order first, so two writers of overlapping rows queue instead of deadlocking.
+    list(Workload.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk"))
     updated = Workload.objects.filter(pk__in=ids, state=WorkloadState.PENDING).update(
         state=WorkloadState.PLACED,
         placed_at=now,
@@ -342,6 +344,12 @@ def _materialize_on_commit(workload_ids: Sequence[int]) -> None:
     transaction.on_commit(send)
 
 
+def _is_conflict(exc: OperationalError) -> bool:
+    """A deadlock or serialization failure (PostgreSQL 40P01 / 40001): safe to retry."""
+    code = getattr(exc.__cause__, "sqlstate", None) or getattr(exc.__cause__, "pgcode", None)
+    return code in ("40P01", "40001")
+
+
 def run_cycle(group_id: int, *, limit: int | None = None, policy: str | None = None) -> CycleReport:
     """One scheduling cycle for a shard (quota group): see the module docstring. Idempotent: with nothing
     pending it only records that it ran; run twice (or twice at once) it never places a workload twice."""
@@ -354,7 +362,9 @@ def run_cycle(group_id: int, *, limit: int | None = None, policy: str | None = N
     for attempt in range(2):
         try:
             report, _ = _run_once(group, limit=limit, policy=policy)
-        except (StaleSnapshot, IntegrityError) as exc:
+        except (StaleSnapshot, IntegrityError, OperationalError) as exc:
+            if isinstance(exc, OperationalError) and not _is_conflict(exc):
+                raise
             logger.warning(
                 "cycle of group %s rolled back (%s); retrying on a fresh snapshot", group, exc
             )

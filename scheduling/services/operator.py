@@ -13,6 +13,7 @@ from django.db import transaction
 
 from portal.errors import NotFoundError
 from scheduling.backends.registry import get_backend
+from scheduling.lock_objects import lock_shards
 from scheduling.models import Gpu, Node, Placement
 from scheduling.services.snapshot import bump_shards_for_nodes, groups_for_nodes
 from scheduling.services.workloads import requeue_workloads, trigger_cycle
@@ -34,6 +35,12 @@ def _gpu(gpu_id: int) -> Gpu:
     return gpu
 
 
+def _lock_for(node: Node) -> None:
+    """Take the advisory locks of every shard the node belongs to, before any row is written (the lock
+    order of lock_objects: shards first), so an operator action never deadlocks with a cycle."""
+    lock_shards(groups_for_nodes([node.labels]))
+
+
 def _touch(node: Node) -> None:
     bump_shards_for_nodes([node.pk])
     for gid in groups_for_nodes([node.labels]):
@@ -53,6 +60,7 @@ def cordon_node(node_id: int) -> Node:
     """Take no new work on the node (what runs there stays). Idempotent."""
     with transaction.atomic():
         node = _node(node_id)
+        _lock_for(node)
         if not node.cordoned:
             Node.objects.filter(pk=node.pk).update(cordoned=True)
             _touch(node)
@@ -63,6 +71,7 @@ def uncordon_node(node_id: int) -> Node:
     """Accept new work on the node again. Idempotent."""
     with transaction.atomic():
         node = _node(node_id)
+        _lock_for(node)
         if node.cordoned:
             Node.objects.filter(pk=node.pk).update(cordoned=False)
             _touch(node)
@@ -72,6 +81,7 @@ def uncordon_node(node_id: int) -> Node:
 def drain_node(node_id: int, *, reason: str = "") -> list[int]:
     """Cordon the node and requeue every workload on it. Returns the requeued workload ids."""
     with transaction.atomic():
+        _lock_for(_node(node_id))
         node = cordon_node(node_id)
         ids = _workloads_on(node_id=node.pk)
         why = reason or f"Requeued: node {node.name} is being drained by an operator."
@@ -85,6 +95,7 @@ def set_gpu_health(gpu_id: int, *, healthy: bool, reason: str = "") -> list[int]
     requeued (exactly those). Returns the requeued workload ids."""
     with transaction.atomic():
         gpu = _gpu(gpu_id)
+        _lock_for(gpu.node)
         requeued: list[int] = []
         if gpu.healthy != healthy:
             Gpu.objects.filter(pk=gpu.pk).update(healthy=healthy)
@@ -103,6 +114,7 @@ def set_node_health(node_id: int, *, healthy: bool, reason: str = "") -> list[in
     """Mark a node healthy or unhealthy (an unhealthy node's workloads are requeued)."""
     with transaction.atomic():
         node = _node(node_id)
+        _lock_for(node)
         requeued: list[int] = []
         if node.healthy != healthy:
             Node.objects.filter(pk=node.pk).update(healthy=healthy)
@@ -121,6 +133,7 @@ def fail_gpu(gpu_id: int) -> list[int]:
     gpu = _gpu(gpu_id)
     why = f"GPU {gpu.index} ({gpu.uuid}) of node {gpu.node.name} failed; requeued."
     with transaction.atomic():
+        _lock_for(gpu.node)
         ids = _workloads_on(gpu_id=gpu.pk)
         backend = get_backend()
         if hasattr(backend, "fail_pods"):
@@ -133,6 +146,7 @@ def fail_node(node_id: int) -> list[int]:
     node = _node(node_id)
     why = f"Node {node.name} failed; requeued."
     with transaction.atomic():
+        _lock_for(node)
         ids = _workloads_on(node_id=node.pk)
         backend = get_backend()
         if hasattr(backend, "fail_pods"):
