@@ -32,7 +32,7 @@ from scheduling.choices import ACTIVE_STATES, WorkloadState
 from scheduling.engine import GPU_MILLI, Assignment, GangSpec, plan_placements
 from scheduling.lock_objects import lock_nodes, lock_shard
 from scheduling.models import Gpu, Placement, PlacementGpu, Shard, Workload
-from scheduling.services.quota_bridge import Admitter, Verdict
+from scheduling.services.quota_bridge import Admitter, Verdict, plan_reclaim_for
 from scheduling.services.snapshot import (
     GroupCluster,
     cached_group_cluster,
@@ -42,7 +42,12 @@ from scheduling.services.snapshot import (
     schedulable,
     workload_request,
 )
-from scheduling.services.workloads import expire_gangs, refresh_gang_states
+from scheduling.services.workloads import (
+    expire_gangs,
+    refresh_gang_states,
+    release_workload,
+    requeue_workloads,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +67,7 @@ class CycleReport:
     waiting: int = 0
     refused: int = 0
     timed_out_gangs: int = 0
+    reclaimed: int = 0
     snapshot_cached: bool = False
     retried: bool = False
     duration_ms: float = 0.0
@@ -207,6 +213,62 @@ def _persist(
     return ids
 
 
+#: Engine reasons that mean "not enough free capacity" (reclaim can help), as opposed to constraints.
+CAPACITY_REASONS = {
+    "insufficient_gpu",
+    "gpu_memory",
+    "insufficient_cpu",
+    "insufficient_memory",
+    "gang_incomplete",
+    "reserved",
+}
+
+
+def _reclaim(
+    group: QuotaGroup, admitter: Admitter, admitted: Sequence[_Unit], unplaced: dict[int, Any]
+) -> tuple[set[int], str, list[int]] | None:
+    """The quota rule: a unit admitted within its runtime share that found no capacity takes back
+    capacity lent to sibling quotas. Executes quotas.reclaim's plan for the first such unit (one claim per
+    cycle, so nothing is stopped twice for one request): job pods are requeued, codespaces released (their
+    observer stops them; homes are kept). Returns (claimant ids, reason shown to them, victim ids)."""
+    if admitter.snapshot is None:
+        return None
+    for u in admitted:
+        why = [unplaced[m.pk] for m in u.members if m.pk in unplaced]
+        if not why or not all(x.reason.value in CAPACITY_REASONS for x in why):
+            continue
+        plan = plan_reclaim_for(
+            group, admitter.snapshot, u.members if u.gang_need else u.members[0]
+        )
+        if plan is None or not plan.victims:
+            continue
+        victims = list(plan.victims)
+        jobs: list[int] = []
+        stopped: list[int] = []
+        kinds = dict(
+            Workload.objects.filter(
+                pk__in=[i for v in victims for i in v.workload_ids], state__in=ACTIVE_STATES
+            ).values_list("pk", "kind")
+        )
+        reasons = {i: v.reason for v in victims for i in v.workload_ids}
+        for wid, kind in sorted(kinds.items()):
+            (stopped if kind == "codespace" else jobs).append(wid)
+        for wid in stopped:
+            release_workload(wid, reason=f"Reclaimed: {reasons[wid]}")
+        for v in victims:
+            ids = [i for i in v.workload_ids if i in jobs]
+            if ids:
+                requeue_workloads(ids, reason=f"Reclaimed: {v.reason}", code="reclaimed")
+        names = ", ".join(v.name for v in victims)
+        message = (
+            f"Taking back capacity lent to other quotas: stopping {names}; it starts when they have "
+            "stopped."
+        )
+        logger.info("cycle %s: reclaim for %s: %s", group, [m.pk for m in u.members], message)
+        return {m.pk for m in u.members}, message, sorted(kinds)
+    return None
+
+
 def _sort_key(admitter: Admitter, unit: _Unit) -> tuple[Any, ...]:
     w = unit.head
     return (
@@ -267,6 +329,7 @@ def _run_once(
             if any(m.pk in unplaced for m in u.members):
                 admitter.unadmit([m for m in u.members if m.pk in unplaced])
         placed_ids = _persist(cluster, plan.placements, by_id, now)
+        claim = _reclaim(group, admitter, admitted, unplaced)
 
         # Everyone still waiting: a reason with numbers and a position in the shard's queue.
         changed: list[Workload] = []
@@ -277,6 +340,8 @@ def _run_once(
                     position += 1
                     if m.pk in refused:
                         code, reason = refused[m.pk].code, refused[m.pk].reason
+                    elif claim is not None and m.pk in claim[0]:
+                        code, reason = "reclaiming", claim[1]
                     else:
                         un = unplaced[m.pk]
                         code, reason = un.reason.value, un.message
@@ -325,6 +390,7 @@ def _run_once(
         waiting=len(pending) - len(placed_ids),
         refused=len(refused),
         timed_out_gangs=len(timed_out),
+        reclaimed=len(claim[2]) if claim else 0,
         snapshot_cached=cached,
         duration_ms=(time.perf_counter() - t0) * 1000,
         placed_ids=tuple(placed_ids),

@@ -291,3 +291,32 @@ def test_submit_rejects_quota_of_another_tenant(team_a: Any, team_b: Any) -> Non
         )
     assert "quota" in err.value.fields
     assert not Workload.objects.exists()
+
+
+def test_quota_within_its_share_reclaims_capacity_lent_to_a_sibling(
+    team_a: Any, team_b: Any
+) -> None:
+    # given team-a (no min) borrowing all 8 GPUs of the pool with preemptible pods
+    small_cluster(gpu_nodes=2, gpus_per_node=4)
+    group = make_group()
+    qa = make_quota(group, team_a, name="a")
+    qb = make_quota(group, team_b, name="b", gpu_min_milli=4000)
+    borrowers = [submit(qa, f"a{i}", gpu_count=1, gpu_milli=1000) for i in range(8)]
+    assert services.run_cycle(group.pk).placed == 8
+    # when team-b asks for the 4 GPUs of its min
+    claimant = submit(qb, "b", gpu_count=4, gpu_milli=1000)
+    report = services.run_cycle(group.pk)
+    # then 4 of team-a's pods are requeued (never deleted) and team-b is told what is happening
+    assert report.reclaimed == 4
+    claimant.refresh_from_db()
+    assert claimant.pending_code == "reclaiming"
+    assert claimant.pending_reason.startswith("Taking back capacity lent to other quotas")
+    requeued = Workload.objects.filter(pk__in=[w.pk for w in borrowers], state="pending")
+    assert requeued.count() == 4
+    assert {w.pending_code for w in requeued} == {"reclaimed"}
+    # and the next cycle places team-b, while the requeued pods wait for team-a's share
+    services.run_cycle(group.pk)
+    claimant.refresh_from_db()
+    assert claimant.state == WorkloadState.PLACED
+    assert Workload.objects.filter(quota=qa, state="pending").count() == 4
+    assert_no_overcommit()
