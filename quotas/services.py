@@ -47,6 +47,9 @@ T = TypeVar("T")
 
 _observers: list[Callable[[int], None]] = []
 
+MAX_AMOUNT = 10**15
+"""Upper bound of any min, max or weight (a million GPUs in milli; far below the 64-bit column limit)."""
+
 
 def register_quota_change_observer(callback: Callable[[int], None]) -> None:
     """`callback(group_id)` runs after commit whenever a quota or group of that group changed."""
@@ -104,6 +107,8 @@ def clean_quota_values(values: dict[str, Any]) -> dict[str, Any]:
                 errors[name] = ["Enter a whole number."]
             elif number < 0:
                 errors[name] = ["Must be 0 or more (no negatives)."]
+            elif number > MAX_AMOUNT:
+                errors[name] = [f"At most {MAX_AMOUNT}."]
             else:
                 cleaned[name] = number
         elif name == "shared_weight":
@@ -111,8 +116,10 @@ def clean_quota_values(values: dict[str, Any]) -> dict[str, Any]:
                 cleaned[name] = None
             else:
                 number = _as_int(value)
-                if number is None or number < 0:
-                    errors[name] = ["Enter a whole number ≥ 0, or leave empty to use the max."]
+                if number is None or number < 0 or number > MAX_AMOUNT:
+                    errors[name] = [
+                        f"Enter a whole number from 0 to {MAX_AMOUNT}, or leave empty to use the max."
+                    ]
                 else:
                     cleaned[name] = number
         elif name == "lend_idle_min":

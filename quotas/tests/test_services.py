@@ -74,6 +74,12 @@ def test_create_quota_records_history(group, team_a, operator):
             "gpu_max_gpu_milli",
             "Enter a whole number.",
         ),
+        (
+            "absurdly large",
+            {"gpu_max_gpu_milli": 10**20},
+            "gpu_max_gpu_milli",
+            "At most 1000000000000000.",
+        ),
         ("unknown field", {"version": 7}, "version", "Unknown or read-only field 'version'."),
         (
             "mins above capacity",
