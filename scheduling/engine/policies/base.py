@@ -96,6 +96,12 @@ class CachedNodeScorer:
         """Score of a node state for a pod; ``allowed`` restricts the GPU values a slice may use."""
         raise NotImplementedError
 
+    def dynamic_term(
+        self, state: ClusterState, request: PlacementRequest, cand: IntArray
+    ) -> FloatArray | None:
+        """Optional score term that depends on more than the node key (added after the cache)."""
+        return None
+
     def choose(
         self, state: ClusterState, request: PlacementRequest, cand: IntArray, prio: IntArray
     ) -> Choice:
@@ -128,7 +134,11 @@ class CachedNodeScorer:
             scores[i] = r[0]
             vals[i] = r[1]
         vers[stale] = state.version[stale]
-        i = pick(cand, scores[cand], prio)
+        total = scores[cand]
+        extra = self.dynamic_term(state, request, cand)
+        if extra is not None:
+            total = total + extra
+        i = pick(cand, total, prio)
         return i, self._gpus(state, i, request, vals[i])
 
     def _choose_uncached(
@@ -148,6 +158,9 @@ class CachedNodeScorer:
             s, v = self.score_key(state.node_key(i), pk, allowed)
             scores[pos] = s
             vals.append(v)
+        extra = self.dynamic_term(state, request, cand)
+        if extra is not None:
+            scores = scores + extra
         i = pick(cand, scores, prio)
         return i, self._gpus(state, i, request, vals[int(np.flatnonzero(cand == i)[0])])
 

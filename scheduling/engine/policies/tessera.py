@@ -29,9 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from ..state import ClusterState, NodeKey
 from ..types import GPU_MILLI, PlacementRequest, TypicalPod
-from .base import Choice, IntArray
+from .base import Choice, FloatArray, IntArray
 from .fgd import FgdPolicy
 
 #: Weight of the model-pressure term, in FGD score points.
@@ -74,11 +76,16 @@ class TesseraPolicy(FgdPolicy):
     name = "tessera"
 
     def __init__(
-        self, typical: Sequence[TypicalPod], mu: float = MU, bonus: float = USED_NODE_BONUS
+        self,
+        typical: Sequence[TypicalPod],
+        mu: float = MU,
+        bonus: float = USED_NODE_BONUS,
+        cpu_counts_as_use: bool = False,
     ) -> None:
         super().__init__(typical)
         self.mu = mu
         self.bonus = bonus
+        self.cpu_counts_as_use = cpu_counts_as_use
         self._pressure: dict[int, float] = {}
         self._bound = -1
 
@@ -106,9 +113,21 @@ class TesseraPolicy(FgdPolicy):
         model, _cpu, idle = key
         if pod[2] > 0:
             score -= self.mu * self._pressure.get(model, 0.0)
-        if sum(idle) < GPU_MILLI * len(idle):
+        if not self.cpu_counts_as_use and sum(idle) < GPU_MILLI * len(idle):
             score += self.bonus
         return score, vals
+
+    def dynamic_term(
+        self, state: ClusterState, request: PlacementRequest, cand: IntArray
+    ) -> FloatArray | None:
+        """With ``cpu_counts_as_use``: the used-node bonus also for nodes hosting CPU-only work."""
+        if not self.cpu_counts_as_use:
+            return None
+        used = (state.idle_milli[cand] < state.gpu_count[cand] * GPU_MILLI) | (
+            state.cpu_free[cand] < state.cpu_cap[cand]
+        )
+        out: FloatArray = np.where(used, self.bonus, 0.0)
+        return out
 
 
 def make_tessera(*, typical: Sequence[TypicalPod] = (), seed: int = 0) -> TesseraPolicy:
