@@ -14,9 +14,11 @@ What it does:
    minute ingestion writes, so the 24 h ranges read what a live cluster would hold.
 3. In-process with Django's test client (logged-in operator, DEBUG off), requests each page's HTML and its
    JSON data endpoint (24 h = minute rows, 30 d = hour rows) `--requests` times after one warm-up, and a
-   baseline measured in the same run: the portal home page (login + one memberships query).
-4. Prints p50 / p95 per request (ms) and the ratio of each p95 to the baseline's p95, and checks the
-   target: every page's data endpoint p95 ≤ 300 ms (the page is not drawn without it).
+   baseline measured in the same run: the portal home page (login + one memberships query). "cold" empties
+   the payload cache before every request (each one computes its figures); "warm" is what further viewers
+   polling the same page in the same minute get (the shared payload).
+4. Prints p50 / p95 per request (ms) and the ratio of each cold p95 to the baseline's, and checks the
+   target: every page and data endpoint cold p95 ≤ 300 ms (the page is not drawn without its data).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def seed() -> dict[str, int]:
 
     from portal.models import Tenant
     from quotas.models import Quota, QuotaGroup
-    from scheduling.models import Gpu, Node, Placement, PlacementGpu, Workload
+    from scheduling.models import Gpu, Node, Placement, PlacementGpu, Shard, Workload
 
     now = timezone.now()
     with transaction.atomic():
@@ -68,6 +70,7 @@ def seed() -> dict[str, int]:
         nodes: dict[str, list[Node]] = {}
         for pool, model, memory, count in POOLS:
             groups[pool] = QuotaGroup.objects.create(name=pool, node_selector={"pool": pool})
+            Shard.objects.create(group=groups[pool], version=1, last_cycle_ms=25.0)
             nodes[pool] = Node.objects.bulk_create(
                 [
                     Node(
@@ -277,12 +280,18 @@ def fill_minutes() -> dict[str, int]:
     }
 
 
-def measure(client: Any, url: str, n: int) -> list[float]:
+def measure(client: Any, url: str, n: int, *, cold: bool) -> list[float]:
+    """Latencies (ms) of `n` requests after a warm-up; `cold` empties the payload cache before each
+    request (every request computes its figures), otherwise viewers share the cached payload."""
+    from django.core.cache import cache
+
     response = client.get(url)
     if response.status_code != 200:
         raise SystemExit(f"{url}: HTTP {response.status_code}: {response.content[:300]!r}")
     times = []
     for _ in range(n):
+        if cold:
+            cache.clear()
         t = time.perf_counter()
         response = client.get(url)
         times.append((time.perf_counter() - t) * 1000)
@@ -341,6 +350,11 @@ def main() -> int:
     seeded["minute_fill_seconds"] = round(time.perf_counter() - t, 1)
     print("seeded:", json.dumps(seeded))
 
+    from quotas.models import QuotaGroup
+    from scheduling.models import Shard
+
+    for group in QuotaGroup.objects.all():  # a database seeded before shards existed (--keep)
+        Shard.objects.get_or_create(group=group, defaults={"version": 1, "last_cycle_ms": 25.0})
     client = Client()
     assert client.login(username="ops", password="bench")
     scenarios = {"baseline (home page)": "/"}
@@ -367,24 +381,29 @@ def main() -> int:
                 data_keys.append(key)
     results = {}
     for key, url in scenarios.items():
-        times = measure(client, url, args.requests)
+        cold = measure(client, url, args.requests, cold=True)
+        warm = measure(client, url, args.requests, cold=False)
         results[key] = {
             "url": url,
-            "p50_ms": round(statistics.median(times), 1),
-            "p95_ms": round(p95(times), 1),
+            "cold_p50_ms": round(statistics.median(cold), 1),
+            "cold_p95_ms": round(p95(cold), 1),
+            "warm_p95_ms": round(p95(warm), 1),
         }
-    base = results["baseline (home page)"]["p95_ms"]
-    print(f"{'scenario':32} {'p50 ms':>8} {'p95 ms':>8} {'× base p95':>11}")
+    base = results["baseline (home page)"]["cold_p95_ms"]
+    print(f"{'scenario':30} {'cold p50':>9} {'cold p95':>9} {'× base':>7} {'warm p95':>9}  (ms)")
     for key, r in results.items():
-        r["ratio_p95"] = round(r["p95_ms"] / base, 1) if base else None
-        print(f"{key:32} {r['p50_ms']:8.1f} {r['p95_ms']:8.1f} {r['ratio_p95']:11.1f}")
+        r["ratio_cold_p95"] = round(r["cold_p95_ms"] / base, 1) if base else None
+        print(
+            f"{key:30} {r['cold_p50_ms']:9.1f} {r['cold_p95_ms']:9.1f} "
+            f"{r['ratio_cold_p95']:7.1f} {r['warm_p95_ms']:9.1f}"
+        )
     failing = [
         k
         for k in data_keys + [k for k in results if k.endswith(" page")]
-        if results[k]["p95_ms"] > TARGET_MS
+        if results[k]["cold_p95_ms"] > TARGET_MS
     ]
     print(
-        f"target: every page and data endpoint p95 <= {TARGET_MS:.0f} ms:",
+        f"target: every page and data endpoint cold p95 <= {TARGET_MS:.0f} ms:",
         "met" if not failing else f"MISSED by {failing}",
     )
     if args.json:

@@ -5,11 +5,14 @@ portal.charts. Thin: parse the query, scope it to the user, call, render."""
 from __future__ import annotations
 
 import csv
+import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -73,6 +76,33 @@ def _page(request: HttpRequest, template: str, data_url: str, **context: Any) ->
     return render(request, template, context)
 
 
+CACHE_SECONDS = 120
+
+
+def _data_version() -> str:
+    """Changes whenever ingestion writes a minute: the latest minute row of any pool."""
+    from scheduling.telemetry.models import PoolSample, Resolution
+
+    latest = (
+        PoolSample.objects.filter(resolution=Resolution.MINUTE)
+        .order_by("-ts")
+        .values_list("ts", flat=True)
+        .first()
+    )
+    return latest.isoformat() if latest else "none"
+
+
+def _cached(parts: tuple[Any, ...], compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The JSON payload for `parts` (which hold every input, including the data version), computed once
+    and shared by every viewer polling the same page until the next ingestion changes the version."""
+    key = "dashboards:" + hashlib.sha256(repr(parts).encode()).hexdigest()
+    payload = cache.get(key)
+    if payload is None:
+        payload = compute()
+        cache.set(key, payload, CACHE_SECONDS)
+    return payload
+
+
 def _minutes(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds / 60, 1)
 
@@ -89,26 +119,28 @@ def overview_data(request: HttpRequest) -> JsonResponse:
         win = _window(request)
     except DomainError as exc:
         return _error(exc)
+    return JsonResponse(_cached(("overview", win, _data_version()), lambda: _overview(win)))
+
+
+def _overview(win: series.Window) -> dict[str, Any]:
     pools = series.pool_series(win)
     summary = series.cluster_summary(win)
-    return JsonResponse(
-        {
-            "resolution": win.resolution,
-            "figures": {
-                "allocation": charts.allocation_figure(pools),
-                "pending": charts.pending_figure(pools),
-                "waits": charts.wait_figure(pools),
-            },
-            "summary": {
-                "allocation_milli": summary.allocation_milli_percent,
-                "allocation_cards": summary.allocation_cards_percent,
-                "utilization": summary.utilization_percent,
-                "pending": summary.pending_now,
-                "wait_p50": _minutes(summary.wait_p50_seconds),
-                "wait_p95": _minutes(summary.wait_p95_seconds),
-            },
-        }
-    )
+    return {
+        "resolution": win.resolution,
+        "figures": {
+            "allocation": charts.allocation_figure(pools),
+            "pending": charts.pending_figure(pools),
+            "waits": charts.wait_figure(pools),
+        },
+        "summary": {
+            "allocation_milli": summary.allocation_milli_percent,
+            "allocation_cards": summary.allocation_cards_percent,
+            "utilization": summary.utilization_percent,
+            "pending": summary.pending_now,
+            "wait_p50": _minutes(summary.wait_p50_seconds),
+            "wait_p95": _minutes(summary.wait_p95_seconds),
+        },
+    }
 
 
 # --------------------------------------------------------------------------- per tenant
@@ -151,32 +183,36 @@ def tenant_data(request: HttpRequest) -> JsonResponse:
         win = _window(request)
     except DomainError as exc:
         return _error(exc)
-    usage = series.tenant_usage(chosen, win)
     return JsonResponse(
-        {
-            "resolution": win.resolution,
-            "figures": {
-                "quota": charts.tenant_quota_figure(chosen.slug, usage.points),
-                "utilization": charts.tenant_utilization_figure(chosen.slug, usage.points),
-                "wasting": charts.wasting_figure(chosen.slug, usage.wasting),
-            },
-            "summary": {
-                "allocated_gpu_hours": usage.allocated_gpu_hours,
-                "used_gpu_hours": usage.used_gpu_hours,
-                "idle_gpu_hours": usage.idle_gpu_hours,
-                "utilization": usage.utilization_percent,
-            },
-            "tables": {
-                "wasting": {
-                    "columns": ["Codespace", "Idle GPU-h", "Allocated GPU-h", "Utilization %"],
-                    "rows": [
-                        [w.name, w.idle_gpu_hours, w.allocated_gpu_hours, w.utilization_percent]
-                        for w in usage.wasting
-                    ],
-                }
-            },
-        }
+        _cached(("tenant", chosen.pk, win, _data_version()), lambda: _tenant(chosen, win))
     )
+
+
+def _tenant(chosen: Tenant, win: series.Window) -> dict[str, Any]:
+    usage = series.tenant_usage(chosen, win)
+    return {
+        "resolution": win.resolution,
+        "figures": {
+            "quota": charts.tenant_quota_figure(chosen.slug, usage.points),
+            "utilization": charts.tenant_utilization_figure(chosen.slug, usage.points),
+            "wasting": charts.wasting_figure(chosen.slug, usage.wasting),
+        },
+        "summary": {
+            "allocated_gpu_hours": usage.allocated_gpu_hours,
+            "used_gpu_hours": usage.used_gpu_hours,
+            "idle_gpu_hours": usage.idle_gpu_hours,
+            "utilization": usage.utilization_percent,
+        },
+        "tables": {
+            "wasting": {
+                "columns": ["Codespace", "Idle GPU-h", "Allocated GPU-h", "Utilization %"],
+                "rows": [
+                    [w.name, w.idle_gpu_hours, w.allocated_gpu_hours, w.utilization_percent]
+                    for w in usage.wasting
+                ],
+            }
+        },
+    }
 
 
 # --------------------------------------------------------------------------- fragmentation
@@ -229,43 +265,52 @@ def fragmentation_data(request: HttpRequest) -> JsonResponse:
         )
     except DomainError as exc:
         return _error(exc)
+    from scheduling.models import Shard
+
+    version = Shard.objects.filter(group=pool).values_list("version", flat=True).first()
+    if version is None:  # no shard yet: nothing tells when the map changes, so no cache
+        return JsonResponse(_fragmentation(pool, chosen))
+    return JsonResponse(
+        _cached(("fragmentation", pool.pk, chosen, version), lambda: _fragmentation(pool, chosen))
+    )
+
+
+def _fragmentation(pool: QuotaGroup, chosen: frag.SlicePreset) -> dict[str, Any]:
     fmap = frag.fragmentation_map(pool, chosen)
     max_memory = max(
         (v for row in fmap.free_memory_mib for v in row if v is not None), default=None
     )
-    return JsonResponse(
-        {
-            "figures": {
-                "compute": charts.fragmentation_heatmap(
-                    fmap.nodes,
-                    fmap.gpu_columns,
-                    fmap.free_milli,
-                    title=f"Free compute per GPU — {pool.name}",
-                    unit="milli",
-                    maximum=1000,
-                ),
-                "memory": charts.fragmentation_heatmap(
-                    fmap.nodes,
-                    fmap.gpu_columns,
-                    [
-                        [None if v is None else round(v / 1024, 1) for v in row]
-                        for row in fmap.free_memory_mib
-                    ],
-                    title=f"Free memory per GPU — {pool.name}",
-                    unit="GiB",
-                    maximum=None if max_memory is None else round(max_memory / 1024, 1),
-                ),
-                "fits": charts.slice_fit_figure(chosen.label, fmap.fits),
-            },
-            "summary": {
-                "preset": chosen.label,
-                "fits_total": fmap.fits_total,
-                "free_gpus": round(fmap.free_milli_total / 1000, 2),
-                "fragmented_gpus": round(fmap.fragmented_milli / 1000, 2),
-                "fragmentation": fmap.fragmentation_percent,
-            },
-        }
-    )
+    return {
+        "figures": {
+            "compute": charts.fragmentation_heatmap(
+                fmap.nodes,
+                fmap.gpu_columns,
+                fmap.free_milli,
+                title=f"Free compute per GPU — {pool.name}",
+                unit="milli",
+                maximum=1000,
+            ),
+            "memory": charts.fragmentation_heatmap(
+                fmap.nodes,
+                fmap.gpu_columns,
+                [
+                    [None if v is None else round(v / 1024, 1) for v in row]
+                    for row in fmap.free_memory_mib
+                ],
+                title=f"Free memory per GPU — {pool.name}",
+                unit="GiB",
+                maximum=None if max_memory is None else round(max_memory / 1024, 1),
+            ),
+            "fits": charts.slice_fit_figure(chosen.label, fmap.fits),
+        },
+        "summary": {
+            "preset": chosen.label,
+            "fits_total": fmap.fits_total,
+            "free_gpus": round(fmap.free_milli_total / 1000, 2),
+            "fragmented_gpus": round(fmap.fragmented_milli / 1000, 2),
+            "fragmentation": fmap.fragmentation_percent,
+        },
+    }
 
 
 # --------------------------------------------------------------------------- savings
@@ -280,19 +325,21 @@ def savings_data(request: HttpRequest) -> JsonResponse:
         win = _window(request)
     except DomainError as exc:
         return _error(exc)
+    return JsonResponse(_cached(("savings", win, _data_version()), lambda: _savings(win)))
+
+
+def _savings(win: series.Window) -> dict[str, Any]:
     points = series.savings_series(win)
     last = points[-1] if points else None
-    return JsonResponse(
-        {
-            "resolution": win.resolution,
-            "figures": {"savings": charts.savings_figure(points)},
-            "summary": {
-                "unsliced": last.cards_unsliced if last else None,
-                "occupied": last.cards_occupied if last else None,
-                "saved": last.cards_saved if last else None,
-            },
-        }
-    )
+    return {
+        "resolution": win.resolution,
+        "figures": {"savings": charts.savings_figure(points)},
+        "summary": {
+            "unsliced": last.cards_unsliced if last else None,
+            "occupied": last.cards_occupied if last else None,
+            "saved": last.cards_saved if last else None,
+        },
+    }
 
 
 # --------------------------------------------------------------------------- chargeback
@@ -304,7 +351,10 @@ def _chargeback_rows(request: HttpRequest) -> list[series.ChargebackRow]:
     except ValueError:
         months = -1
     tenants = None if is_operator(user) else list(tenants_for(user))
-    return series.chargeback(months, timezone.now(), tenants)
+    now = timezone.now()
+    scope = None if tenants is None else sorted(t.pk for t in tenants)
+    parts = ("chargeback", months, scope, now.strftime("%Y-%m"), _data_version())
+    return _cached(parts, lambda: {"rows": series.chargeback(months, now, tenants)})["rows"]
 
 
 @login_required

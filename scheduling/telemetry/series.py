@@ -47,6 +47,7 @@ RANGES: dict[str, timedelta] = {
 }
 DEFAULT_RANGE = "24h"
 RAW_LIMIT = timedelta(hours=48)
+MINUTE_WASTE_LIMIT = timedelta(hours=6)
 MILLI_PER_GPU = 1000.0
 MILLI_MINUTES_PER_GPU_HOUR = 1000.0 * 60
 
@@ -107,23 +108,40 @@ def pool_series(
     rows = PoolSample.objects.filter(resolution=win.resolution, ts__gte=win.start, ts__lt=win.end)
     if groups is not None:
         rows = rows.filter(group__in=list(groups))
+    names = dict(QuotaGroup.objects.values_list("pk", "name"))
     out: dict[str, list[PoolPoint]] = defaultdict(list)
-    for r in rows.select_related("group").order_by("group__name", "ts"):
-        n = r.minutes or 1
-        out[r.group.name].append(
+    fields = (
+        "group_id",
+        "ts",
+        "minutes",
+        "allocated_gpus",
+        "capacity_gpus",
+        "allocated_milli",
+        "capacity_milli",
+        "sm_utilization",
+        "pending",
+        "wait_p50_seconds",
+        "wait_p95_seconds",
+    )
+    # plain tuples, not model instances: a 48-hour range of three pools is 8,640 rows
+    for group_id, ts, n, a_gpus, c_gpus, a_milli, c_milli, sm, pending, p50, p95 in rows.order_by(
+        "group_id", "ts"
+    ).values_list(*fields):
+        n = n or 1
+        out[names[group_id]].append(
             PoolPoint(
-                ts=r.ts,
-                allocation_cards_percent=_ratio(r.allocated_gpus, r.capacity_gpus),
-                allocation_milli_percent=_ratio(r.allocated_milli, r.capacity_milli),
-                utilization_percent=round(r.sm_utilization / n, 2),
-                allocated_gpus=round(r.allocated_gpus / n, 3),
-                capacity_gpus=round(r.capacity_gpus / n, 3),
-                pending=round(r.pending / n, 2),
-                wait_p50_seconds=r.wait_p50_seconds,
-                wait_p95_seconds=r.wait_p95_seconds,
+                ts=ts,
+                allocation_cards_percent=_ratio(a_gpus, c_gpus),
+                allocation_milli_percent=_ratio(a_milli, c_milli),
+                utilization_percent=round(sm / n, 2),
+                allocated_gpus=round(a_gpus / n, 3),
+                capacity_gpus=round(c_gpus / n, 3),
+                pending=round(pending / n, 2),
+                wait_p50_seconds=p50,
+                wait_p95_seconds=p95,
             )
         )
-    return dict(out)
+    return dict(sorted(out.items()))
 
 
 @dataclass(frozen=True)
@@ -277,16 +295,18 @@ def tenant_usage(
         .order_by("ts")
     )
     normalised = []
+    totals = {"allocated": 0.0, "used": 0.0, "idle": 0.0}
     for r in per_ts:
         quotas = float(r.pop("quotas") or 1)
         r["minutes"] = float(r["minutes"] or quotas) / quotas
+        for key in totals:
+            totals[key] += float(r[key] or 0)
         normalised.append(r)
     usage = TenantUsage(tenant=tenant, points=_quota_points(normalised))
-    totals = rows.aggregate(a=Sum("allocated_milli"), u=Sum("used_milli"), i=Sum("idle_milli"))
-    usage.allocated_gpu_hours = round(float(totals["a"] or 0) / MILLI_MINUTES_PER_GPU_HOUR, 3)
-    usage.used_gpu_hours = round(float(totals["u"] or 0) / MILLI_MINUTES_PER_GPU_HOUR, 3)
-    usage.idle_gpu_hours = round(float(totals["i"] or 0) / MILLI_MINUTES_PER_GPU_HOUR, 3)
-    usage.utilization_percent = _ratio(float(totals["u"] or 0), float(totals["a"] or 0))
+    usage.allocated_gpu_hours = round(totals["allocated"] / MILLI_MINUTES_PER_GPU_HOUR, 3)
+    usage.used_gpu_hours = round(totals["used"] / MILLI_MINUTES_PER_GPU_HOUR, 3)
+    usage.idle_gpu_hours = round(totals["idle"] / MILLI_MINUTES_PER_GPU_HOUR, 3)
+    usage.utilization_percent = _ratio(totals["used"], totals["allocated"])
     usage.wasting = wasting_codespaces(tenant, win, quota=quota, top=top)
     return usage
 
@@ -294,9 +314,12 @@ def tenant_usage(
 def wasting_codespaces(
     tenant: Tenant, win: Window, *, quota: Quota | None = None, top: int = 10
 ) -> list[WastingCodespace]:
-    """The tenant's codespaces with the most idle allocated GPU-hours in the window (ties by name)."""
+    """The tenant's codespaces with the most idle allocated GPU-hours in the window (ties by name).
+
+    Up to 6 hours it reads minute samples; beyond, the hour rows (the current hour's row is re-rolled
+    every minute, so it is fresh) from the hour containing the window's start."""
     rows: Any
-    if win.resolution == Resolution.MINUTE:
+    if win.end - win.start <= MINUTE_WASTE_LIMIT:
         idle = Q(sm_utilization__isnull=True) | Q(sm_utilization__lt=5.0)
         qs = WorkloadSample.objects.filter(
             tenant=tenant, kind="codespace", ts__gte=win.start, ts__lt=win.end
@@ -310,7 +333,10 @@ def wasting_codespaces(
         )
     else:
         hourly = WorkloadHourly.objects.filter(
-            tenant=tenant, kind="codespace", hour__gte=win.start, hour__lt=win.end
+            tenant=tenant,
+            kind="codespace",
+            hour__gte=win.start.replace(minute=0, second=0, microsecond=0),
+            hour__lt=win.end,
         )
         if quota is not None:
             hourly = hourly.filter(quota=quota)
@@ -430,13 +456,18 @@ def chargeback(
         rows = rows.filter(tenant__in=list(tenants))
     grouped = (
         rows.annotate(month=TruncMonth("ts"))
-        .values("month", "tenant__slug", "tenant__name", "gpu_model")
+        .values("month", "tenant_id", "gpu_model")
         .annotate(allocated=Sum("allocated_milli"), used=Sum("used_milli"))
-        .order_by("month", "tenant__slug", "gpu_model")
+        .order_by()
     )
+    names = {t.pk: t for t in Tenant.objects.filter(pk__in={r["tenant_id"] for r in grouped})}
     prices = gpu_hour_prices()
     out = []
-    for r in grouped:
+    for r in sorted(
+        grouped, key=lambda r: (r["month"], names[r["tenant_id"]].slug, r["gpu_model"])
+    ):
+        tenant_row = names[r["tenant_id"]]
+        r["tenant__slug"], r["tenant__name"] = tenant_row.slug, tenant_row.name
         allocated = round(float(r["allocated"] or 0) / MILLI_MINUTES_PER_GPU_HOUR, 3)
         price = price_for(r["gpu_model"], prices)
         out.append(

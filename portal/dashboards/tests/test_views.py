@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
@@ -203,3 +203,33 @@ def test_chargeback_operators_see_all_members_their_own_and_csv(client, bob, ope
         ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00"],
     ]
     assert client.get("/dashboards/chargeback/data/?months=99").status_code == 400
+
+
+def test_payloads_are_shared_until_the_next_ingestion(
+    client, bob, ingested, django_assert_max_num_queries
+):
+    client.force_login(bob)
+    first = client.get("/dashboards/data/?range=6h").json()
+    # a second viewer in the same minute: session, user, active tenant and the version check only
+    with django_assert_max_num_queries(5):
+        again = client.get("/dashboards/data/?range=6h").json()
+    assert again == first
+    ingest_minute(T0 + timedelta(minutes=1), FixedMetrics({**FIXED, "train": 10.0}))
+    with time_machine.travel(T0 + timedelta(minutes=1), tick=False):
+        moved = client.get("/dashboards/data/?range=6h").json()
+    assert moved["figures"]["allocation"]["data"][2]["y"] == [45.17, 18.5]
+
+
+def test_fragmentation_map_follows_the_shard_version(client, bob, ingested):
+    from scheduling.models import PlacementGpu, Shard
+
+    shard = Shard.objects.create(group=ingested.group, version=1)
+    client.force_login(bob)
+    url = "/dashboards/fragmentation/data/?preset=quarter"
+    assert client.get(url).json()["summary"]["fits_total"] == 4
+    PlacementGpu.objects.filter(placement__workload__name="half").update(
+        gpu_milli=1000, gpu_memory_mib=81920
+    )
+    assert client.get(url).json()["summary"]["fits_total"] == 4  # same version: the shared payload
+    Shard.objects.filter(pk=shard.pk).update(version=2)
+    assert client.get(url).json()["summary"]["fits_total"] == 2
