@@ -26,6 +26,11 @@ from portal.errors import DomainError
 from portal.scoping import admin_tenant_ids_for, current_user, is_operator
 
 
+def _nav(user: Any, scope: str) -> dict[str, Any]:
+    """What the codespaces sub-navigation shows: the team tab only for tenant admins and operators."""
+    return {"scope": scope, "can_see_team": is_operator(user) or bool(admin_tenant_ids_for(user))}
+
+
 def _active_tenant(request: HttpRequest) -> Any:
     tenant = getattr(request, "active_tenant", None)
     if tenant is None:
@@ -40,7 +45,7 @@ def my_codespaces(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "codespaces/list.html",
-        {"codespaces": rows, "scope": "mine", "title": "My codespaces", "show_owner": False},
+        {"codespaces": rows, "title": "My codespaces", "show_owner": False, **_nav(user, "mine")},
     )
 
 
@@ -53,7 +58,7 @@ def team_codespaces(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "codespaces/list.html",
-        {"codespaces": rows, "scope": "team", "title": "Team codespaces", "show_owner": True},
+        {"codespaces": rows, "title": "Team codespaces", "show_owner": True, **_nav(user, "team")},
     )
 
 
@@ -66,7 +71,7 @@ def all_codespaces(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "codespaces/list.html",
-        {"codespaces": rows, "scope": "all", "title": "All codespaces", "show_owner": True},
+        {"codespaces": rows, "title": "All codespaces", "show_owner": True, **_nav(user, "all")},
     )
 
 
@@ -74,7 +79,11 @@ def all_codespaces(request: HttpRequest) -> HttpResponse:
 def savings(request: HttpRequest) -> HttpResponse:
     if not is_operator(request.user):
         raise Http404("Not found.")
-    return render(request, "codespaces/savings.html", {"savings": services.savings()})
+    return render(
+        request,
+        "codespaces/savings.html",
+        {"savings": services.savings(), **_nav(request.user, "savings")},
+    )
 
 
 def _picker_context(template: CodespaceTemplate | None, quota: Any) -> dict[str, Any]:

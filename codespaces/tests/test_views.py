@@ -228,3 +228,30 @@ def test_preview_json_validates_and_answers(bob: Any, quota_a: Any, template: An
         "gpu_percent": ["Compute must be between 1% and 100% of one GPU (got 0%)."]
     }
     assert Workload.objects.count() == 0
+
+
+def test_team_tab_only_for_admins(bob: Any, alice: Any, quota_a: Any) -> None:
+    team_link = f'href="{reverse("codespaces:team")}"'
+    assert team_link not in client_for(bob).get(reverse("codespaces:list")).content.decode()
+    assert team_link in client_for(alice).get(reverse("codespaces:list")).content.decode()
+
+
+def test_demo_seed_is_idempotent() -> None:
+    import io
+
+    from codespaces import demo
+    from codespaces.models import CodespaceTemplate, TemplatePreset
+
+    demo.seed(io.StringIO())
+    demo.seed(io.StringIO())
+    assert sorted(CodespaceTemplate.objects.values_list("name", flat=True)) == [
+        "notebook",
+        "pytorch",
+    ]
+    assert TemplatePreset.objects.count() == 8
+    quarter = TemplatePreset.objects.get(template__name="pytorch", name="quarter-h100")
+    assert (quarter.label, quarter.gpu_percent, quarter.gpu_memory_gib) == (
+        "1/4 H100: 25% compute, 20 GiB",
+        25,
+        20,
+    )
