@@ -25,7 +25,7 @@ from django.conf import settings
 
 from quotas.models import Quota, QuotaGroup
 from quotas.resources import DIMENSIONS, Resources, Side, total
-from quotas.runtime import QuotaShareInput, runtime_shares
+from quotas.runtime import QuotaShareInput, ShareInput, runtime_1d, runtime_shares
 
 SIDES = (Side.GPU, Side.CPU)
 
@@ -265,9 +265,49 @@ class QuotaUsage:
         return self.gpu if Side(side) is Side.GPU else self.cpu
 
 
+Totals = dict[Side, dict[str, dict[int, Resources]]]
+"""Per side, per kind ("used", "pending", "nonpreemptible"), per quota id: the summed requests."""
+
+
+def _empty_totals(quota_ids: Iterable[int]) -> Totals:
+    ids = list(quota_ids)
+    return {
+        side: {
+            kind: dict.fromkeys(ids, Resources()) for kind in ("used", "pending", "nonpreemptible")
+        }
+        for side in SIDES
+    }
+
+
+def _copy_totals(totals: Totals) -> Totals:
+    return {
+        side: {kind: dict(values) for kind, values in kinds.items()}
+        for side, kinds in totals.items()
+    }
+
+
+def _add(totals: Totals, workload: WorkloadUsage, sign: int) -> None:
+    """Add (sign=1) or remove (sign=-1) one workload's request, in place."""
+    side = workload.side
+    if workload.quota_id not in totals[side]["used"]:
+        return
+    resources = workload.resources.only(side.dimensions).scaled(sign)
+    kind = "used" if workload.active else "pending"
+    bucket = totals[side][kind]
+    bucket[workload.quota_id] = bucket[workload.quota_id] + resources
+    if workload.active and not workload.preemptible:
+        held = totals[side]["nonpreemptible"]
+        held[workload.quota_id] = held[workload.quota_id] + resources
+
+
 @dataclass(frozen=True, slots=True)
 class GroupSnapshot:
-    """The state of one group at one moment: capacity, quotas (by id) and their workloads."""
+    """The state of one group at one moment: capacity, quotas (by id) and their workloads.
+
+    `has_headroom`: whether `SideUsage.headroom` was computed (group_snapshot does by default; the derived
+    copies made by `with_workloads` / `without_workloads` / `with_spec` do not, they are for admission,
+    reclaim and what-if, which never read it).
+    """
 
     group_id: int
     group_name: str
@@ -276,6 +316,8 @@ class GroupSnapshot:
     specs: tuple[QuotaSpec, ...]
     workloads: tuple[WorkloadUsage, ...]
     quotas: dict[int, QuotaUsage]
+    totals: Totals = field(default_factory=dict, repr=False, compare=False)
+    has_headroom: bool = True
 
     def quota(self, quota_id: int) -> QuotaUsage:
         return self.quotas[quota_id]
@@ -299,54 +341,66 @@ class GroupSnapshot:
     def sum_of_mins(self, side: Side | str) -> Resources:
         return total(q.side(side).min for q in self.quotas.values())
 
-    def with_workloads(self, extra: Iterable[WorkloadUsage]) -> GroupSnapshot:
-        """The same group with `extra` workloads added (replacing any with the same id), recomputed."""
-        extra = list(extra)
-        replaced = {w.workload_id for w in extra if w.workload_id}
-        kept = [w for w in self.workloads if w.workload_id not in replaced]
-        return build_snapshot(
+    def _derived(
+        self,
+        *,
+        specs: Sequence[QuotaSpec] | None = None,
+        workloads: Sequence[WorkloadUsage] | None = None,
+        totals: Totals | None = None,
+        capacity: GroupCapacity | None = None,
+    ) -> GroupSnapshot:
+        return _compute(
             group_id=self.group_id,
             group_name=self.group_name,
             allow_overcommitted_min=self.allow_overcommitted_min,
-            capacity=self.capacity,
-            specs=self.specs,
-            workloads=[*kept, *extra],
+            capacity=capacity or self.capacity,
+            specs=tuple(sorted(specs, key=lambda s: s.name)) if specs is not None else self.specs,
+            workloads=tuple(workloads) if workloads is not None else self.workloads,
+            totals=totals if totals is not None else self.totals,
+            headroom=False,
         )
+
+    def with_workloads(self, extra: Iterable[WorkloadUsage]) -> GroupSnapshot:
+        """The same group with `extra` workloads added (replacing any with the same id), recomputed.
+
+        Incremental: only the changed workloads are re-summed (cheap enough to call per admission)."""
+        extra = [w for w in extra if w.quota_id in self.quotas]
+        replaced = {w.workload_id for w in extra if w.workload_id}
+        totals = _copy_totals(self.totals)
+        kept = []
+        for w in self.workloads:
+            if w.workload_id in replaced:
+                _add(totals, w, -1)
+            else:
+                kept.append(w)
+        for w in extra:
+            _add(totals, w, 1)
+        return self._derived(workloads=[*kept, *extra], totals=totals)
 
     def without_workloads(self, workload_ids: Iterable[int]) -> GroupSnapshot:
         """The same group without the given workloads (e.g. after reclaiming them), recomputed."""
         gone = set(workload_ids)
-        return build_snapshot(
-            group_id=self.group_id,
-            group_name=self.group_name,
-            allow_overcommitted_min=self.allow_overcommitted_min,
-            capacity=self.capacity,
-            specs=self.specs,
-            workloads=[w for w in self.workloads if w.workload_id not in gone],
-        )
+        totals = _copy_totals(self.totals)
+        kept = []
+        for w in self.workloads:
+            if w.workload_id in gone:
+                _add(totals, w, -1)
+            else:
+                kept.append(w)
+        return self._derived(workloads=kept, totals=totals)
 
     def with_spec(self, spec: QuotaSpec) -> GroupSnapshot:
         """The same group with one quota's configuration replaced (or added), recomputed."""
         specs = [s for s in self.specs if s.quota_id != spec.quota_id or not spec.quota_id]
         specs = [s for s in specs if s.name != spec.name]
-        return build_snapshot(
-            group_id=self.group_id,
-            group_name=self.group_name,
-            allow_overcommitted_min=self.allow_overcommitted_min,
-            capacity=self.capacity,
-            specs=[*specs, spec],
-            workloads=self.workloads,
-        )
+        totals = _copy_totals(self.totals)
+        for side in SIDES:
+            for kind in totals[side].values():
+                kind.setdefault(spec.quota_id, Resources())
+        return self._derived(specs=[*specs, spec], totals=totals)
 
     def with_capacity(self, capacity: GroupCapacity) -> GroupSnapshot:
-        return build_snapshot(
-            group_id=self.group_id,
-            group_name=self.group_name,
-            allow_overcommitted_min=self.allow_overcommitted_min,
-            capacity=capacity,
-            specs=self.specs,
-            workloads=self.workloads,
-        )
+        return self._derived(capacity=capacity)
 
 
 def _side_runtimes(
@@ -356,7 +410,7 @@ def _side_runtimes(
     demand: dict[int, Resources],
 ) -> dict[str, Resources]:
     return runtime_shares(
-        capacity,
+        capacity.only(side.dimensions),
         [
             QuotaShareInput(
                 name=spec.name,
@@ -371,58 +425,75 @@ def _side_runtimes(
     )
 
 
-def build_snapshot(
+def _headrooms(
+    capacity: Resources,
+    specs: Sequence[QuotaSpec],
+    side: Side,
+    demand: dict[int, Resources],
+    used: dict[int, Resources],
+) -> dict[int, Resources]:
+    """Per quota: (its runtime if it asked for its whole max, others unchanged) − used, per dimension.
+
+    One `runtime_1d` per quota and dimension, skipped where the demand already reaches the max."""
+    result: dict[int, dict[str, int]] = {spec.quota_id: {} for spec in specs}
+    for dimension in side.dimensions:
+        entries = [
+            ShareInput(
+                name=spec.name,
+                min=spec.min[side].get(dimension),
+                max=spec.max[side].get(dimension),
+                weight=spec.weight[side].get(dimension),
+                demand=demand[spec.quota_id].get(dimension),
+                lend=spec.lend_idle_min,
+            )
+            for spec in specs
+        ]
+        current = runtime_1d(capacity.get(dimension), entries)
+        for index, spec in enumerate(specs):
+            entry = entries[index]
+            if entry.demand >= entry.max:
+                hungry = current[spec.name]
+            else:
+                changed = list(entries)
+                changed[index] = replace(entry, demand=entry.max)
+                hungry = runtime_1d(capacity.get(dimension), changed)[spec.name]
+            room = min(hungry, entry.max) - used[spec.quota_id].get(dimension)
+            result[spec.quota_id][dimension] = max(0, room)
+    return {quota_id: Resources.from_mapping(values) for quota_id, values in result.items()}
+
+
+def _compute(
     *,
     group_id: int,
     group_name: str,
     allow_overcommitted_min: bool,
     capacity: GroupCapacity,
-    specs: Sequence[QuotaSpec],
-    workloads: Sequence[WorkloadUsage],
+    specs: tuple[QuotaSpec, ...],
+    workloads: tuple[WorkloadUsage, ...],
+    totals: Totals,
+    headroom: bool,
 ) -> GroupSnapshot:
-    """Pure: compute every quota's used, pending, demand, runtime and headroom on both sides."""
-    specs = tuple(sorted(specs, key=lambda s: s.name))
-    ids = {spec.quota_id for spec in specs}
-    workloads = tuple(
-        sorted(
-            (w for w in workloads if w.quota_id in ids),
-            key=lambda w: (w.quota_id, w.workload_id),
-        )
-    )
-    zero = {spec.quota_id: Resources() for spec in specs}
-    used = {side: dict(zero) for side in SIDES}
-    pending = {side: dict(zero) for side in SIDES}
-    nonpreemptible = {side: dict(zero) for side in SIDES}
-    for w in workloads:
-        target = used if w.active else pending
-        resources = w.resources.only(w.side.dimensions)
-        target[w.side][w.quota_id] = target[w.side][w.quota_id] + resources
-        if w.active and not w.preemptible:
-            nonpreemptible[w.side][w.quota_id] = nonpreemptible[w.side][w.quota_id] + resources
-
     sides: dict[Side, dict[int, SideUsage]] = {}
     for side in SIDES:
         side_capacity = capacity.side(side)
-        demand = {qid: used[side][qid] + pending[side][qid] for qid in zero}
+        used = totals[side]["used"]
+        pending = totals[side]["pending"]
+        demand = {spec.quota_id: used[spec.quota_id] + pending[spec.quota_id] for spec in specs}
         runtime = _side_runtimes(side_capacity, specs, side, demand)
         sides[side] = {}
+        rooms = _headrooms(side_capacity, specs, side, demand, used) if headroom else {}
         for spec in specs:
-            # Headroom: the runtime this quota would get if it asked for its whole max now.
-            hungry = dict(demand)
-            hungry[spec.quota_id] = spec.max[side].maximum(demand[spec.quota_id])
-            hungry_runtime = _side_runtimes(side_capacity, specs, side, hungry)[spec.name]
+            room = rooms.get(spec.quota_id, Resources())
             sides[side][spec.quota_id] = SideUsage(
                 min=spec.min[side],
                 max=spec.max[side],
                 weight=spec.weight[side],
-                used=used[side][spec.quota_id],
-                pending=pending[side][spec.quota_id],
+                used=used[spec.quota_id],
+                pending=pending[spec.quota_id],
                 demand=demand[spec.quota_id],
                 runtime=runtime[spec.name],
-                nonpreemptible_used=nonpreemptible[side][spec.quota_id],
-                headroom=(hungry_runtime.minimum(spec.max[side]) - used[side][spec.quota_id])
-                .only(side.dimensions)
-                .clip(),
+                nonpreemptible_used=totals[side]["nonpreemptible"][spec.quota_id],
+                headroom=room,
             )
     quotas = {
         spec.quota_id: QuotaUsage(
@@ -438,6 +509,45 @@ def build_snapshot(
         specs=specs,
         workloads=workloads,
         quotas=quotas,
+        totals=totals,
+        has_headroom=headroom,
+    )
+
+
+def build_snapshot(
+    *,
+    group_id: int,
+    group_name: str,
+    allow_overcommitted_min: bool,
+    capacity: GroupCapacity,
+    specs: Sequence[QuotaSpec],
+    workloads: Sequence[WorkloadUsage],
+    headroom: bool = True,
+) -> GroupSnapshot:
+    """Pure: compute every quota's used, pending, demand, runtime (and headroom) on both sides.
+
+    `headroom=False` skips the headroom (one extra runtime computation per quota and side), for callers
+    that only admit or reclaim.
+    """
+    ordered_specs = tuple(sorted(specs, key=lambda s: s.name))
+    totals = _empty_totals(spec.quota_id for spec in ordered_specs)
+    kept = tuple(
+        sorted(
+            (w for w in workloads if w.quota_id in totals[Side.GPU]["used"]),
+            key=lambda w: (w.quota_id, w.workload_id),
+        )
+    )
+    for w in kept:
+        _add(totals, w, 1)
+    return _compute(
+        group_id=group_id,
+        group_name=group_name,
+        allow_overcommitted_min=allow_overcommitted_min,
+        capacity=capacity,
+        specs=ordered_specs,
+        workloads=kept,
+        totals=totals,
+        headroom=headroom,
     )
 
 
@@ -455,11 +565,12 @@ def _workload_rows(group: QuotaGroup) -> list[WorkloadUsage]:
     return [usage_of(w) for w in rows]
 
 
-def group_snapshot(group: QuotaGroup | int) -> GroupSnapshot:
+def group_snapshot(group: QuotaGroup | int, *, headroom: bool = True) -> GroupSnapshot:
     """Read the group's capacity, quotas and live workloads and compute the snapshot.
 
     Workloads in state PLACED or RUNNING count as used, PENDING as pending demand; a workload with a GPU is
-    charged to the GPU side, a CPU-only one to the CPU side. Read-only; takes no locks.
+    charged to the GPU side, a CPU-only one to the CPU side. Read-only; takes no locks. `headroom=False`
+    skips the per-quota headroom (what people read on the pages) for scheduling cycles with many quotas.
     """
     if not isinstance(group, QuotaGroup):
         group = QuotaGroup.objects.get(pk=group)
@@ -471,6 +582,7 @@ def group_snapshot(group: QuotaGroup | int) -> GroupSnapshot:
         capacity=group_capacity(group),
         specs=specs,
         workloads=_workload_rows(group),
+        headroom=headroom,
     )
 
 

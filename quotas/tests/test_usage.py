@@ -100,3 +100,61 @@ def test_snapshot_charges_gpu_work_to_gpu_side_and_counts_pending_as_demand(team
     assert snapshot.by_name("team-b").gpu.headroom.gpu_milli == 3333
     assert snapshot.by_name("team-b").gpu.guaranteed_headroom.gpu_milli == 2000
     assert snapshot.free(Side.GPU).gpu_milli == 5000
+
+
+def _pure_snapshot(workloads, specs):
+    from quotas.usage import GroupCapacity, build_snapshot
+
+    return build_snapshot(
+        group_id=1,
+        group_name="g",
+        allow_overcommitted_min=False,
+        capacity=GroupCapacity(gpu=Resources(8000, 0, 64000, 0), cpu=Resources(0, 0, 32000, 0)),
+        specs=specs,
+        workloads=workloads,
+        headroom=False,
+    )
+
+
+def test_incremental_copies_equal_a_full_recomputation():
+    from dataclasses import replace
+
+    from quotas.usage import QuotaSpec, WorkloadUsage
+
+    specs = [
+        QuotaSpec(
+            quota_id=i,
+            name=f"q{i}",
+            tenant_id=i,
+            tenant_slug=f"t{i}",
+            lend_idle_min=True,
+            min={Side.GPU: Resources(gpu_milli=1000 * i), Side.CPU: Resources(cpu_milli=1000)},
+            max={Side.GPU: Resources(8000, 0, 64000, 0), Side.CPU: Resources(0, 0, 32000, 0)},
+            weight={Side.GPU: Resources(8000, 0, 64000, 0), Side.CPU: Resources(0, 0, 32000, 0)},
+        )
+        for i in (1, 2, 3)
+    ]
+
+    def work(wid, quota_id, gpus, active, side=Side.GPU):
+        return WorkloadUsage(
+            wid,
+            f"w{wid}",
+            "job_pod",
+            quota_id,
+            side,
+            Resources(gpus * 1000, 0, 2000, 0),
+            active,
+            preemptible=wid % 2 == 0,
+        )
+
+    base = [
+        work(1, 1, 2, True),
+        work(2, 2, 1, False),
+        work(3, 3, 3, True),
+        work(4, 1, 0, True, Side.CPU),
+    ]
+    extra = [work(5, 2, 2, False), replace(base[1], active=True)]
+    incremental = _pure_snapshot(base, specs).with_workloads(extra).without_workloads([3])
+    full = _pure_snapshot([base[0], base[3], *extra], specs)
+    assert incremental.quotas == full.quotas
+    assert sorted(w.workload_id for w in incremental.workloads) == [1, 2, 4, 5]
