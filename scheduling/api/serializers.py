@@ -151,7 +151,9 @@ class PlacementSerializer(serializers.ModelSerializer):
 class WorkloadSerializer(serializers.ModelSerializer):
     tenant = serializers.CharField(source="tenant.slug", read_only=True)
     quota = serializers.IntegerField(source="quota_id", read_only=True)
-    owner = serializers.CharField(source="owner.username", read_only=True, default=None)
+    owner = serializers.CharField(
+        source="owner.username", read_only=True, default=None, allow_null=True
+    )
     placement = serializers.SerializerMethodField()
 
     class Meta:
@@ -222,7 +224,9 @@ class JobMemberStatusSerializer(serializers.ModelSerializer):
 class JobSerializer(serializers.ModelSerializer):
     tenant = serializers.CharField(source="tenant.slug", read_only=True)
     quota = serializers.IntegerField(source="quota_id", read_only=True)
-    owner = serializers.CharField(source="owner.username", read_only=True, default=None)
+    owner = serializers.CharField(
+        source="owner.username", read_only=True, default=None, allow_null=True
+    )
     pods = serializers.SerializerMethodField()
     members = JobMemberStatusSerializer(many=True, read_only=True)
 
