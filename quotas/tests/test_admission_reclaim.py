@@ -209,3 +209,23 @@ def test_no_reclaim_when_free_capacity_suffices(pool):
     plan = plan_reclaim(group_snapshot(qa.group), claimant)
     assert (plan.victims, plan.satisfied) == ((), True)
     assert plan.claims[0].needed == Resources()
+
+
+def test_a_pending_gang_is_one_claim_and_gets_one_plan(pool):
+    # given team-b borrowing 4 GPUs as four single pods, and a pending 2-pod gang of team-a within its min
+    _, qa, qb = pool
+    now = timezone.now()
+    make_workload(qb, name="base", gpu_count=2, started_at=now - timedelta(days=1))
+    singles = [
+        make_workload(qb, name=f"s{i}", gpu_count=1, started_at=now - timedelta(minutes=10 - i))
+        for i in range(4)
+    ]
+    make_workload(qa, gpu_count=2)
+    gang = make_gang(qa, "pair", min_available=2)
+    members = [make_workload(qa, state="pending", gpu_count=1, gang=gang) for _ in range(2)]
+    # when the reclaim is planned for the gang's members
+    plan = plan_reclaim(group_snapshot(qa.group), members)
+    # then one claim covers both members, freed by the two most recently started pods of team-b
+    assert [c.workload_ids for c in plan.claims] == [tuple(m.pk for m in members)]
+    assert plan.satisfied is True
+    assert [v.workload_ids for v in plan.victims] == [(singles[3].pk,), (singles[2].pk,)]
