@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 try:  # the quota tree; when absent (an older checkout) every workload is admitted
     from quotas.admission import check_admission
     from quotas.resources import Resources, Side, human_amount, human_number, total
-    from quotas.usage import GroupSnapshot, group_snapshot, usage_of, workload_side
+    from quotas.usage import GroupSnapshot, usage_of, workload_side
 
     HAVE_QUOTAS = True
 except ImportError:  # pragma: no cover - depends on the checkout
@@ -44,8 +44,7 @@ class Admitter:
 
     @classmethod
     def for_group(cls, group: Any) -> Admitter:
-        snap = group_snapshot(group) if HAVE_QUOTAS else None
-        return cls(group=group, snapshot=snap)
+        return cls(group=group, snapshot=cycle_snapshot(group) if HAVE_QUOTAS else None)
 
     def share_ratio(self, quota_id: int, uses_gpu: bool) -> float:
         """How far a quota is along its runtime share (used / runtime) on the side a workload uses:
@@ -131,6 +130,68 @@ class Admitter:
                 self.tally[key] = (self.tally[key] - res).clip()
             if not m.preemptible and key in self.np_tally:
                 self.np_tally[key] = (self.np_tally[key] - res).clip()
+
+
+_capacity_cache: dict[int, tuple[Any, Any]] = {}
+
+
+def _inventory_fingerprint(group: Any) -> tuple[Any, ...]:
+    """Cheap summary of what the group's capacity depends on (nodes, their state, unhealthy GPUs)."""
+    from django.db.models import Count, Max, Q
+
+    from scheduling.models import Gpu, Node
+
+    nodes = Node.objects.aggregate(
+        n=Count("pk"),
+        last=Max("updated_at"),
+        off=Count("pk", filter=Q(cordoned=True) | Q(healthy=False)),
+    )
+    off_nodes = tuple(
+        Node.objects.filter(Q(cordoned=True) | Q(healthy=False))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    bad_gpus = tuple(Gpu.objects.filter(healthy=False).order_by("pk").values_list("pk", flat=True))
+    return (
+        nodes["n"],
+        nodes["last"],
+        off_nodes,
+        bad_gpus,
+        Gpu.objects.count(),
+        tuple(sorted((group.node_selector or {}).items())),
+    )
+
+
+def cycle_snapshot(group: Any) -> Any:
+    """quotas.usage.group_snapshot for a cycle, with the group's capacity cached per worker while the
+    inventory it depends on is unchanged (reading every node and GPU each cycle costs seconds on a
+    5,000-node cluster), and without the per-quota headroom the cycle does not read."""
+    from quotas.usage import QuotaSpec, build_snapshot, group_capacity
+    from scheduling.choices import ACTIVE_STATES, WorkloadState
+    from scheduling.models import Workload
+
+    key = _inventory_fingerprint(group)
+    hit = _capacity_cache.get(group.pk)
+    if hit is None or hit[0] != key:
+        hit = (key, group_capacity(group))
+        _capacity_cache[group.pk] = hit
+    specs = [QuotaSpec.of(q) for q in group.quotas.select_related("tenant").order_by("name")]
+    rows = (
+        Workload.objects.filter(
+            quota__group=group, state__in=[WorkloadState.PENDING, *ACTIVE_STATES]
+        )
+        .select_related("gang")
+        .order_by("id")
+    )
+    return build_snapshot(
+        group_id=int(group.pk),
+        group_name=group.name,
+        allow_overcommitted_min=group.allow_overcommitted_min,
+        capacity=hit[1],
+        specs=specs,
+        workloads=[usage_of(w) for w in rows],
+        headroom=False,
+    )
 
 
 def preview_admission(workload: Any) -> Verdict:
