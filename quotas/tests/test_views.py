@@ -82,6 +82,7 @@ def test_operator_tree_shows_capacity_and_leaves(setup, operator):
     assert "8 GPUs" in page  # capacity
     assert 'data-testid="leaf-team-a"' in page
     assert "borrowed 2 GPUs" in page  # 3 used, min 1
+    assert "nodes: pool=training" in page
 
 
 def test_edit_min_above_max_shows_inline_error_and_saves_nothing(setup, operator):
