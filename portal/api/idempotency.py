@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
@@ -107,8 +107,15 @@ def _claim(
     now = timezone.now()
     lookup = {"scope": scope, "method": request.method or "POST", "path": request.path, "key": key}
     ttl = timedelta(hours=settings.TESSERA_IDEMPOTENCY_TTL_HOURS)
+    outermost = not connection.in_atomic_block
     try:
         with transaction.atomic():
+            if outermost and connection.vendor == "postgresql":
+                # The claim need not wait for its WAL flush: if it is lost in a crash, so is everything
+                # the view did after it (WAL is ordered), and the retry simply runs. The stored
+                # response below is committed synchronously.
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL synchronous_commit TO OFF")
             record = IdempotencyRecord.objects.create(
                 **lookup, fingerprint=fingerprint, created_at=now, expires_at=now + ttl
             )
