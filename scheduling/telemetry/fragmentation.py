@@ -19,8 +19,7 @@ from scheduling.engine import (
     PlacementRequest,
     typical_pods,
 )
-from scheduling.models import Gpu, Node, Placement, PlacementGpu, Workload
-from scheduling.telemetry.ingestion import node_in_group
+from scheduling.models import Gpu, Node, PlacementGpu, Workload
 
 
 @dataclass(frozen=True)
@@ -101,57 +100,61 @@ def _request(p: SlicePreset, request_id: str = "preset") -> PlacementRequest:
 
 def fragmentation_map(group: QuotaGroup, chosen: SlicePreset) -> FragmentationMap:
     """Build the pool's engine state from the database (nodes, healthy GPUs, active placements) and
-    read the map, the fit counts and FGD fragmentation from it."""
-    nodes = [n for n in Node.objects.order_by("name") if node_in_group(n, group)]
-    node_ids = {n.pk for n in nodes}
-    gpus_by_node: dict[int, list[Gpu]] = defaultdict(list)
-    for gpu in Gpu.objects.filter(node_id__in=node_ids).order_by("index"):
-        gpus_by_node[gpu.node_id].append(gpu)
+    read the map, the fit counts and FGD fragmentation from it. Reads plain tuples (a pool can hold
+    thousands of GPUs and shares)."""
+    selector = group.node_selector or {}
+    nodes = [
+        row
+        for row in Node.objects.order_by("name").values_list(
+            "pk", "name", "labels", "cpu_milli", "memory_mib", "gpu_model", "healthy", "cordoned"
+        )
+        if all((row[2] or {}).get(k) == v for k, v in selector.items())
+    ]
+    node_ids = {row[0] for row in nodes}
+    gpus_by_node: dict[int, list[tuple[int, int, str, int, bool, str]]] = defaultdict(list)
+    for gpu_id, node_id, index, model, memory, healthy, uuid in (
+        Gpu.objects.filter(node_id__in=node_ids)
+        .order_by("index")
+        .values_list("pk", "node_id", "index", "model", "memory_mib", "healthy", "uuid")
+    ):
+        gpus_by_node[node_id].append((gpu_id, index, model, memory, healthy, uuid))
     specs = [
         NodeSpec(
-            name=n.name,
-            cpu_milli=n.cpu_milli,
-            memory_mib=n.memory_mib,
+            name=name,
+            cpu_milli=cpu,
+            memory_mib=memory,
             gpus=tuple(
-                GpuSpec(
-                    index=g.index,
-                    model=g.model,
-                    memory_mib=g.memory_mib,
-                    healthy=g.healthy and n.healthy,
-                    uuid=g.uuid,
-                )
-                for g in gpus_by_node[n.pk]
+                GpuSpec(index=i, model=m, memory_mib=mem, healthy=ok and healthy, uuid=u)
+                for _g, i, m, mem, ok, u in gpus_by_node[pk]
             ),
-            gpu_model=n.gpu_model,
-            labels=tuple(sorted((str(k), str(v)) for k, v in (n.labels or {}).items())),
-            schedulable=n.healthy and not n.cordoned,
+            gpu_model=model,
+            labels=tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items())),
+            schedulable=healthy and not cordoned,
         )
-        for n in nodes
+        for pk, name, labels, cpu, memory, model, healthy, cordoned in nodes
     ]
     state = ClusterState.from_nodes(specs)
-    index_of = {(g.node_id, g.pk): g.index for gs in gpus_by_node.values() for g in gs}
-    shares: dict[int, list[PlacementGpu]] = defaultdict(list)
-    for share in PlacementGpu.objects.filter(
+    name_of = {row[0]: row[1] for row in nodes}
+    index_of = {g[0]: g[1] for gs in gpus_by_node.values() for g in gs}
+    held: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
+    for placement_id, node_id, gpu_id, milli, memory in PlacementGpu.objects.filter(
         placement__released_at__isnull=True, placement__node_id__in=node_ids
-    ):
-        shares[share.placement_id].append(share)
-    placements = Placement.objects.filter(
-        released_at__isnull=True, node_id__in=node_ids
-    ).select_related("node")
-    for placement in placements:
-        held = shares.get(placement.pk, [])
-        row = state.index[placement.node.name]
+    ).values_list("placement_id", "placement__node_id", "gpu_id", "gpu_milli", "gpu_memory_mib"):
+        held[placement_id].append((node_id, index_of[gpu_id], milli, memory))
+    for placement_id, shares in sorted(held.items()):
+        node_name = name_of[shares[0][0]]
+        row = state.index[node_name]
         # an unhealthy GPU is already out of the free capacity: nothing to subtract from it
-        if not all(state.gpu_ok[row, _idx(index_of, placement.node_id, s)] for s in held):
+        if not all(state.gpu_ok[row, j] for _n, j, _m, _mem in shares):
             continue
-        milli = held[0].gpu_milli if held else 0
+        milli = shares[0][2]
         state.apply(
             Assignment(
-                request_id=f"p{placement.pk}",
-                node=placement.node.name,
-                gpu_indices=tuple(sorted(_idx(index_of, placement.node_id, s) for s in held)),
+                request_id=f"p{placement_id}",
+                node=node_name,
+                gpu_indices=tuple(sorted(j for _n, j, _m, _mem in shares)),
                 gpu_milli=milli,
-                gpu_memory_mib=held[0].gpu_memory_mib if held and milli < 1000 else 0,
+                gpu_memory_mib=shares[0][3] if milli < 1000 else 0,
                 cpu_milli=0,
                 memory_mib=0,
             )
@@ -174,10 +177,6 @@ def fragmentation_map(group: QuotaGroup, chosen: SlicePreset) -> FragmentationMa
     result.fits = state.fit_counts(_request(chosen)) if len(state) else {}
     result.fragmented_milli = round(_fragmented_milli(state, group), 1)
     return result
-
-
-def _idx(index_of: dict[tuple[int, int], int], node_id: int, share: PlacementGpu) -> int:
-    return index_of[(node_id, share.gpu_id)]
 
 
 def _fragmented_milli(state: ClusterState, group: QuotaGroup) -> float:
