@@ -613,10 +613,7 @@ def delete_group(
             note="",
             warnings=[],
         )
-        from scheduling.models import Shard
-
-        Shard.objects.filter(group=locked).delete()
-        locked.delete()
+        locked.delete()  # the scheduling shard row goes with it (on_delete=CASCADE on its side)
 
 
 # --------------------------------------------------------------------------------------------- what-if

@@ -136,6 +136,13 @@ class QuotaWriteFieldsSerializer(serializers.Serializer):
     lend_idle_min = serializers.BooleanField(required=False)
 
 
+class NewQuotaWhatIfSerializer(QuotaWriteFieldsSerializer):
+    """A proposed new quota: which tenant (slug), its name, and its bounds."""
+
+    tenant = serializers.SlugField()
+    name = serializers.SlugField(required=False, max_length=63)
+
+
 class QuotaUpdateSerializer(QuotaWriteFieldsSerializer):
     note = serializers.CharField(required=False, allow_blank=True, max_length=500)
 

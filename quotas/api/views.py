@@ -22,6 +22,7 @@ from portal.models import Tenant
 from portal.scoping import is_operator, scope_queryset, tenant_ids_for
 from quotas import services
 from quotas.api.serializers import (
+    NewQuotaWhatIfSerializer,
     QuotaChangeSerializer,
     QuotaCreateSerializer,
     QuotaGroupCreateSerializer,
@@ -104,6 +105,26 @@ class QuotaGroupViewSet(ETagMixin, viewsets.ModelViewSet):
     )
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self.update(request, *args, **kwargs)
+
+    @extend_schema(
+        request=NewQuotaWhatIfSerializer,
+        responses={200: WhatIfRowSerializer(many=True), **ERRORS},
+        description="Every quota's runtime share before and after adding a quota for `tenant` to this "
+        "group, for the current demand. Nothing is written.",
+    )
+    @action(detail=True, methods=["post"], url_path="what-if")
+    def what_if(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        group = self.get_object()
+        _require_operator(request)
+        payload = NewQuotaWhatIfSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = dict(payload.validated_data)
+        tenant = Tenant.objects.filter(slug=data.pop("tenant")).first()
+        if tenant is None:
+            raise InvalidInput("tenant: no such tenant.", fields={"tenant": ["No such tenant."]})
+        name = data.pop("name", None)
+        rows = services.what_if(group, None, data, tenant=tenant, name=name)
+        return Response([what_if_row(row) for row in rows])
 
     @extend_schema(responses={204: None, **ERRORS})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -269,3 +269,23 @@ def test_list_query_count_does_not_grow_with_quotas(
     with django_assert_max_num_queries(20):
         response = client.get("/api/v1/quotas/")
     assert len(response.json()["results"]) == 8
+
+
+def test_group_what_if_previews_a_new_quota(setup, api_as, operator, bob, team_b):
+    group, qa, _ = setup
+    make_workload(qa, state="pending", gpu_count=6, cpu_milli=0, memory_mib=0)
+    url = f"/api/v1/quota-groups/{group.pk}/what-if/"
+    payload = {"tenant": "team-b", "gpu_min_gpu_milli": 4000, "gpu_max_gpu_milli": 4000}
+    response = api_as(operator).post(url, payload, format="json")
+    assert response.status_code == 200
+    rows = {
+        r["name"]: (r["gpu_before"]["gpu_milli"], r["gpu_after"]["gpu_milli"])
+        for r in response.json()
+    }
+    # team-b is new and idle: it lends its min, so team-a keeps all 6 it asks for
+    assert rows == {"team-a": (6000, 6000), "team-b": (0, 0)}
+    assert Quota.objects.filter(group=group).count() == 1
+    assert api_as(bob).post(url, payload, format="json").status_code == 403
+    bad = api_as(operator).post(url, {**payload, "gpu_min_gpu_milli": 9000}, format="json")
+    assert bad.status_code == 400
+    assert list(bad.json()["error"]["fields"]) == ["gpu_min_gpu_milli"]
