@@ -7,3 +7,6 @@ class TelemetryConfig(AppConfig):
     name = "scheduling.telemetry"
     label = "telemetry"
     verbose_name = "Telemetry"
+
+    def ready(self) -> None:
+        from scheduling.telemetry import checks  # noqa: F401  (registers the system checks)

@@ -172,3 +172,14 @@ def test_fragmentation_map_free_capacity_fits_and_fgd(telemetry_cluster):
         preset(None, 1001)
     with pytest.raises(InvalidInput):
         preset("huge")
+
+
+def test_system_check_rejects_malformed_prices(settings):
+    from scheduling.telemetry.checks import check_gpu_hour_prices
+
+    settings.TESSERA_GPU_HOUR_PRICES = "H100=4.0,A100=2.5"
+    assert check_gpu_hour_prices() == []
+    settings.TESSERA_GPU_HOUR_PRICES = "H100:4"
+    [error] = check_gpu_hour_prices()
+    assert error.id == "telemetry.E001"
+    assert "'H100:4' is not MODEL=PRICE" in error.msg

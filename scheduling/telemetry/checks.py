@@ -1,0 +1,20 @@
+"""System checks of telemetry settings (run by `manage.py check`, runserver, migrate and the worker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import Error, register
+from django.core.exceptions import ImproperlyConfigured
+
+
+@register()
+def check_gpu_hour_prices(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """TESSERA_GPU_HOUR_PRICES must parse as MODEL=PRICE pairs."""
+    from scheduling.telemetry.series import gpu_hour_prices
+
+    try:
+        gpu_hour_prices()
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), hint='e.g. "H100=4.0,A100=2.5,default=1.0"', id="telemetry.E001")]
+    return []
