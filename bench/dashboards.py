@@ -379,7 +379,7 @@ def main() -> int:
             if key not in scenarios:
                 scenarios[key] = data.format(r=r)
                 data_keys.append(key)
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for key, url in scenarios.items():
         cold = measure(client, url, args.requests, cold=True)
         warm = measure(client, url, args.requests, cold=False)
@@ -391,11 +391,11 @@ def main() -> int:
         }
     base = results["baseline (home page)"]["cold_p95_ms"]
     print(f"{'scenario':30} {'cold p50':>9} {'cold p95':>9} {'× base':>7} {'warm p95':>9}  (ms)")
-    for key, r in results.items():
-        r["ratio_cold_p95"] = round(r["cold_p95_ms"] / base, 1) if base else None
+    for key, row in results.items():
+        row["ratio_cold_p95"] = round(row["cold_p95_ms"] / base, 1) if base else None
         print(
-            f"{key:30} {r['cold_p50_ms']:9.1f} {r['cold_p95_ms']:9.1f} "
-            f"{r['ratio_cold_p95']:7.1f} {r['warm_p95_ms']:9.1f}"
+            f"{key:30} {row['cold_p50_ms']:9.1f} {row['cold_p95_ms']:9.1f} "
+            f"{row['ratio_cold_p95']:7.1f} {row['warm_p95_ms']:9.1f}"
         )
     failing = [
         k
