@@ -5,7 +5,10 @@ get), and every operation is called with at least 50 generated examples as a ten
 one object of every registered resource (tests/api/registry.py). Every response must: not be a 5xx, use a
 status code the schema documents, have the documented content type, headers and body schema.
 
-Nothing is excluded. Runtime: about 50 examples × operations through the in-process WSGI app, no network.
+Nothing is excluded: every operation, every check above. Hypothesis phases: explicit examples and generation
+(50 per operation, derandomized so CI is reproducible); the shrink phase is off to keep a failing run
+bounded (the report still shows the failing request as a curl command). Runtime: 50 examples × ~60
+operations through the in-process WSGI app, no network; about 2 minutes of CPU on this 2-core machine.
 """
 
 from __future__ import annotations
