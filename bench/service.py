@@ -78,19 +78,36 @@ def _worker_env(args: argparse.Namespace, **extra: str) -> dict[str, str]:
 
 
 class Worker:
-    """A `celery worker` subprocess consuming the shard queues and `default`."""
+    """The deployment the service is built for: one single-process worker on the shard queues (its
+    snapshot stays warm: every cycle of a shard runs in the same process) and one on `default`
+    (materialize, release, status)."""
 
     def __init__(self, args: argparse.Namespace, **extra: str) -> None:
-        from portal.queues import worker_queues
+        from scheduling.queues import shard_queues
 
         self.log = ROOT / "var" / "bench-worker.log"
         self.log.parent.mkdir(exist_ok=True)
+        self.procs = [
+            self._start(args, ",".join(shard_queues()), "sched", extra),
+            self._start(args, "default", "default", extra),
+        ]
+        from portal.celery import app
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if len(app.control.ping(timeout=1.0)) >= len(self.procs):
+                return
+        raise RuntimeError(f"workers did not start; see {self.log}")
+
+    def _start(
+        self, args: argparse.Namespace, queues: str, name: str, extra: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
         cmd = [
-            sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", ",".join(worker_queues()),
-            "-c", str(args.concurrency), "--without-gossip", "--without-mingle", "--loglevel=WARNING",
-            "-n", f"bench-{os.getpid()}@%h",
+            sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", queues, "-c", "1",
+            "--without-gossip", "--without-mingle", "--loglevel=WARNING",
+            "-n", f"bench-{name}-{os.getpid()}@%h",
         ]  # fmt: skip
-        self.proc = subprocess.Popen(
+        return subprocess.Popen(
             cmd,
             cwd=ROOT,
             env=_worker_env(args, **extra),
@@ -98,21 +115,16 @@ class Worker:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        from portal.celery import app
-
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if app.control.ping(timeout=1.0):
-                return
-        raise RuntimeError(f"worker did not start; see {self.log}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
             try:
-                self.proc.wait(timeout=30)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _purge() -> None:
@@ -121,18 +133,22 @@ def _purge() -> None:
     app.control.purge()
 
 
-def _reset_rows() -> tuple[Any, Any]:
-    """Wipe the bench's rows and (re)create the cluster, a group and a quota with room for everything."""
+def _truncate() -> None:
     from django.db import connection
-
-    from portal.models import Tenant
-    from quotas.models import Quota, QuotaGroup
 
     with connection.cursor() as cur:
         cur.execute(
             "TRUNCATE scheduling_placementgpu, scheduling_placement, scheduling_simulatedpod, "
             "scheduling_workload, scheduling_gang RESTART IDENTITY CASCADE"
         )
+
+
+def _reset_rows() -> tuple[Any, Any]:
+    """Wipe the bench's rows and (re)create a group and a quota with room for everything."""
+    from portal.models import Tenant
+    from quotas.models import Quota, QuotaGroup
+
+    _truncate()
     tenant, _ = Tenant.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
     group, _ = QuotaGroup.objects.get_or_create(
         name=POOL, defaults={"node_selector": {"pool": POOL}}
@@ -162,6 +178,7 @@ def _ensure_cluster(nodes: int) -> None:
 
     if Node.objects.filter(pool=POOL).count() == nodes:
         return
+    _truncate()
     Node.objects.filter(pool=POOL).delete()
     models = [("A100", 81920), ("H100", 81920), ("L40S", 46080), ("T4", 15360)]
     inv = []
@@ -362,9 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", type=int, default=200)
     p.add_argument("--rate", type=float, default=200.0)
     p.add_argument("--duration", type=float, default=60.0)
-    p.add_argument("--concurrency", type=int, default=2)
     p.add_argument(
-        "--policy", default="tessera", help="placement policy of the worker (TESSERA_PLACEMENT_POLICY)"
+        "--policy",
+        default="tessera",
+        help="placement policy of the worker (TESSERA_PLACEMENT_POLICY)",
     )
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument(
