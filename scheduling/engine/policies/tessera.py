@@ -20,7 +20,7 @@ Score of a feasible node ``n`` (highest wins, ties -> lowest node priority, as e
   untouched node one point better. FGD's integer scores tie very often and FGD then takes the first node in a
   random order, opening fresh nodes; consolidating on opened nodes keeps whole idle nodes and idle CPU for
   the whole-GPU and multi-GPU pods that fail first when the cluster fills (the bench measured bonus 0.5, 1,
-  1.5, 2, 3 and graded variants; 1 was best on average).
+  1.5, 2, 3, graded variants and counting CPU-only use as use; 1 on GPU use was best on average).
 
 GPU choice: as FGD (a slice on the lowest-index GPU reaching the best score; whole GPUs lowest index).
 """
@@ -29,11 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from ..state import ClusterState, NodeKey
 from ..types import GPU_MILLI, PlacementRequest, TypicalPod
-from .base import Choice, FloatArray, IntArray
+from .base import Choice, IntArray
 from .fgd import FgdPolicy
 
 #: Weight of the model-pressure term, in FGD score points.
@@ -80,12 +78,10 @@ class TesseraPolicy(FgdPolicy):
         typical: Sequence[TypicalPod],
         mu: float = MU,
         bonus: float = USED_NODE_BONUS,
-        cpu_counts_as_use: bool = False,
     ) -> None:
         super().__init__(typical)
         self.mu = mu
         self.bonus = bonus
-        self.cpu_counts_as_use = cpu_counts_as_use
         self._pressure: dict[int, float] = {}
         self._bound = -1
 
@@ -113,21 +109,9 @@ class TesseraPolicy(FgdPolicy):
         model, _cpu, idle = key
         if pod[2] > 0:
             score -= self.mu * self._pressure.get(model, 0.0)
-        if not self.cpu_counts_as_use and sum(idle) < GPU_MILLI * len(idle):
+        if sum(idle) < GPU_MILLI * len(idle):
             score += self.bonus
         return score, vals
-
-    def dynamic_term(
-        self, state: ClusterState, request: PlacementRequest, cand: IntArray
-    ) -> FloatArray | None:
-        """With ``cpu_counts_as_use``: the used-node bonus also for nodes hosting CPU-only work."""
-        if not self.cpu_counts_as_use:
-            return None
-        used = (state.idle_milli[cand] < state.gpu_count[cand] * GPU_MILLI) | (
-            state.cpu_free[cand] < state.cpu_cap[cand]
-        )
-        out: FloatArray = np.where(used, self.bonus, 0.0)
-        return out
 
 
 def make_tessera(*, typical: Sequence[TypicalPod] = (), seed: int = 0) -> TesseraPolicy:
