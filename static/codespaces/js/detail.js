@@ -17,9 +17,11 @@
   function draw(series) {
     var el = document.querySelector("[data-sparkline]");
     if (!window.Plotly || !el) { return; }
-    Plotly.react(el, [{ x: series.ts, y: series.values, type: "scatter", mode: "lines", line: { width: 2, color: "#4f46e5" },
+    var now = Date.now();
+    Plotly.react(el, [{ x: series.ts, y: series.values, type: "scatter", mode: "lines+markers", marker: { size: 4 }, line: { width: 2, color: "#4f46e5" },
       fill: "tozeroy", fillcolor: "rgba(79,70,229,.12)", hovertemplate: "%{x|%H:%M}: %{y:.0f}%<extra></extra>" }],
-      { margin: { l: 30, r: 8, t: 4, b: 24 }, height: 120, yaxis: { range: [0, 100], ticksuffix: "%" },
+      { margin: { l: 36, r: 8, t: 4, b: 24 }, height: 120, yaxis: { range: [0, 100], ticksuffix: "%" },
+        xaxis: { type: "date", range: [new Date(now - 3600 * 1000).toISOString(), new Date(now).toISOString()], tickformat: "%H:%M" },
         showlegend: false, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)" },
       { displayModeBar: false, responsive: true });
     el.setAttribute("data-points", String(series.values.length));

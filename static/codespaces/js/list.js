@@ -12,9 +12,11 @@
   function sparkline(el, series) {
     if (!window.Plotly || !el) { return; }
     var values = series.values.map(function (v) { return v === null ? null : v; });
-    Plotly.react(el, [{ x: series.ts, y: values, type: "scatter", mode: "lines", line: { width: 1.5, color: "#4f46e5" },
+    var now = Date.now();
+    Plotly.react(el, [{ x: series.ts, y: values, type: "scatter", mode: "lines+markers", marker: { size: 3 }, line: { width: 1.5, color: "#4f46e5" },
       fill: "tozeroy", fillcolor: "rgba(79,70,229,.12)", hovertemplate: "%{y:.0f}%<extra></extra>" }],
-      { margin: { l: 0, r: 0, t: 0, b: 0 }, height: 36, width: 160, xaxis: { visible: false },
+      { margin: { l: 0, r: 0, t: 0, b: 0 }, height: 36, width: 160,
+        xaxis: { visible: false, type: "date", range: [new Date(now - 3600 * 1000).toISOString(), new Date(now).toISOString()] },
         yaxis: { visible: false, range: [0, 100] }, showlegend: false, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)" },
       { displayModeBar: false, staticPlot: false, responsive: false });
     el.setAttribute("data-points", String(values.length));
