@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 
 from quotas.models import Quota, QuotaGroup
-from quotas.resources import DIMENSIONS, Resources, Side, total
+from quotas.resources import Resources, Side, total
 from quotas.runtime import QuotaShareInput, ShareInput, runtime_1d, runtime_shares
 
 SIDES = (Side.GPU, Side.CPU)
@@ -584,25 +584,3 @@ def group_snapshot(group: QuotaGroup | int, *, headroom: bool = True) -> GroupSn
         workloads=_workload_rows(group),
         headroom=headroom,
     )
-
-
-def spec_with(spec: QuotaSpec, **changes: Any) -> QuotaSpec:
-    """A copy of `spec` with some attributes replaced."""
-    return replace(spec, **changes)
-
-
-__all__ = [
-    "DIMENSIONS",
-    "GroupCapacity",
-    "GroupSnapshot",
-    "QuotaSpec",
-    "QuotaUsage",
-    "SideUsage",
-    "WorkloadUsage",
-    "build_snapshot",
-    "group_capacity",
-    "group_snapshot",
-    "usage_of",
-    "workload_resources",
-    "workload_side",
-]
