@@ -907,7 +907,7 @@ def scoped_codespaces(user: Any) -> QuerySet[Codespace]:
 
     return scope_queryset(
         Codespace.objects.exclude(state=S.DELETED).select_related(
-            "owner", "tenant", "template", "quota__group", "workload"
+            "owner", "tenant", "template", "quota__group", "workload", "preset"
         ),
         user,
     )

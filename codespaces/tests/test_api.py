@@ -331,3 +331,21 @@ def test_odd_input_is_a_clean_400(
     assert response.status_code == 400
     assert response.json()["error"]["fields"] == fields
     assert Codespace.objects.count() == 0
+
+
+def test_list_query_count_does_not_grow_with_rows(
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    api_as: Any,
+    django_assert_max_num_queries: Any,
+) -> None:
+    api = api_as(bob)
+    CodespaceFactory(owner=bob, tenant=team_a, quota=quota_a, template=template)
+    with django_assert_max_num_queries(12) as one:
+        assert len(api.get("/api/v1/codespaces/").json()["results"]) == 1
+    for _ in range(5):
+        CodespaceFactory(owner=bob, tenant=team_a, quota=quota_a, template=template)
+    with django_assert_max_num_queries(len(one.captured_queries)):
+        assert len(api.get("/api/v1/codespaces/").json()["results"]) == 6

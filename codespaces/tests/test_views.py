@@ -255,3 +255,30 @@ def test_demo_seed_is_idempotent() -> None:
         25,
         20,
     )
+
+
+def test_status_json_feeds_the_sparkline_with_exact_samples(
+    bob: Any, team_a: Any, quota_a: Any, template: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    import time_machine
+
+    from codespaces.tests.test_idle import FixedUtilization
+    from codespaces.tests.test_services import create
+    from scheduling.telemetry.ingestion import ingest_minute
+
+    start = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    with time_machine.travel(start, tick=False) as traveller:
+        codespace = create(bob, team_a, "bob-dev", django_capture_on_commit_callbacks)
+        for minute, percent in ((1, 37.5), (2, 80.0)):
+            traveller.move_to(start + timedelta(minutes=minute, seconds=10))
+            ingest_minute(source=FixedUtilization(percent), rollup=False)
+        traveller.move_to(start + timedelta(minutes=3))
+        status = client_for(bob).get(reverse("codespaces:status-json") + f"?ids={codespace.pk}")
+    [row] = status.json()["codespaces"]
+    assert (row["state"], row["location"]) == ("running", f"h100-a / {codespace.gpu_names}")
+    assert row["utilization"] == {
+        "ts": ["2026-11-30T09:01:00+00:00", "2026-11-30T09:02:00+00:00"],
+        "values": [37.5, 80.0],
+    }
