@@ -186,7 +186,7 @@ def check_admission(workload: Any, snapshot: GroupSnapshot | None = None) -> Adm
     if snapshot is None:
         snapshot = group_snapshot(first.quota.group)
     usages = [usage_of(member) for member in members]
-    counted = {w.workload_id for w in snapshot.workloads if not w.active}
+    counted = snapshot.pending_ids
     # Members already part of the snapshot's pending demand are counted once; the rest are added.
     missing = [u for u in usages if not (u.workload_id and u.workload_id in counted)]
     if missing:

@@ -187,7 +187,7 @@ def plan_reclaim(
         ReclaimPlan: victims in the order to stop them, each with a reason, and an outcome per request.
     """
     claims = _claims(pending)
-    counted = {w.workload_id for w in snapshot.workloads if not w.active}
+    counted = snapshot.pending_ids
     missing = [
         u for claim in claims for u in claim if not (u.workload_id and u.workload_id in counted)
     ]

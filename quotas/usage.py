@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 
 from quotas.models import Quota, QuotaGroup
 from quotas.resources import Resources, Side, total
@@ -58,8 +59,11 @@ def matching_nodes(group: QuotaGroup) -> list[Any]:
     """The Node rows selected by the group's `node_selector` (all of them, cordoned or not)."""
     from scheduling.models import Node
 
+    selector = {str(key): str(value) for key, value in (group.node_selector or {}).items()}
     nodes = Node.objects.prefetch_related("gpus").order_by("name")
-    return [node for node in nodes if node_matches(node.labels, group.node_selector)]
+    if selector and connection.vendor == "postgresql":
+        nodes = nodes.filter(labels__contains=selector)  # narrows in SQL; the check below decides
+    return [node for node in nodes if node_matches(node.labels, selector)]
 
 
 def _default_reservation(node: Any) -> tuple[int, int]:
@@ -318,6 +322,7 @@ class GroupSnapshot:
     quotas: dict[int, QuotaUsage]
     totals: Totals = field(default_factory=dict, repr=False, compare=False)
     has_headroom: bool = True
+    pending_ids: frozenset[int] = field(default_factory=frozenset, repr=False, compare=False)
 
     def quota(self, quota_id: int) -> QuotaUsage:
         return self.quotas[quota_id]
@@ -511,6 +516,7 @@ def _compute(
         quotas=quotas,
         totals=totals,
         has_headroom=headroom,
+        pending_ids=frozenset(w.workload_id for w in workloads if not w.active and w.workload_id),
     )
 
 
