@@ -56,8 +56,8 @@ def _layout(title: str, y_title: str, **extra: Any) -> dict[str, Any]:
         "xaxis": {"title": {"text": "time (UTC)"}, "type": "date"},
         "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
         "hovermode": "x unified",
-        "legend": {"orientation": "h", "y": -0.2},
-        "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
+        "legend": {"orientation": "h", "y": -0.3},
+        "margin": {"l": 60, "r": 60, "t": 50, "b": 90},
     }
     layout.update(extra)
     return layout
@@ -251,6 +251,20 @@ def tenant_utilization_figure(slug: str, points: Sequence[Any]) -> Figure:
 def wasting_figure(slug: str, rows: Sequence[Any]) -> Figure:
     """Horizontal bars: codespaces with the most idle allocated GPU-hours."""
     ordered = list(reversed(rows))
+    annotations = (
+        []
+        if rows
+        else [
+            {
+                "text": "No codespace held idle GPU time in this range",
+                "showarrow": False,
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+            }
+        ]
+    )
     return {
         "data": [
             {
@@ -272,6 +286,7 @@ def wasting_figure(slug: str, rows: Sequence[Any]) -> Figure:
             "xaxis": {"title": {"text": "GPU-hours idle"}, "rangemode": "tozero"},
             "yaxis": {"automargin": True},
             "margin": {"l": 140, "r": 20, "t": 50, "b": 50},
+            "annotations": annotations,
         },
     }
 
@@ -303,7 +318,7 @@ def fragmentation_heatmap(
         ],
         "layout": {
             "title": {"text": title},
-            "xaxis": {"title": {"text": "GPU"}, "side": "top"},
+            "xaxis": {"side": "top"},
             "yaxis": {"title": {"text": "node"}, "autorange": "reversed", "automargin": True},
             "margin": {"l": 120, "r": 20, "t": 70, "b": 20},
             "height": max(320, min(2400, 22 * len(nodes) + 120)),

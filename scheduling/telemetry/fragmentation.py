@@ -161,6 +161,8 @@ def fragmentation_map(group: QuotaGroup, chosen: SlicePreset) -> FragmentationMa
         )
     result = FragmentationMap(group=group, preset=chosen, gpu_columns=state.max_gpus)
     for i, name in enumerate(state.names):
+        if not state.gpu_count[i]:
+            continue  # CPU-only nodes of the pool have no row on a GPU map
         result.nodes.append(name)
         row_milli: list[int | None] = []
         row_memory: list[int | None] = []

@@ -167,8 +167,10 @@ def cluster_summary(win: Window) -> ClusterSummary:
         cap_gpus=Sum("capacity_gpus"),
         alloc_milli=Sum("allocated_milli"),
         cap_milli=Sum("capacity_milli"),
+        # capacity-weighted mean of the per-row mean SM %: Σ(sm × cards / minutes) / Σ cards, because
+        # both sm_utilization and capacity_gpus are sums over the row's minutes
         util=Sum(F("sm_utilization") * F("capacity_gpus") / F("minutes")),
-        cap_weight=Sum(F("capacity_gpus") / F("minutes")),
+        cap_weight=Sum("capacity_gpus"),
     )
     latest = (
         PoolSample.objects.filter(resolution=Resolution.MINUTE)

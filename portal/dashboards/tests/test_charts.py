@@ -162,3 +162,11 @@ def test_chargeback_figure_stacks_tenants_per_month():
     ]
     assert fig["data"][0]["customdata"] == [[0, 0], [12.0, 5.0]]
     assert fig["layout"]["barmode"] == "stack"
+
+
+def test_wasting_figure_says_so_when_nothing_was_idle():
+    fig = charts.wasting_figure("team-a", [])
+    assert fig["data"][0]["x"] == []
+    assert (
+        fig["layout"]["annotations"][0]["text"] == "No codespace held idle GPU time in this range"
+    )

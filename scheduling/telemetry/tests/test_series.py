@@ -183,3 +183,27 @@ def test_system_check_rejects_malformed_prices(settings):
     [error] = check_gpu_hour_prices()
     assert error.id == "telemetry.E001"
     assert "'H100:4' is not MODEL=PRICE" in error.msg
+
+
+def test_cluster_summary_weights_hour_rows_by_capacity(telemetry_cluster):
+    # given two hour rows of one pool: 60 minutes at 3 cards and 50 % SM, 30 minutes at 3 cards and 20 %
+    from scheduling.telemetry.models import PoolSample
+
+    hour = datetime(2026, 11, 1, 0, 0, tzinfo=UTC)
+    for offset, minutes, sm in ((0, 60, 50.0), (1, 30, 20.0)):
+        PoolSample.objects.create(
+            resolution=Resolution.HOUR,
+            ts=hour + timedelta(hours=offset),
+            minutes=minutes,
+            group=telemetry_cluster.group,
+            capacity_gpus=3 * minutes,
+            capacity_milli=3000 * minutes,
+            allocated_gpus=minutes,
+            allocated_milli=1500 * minutes,
+            sm_utilization=sm * minutes,
+        )
+    summary = series.cluster_summary(series.window("7d", hour + timedelta(hours=2)))
+    # minutes weigh: (50 × 180 + 20 × 90) / 270 = 40 %
+    assert summary.utilization_percent == 40.0
+    assert summary.allocation_milli_percent == 50.0
+    assert summary.allocation_cards_percent == 33.33
