@@ -330,20 +330,35 @@ def sustained(args: argparse.Namespace, group: Any, quota: Any) -> dict[str, Any
 
     worker = Worker(args)
     specs = _specs(int(args.rate * args.duration), seed=99)
-    submitted = 0
-    late = 0.0
+    counts = [0] * args.submitters
+    lags = [0.0] * args.submitters
     try:
-        t0 = time.monotonic()
-        for i, spec in enumerate(specs):
-            due = t0 + i / args.rate
-            now = time.monotonic()
-            if due > now:
-                time.sleep(due - now)
-            else:
-                late = max(late, now - due)
-            submit_workload(tenant=quota.tenant, quota=quota, kind="job_pod", name=f"s{i}", **spec)
-            submitted += 1
+        t0 = time.monotonic() + 0.5
+
+        def submitter(k: int) -> None:
+            try:
+                for i in range(k, len(specs), args.submitters):
+                    due = t0 + i / args.rate
+                    now = time.monotonic()
+                    if due > now:
+                        time.sleep(due - now)
+                    else:
+                        lags[k] = max(lags[k], now - due)
+                    submit_workload(
+                        tenant=quota.tenant, quota=quota, kind="job_pod", name=f"s{i}", **specs[i]
+                    )
+                    counts[k] += 1
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=submitter, args=(k,)) for k in range(args.submitters)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         send_seconds = time.monotonic() - t0
+        submitted = sum(counts)
+        late = max(lags)
         _wait_placed(submitted, timeout=args.timeout)
     finally:
         worker.stop()
@@ -359,6 +374,7 @@ def sustained(args: argparse.Namespace, group: Any, quota: Any) -> dict[str, Any
 
     return {
         "rate_per_second": args.rate,
+        "submitter_threads": args.submitters,
         "duration_seconds": args.duration,
         "submitted": submitted,
         "achieved_rate": round(submitted / send_seconds, 1),
@@ -379,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", type=int, default=200)
     p.add_argument("--rate", type=float, default=200.0)
     p.add_argument("--duration", type=float, default=60.0)
+    p.add_argument(
+        "--submitters", type=int, default=8, help="threads submitting in the sustained run"
+    )
     p.add_argument(
         "--policy",
         default="tessera",
