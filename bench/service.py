@@ -367,6 +367,7 @@ def sustained(args: argparse.Namespace, group: Any, quota: Any) -> dict[str, Any
     lat = sorted(
         (w.placed_at - w.submitted_at).total_seconds()
         for w in Workload.objects.filter(state="placed").only("placed_at", "submitted_at")
+        if w.placed_at is not None
     )
 
     def pct(p: float) -> float:

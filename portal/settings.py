@@ -308,7 +308,7 @@ TESSERA_SCHEDULING_QUEUES = env_int("TESSERA_SCHEDULING_QUEUES", 4, minimum=1)
 TESSERA_CYCLE_MAX_WORKLOADS = env_int("TESSERA_CYCLE_MAX_WORKLOADS", 5000, minimum=1)
 TESSERA_RECONCILE_INTERVAL_SECONDS = env_float("TESSERA_RECONCILE_INTERVAL_SECONDS", 30.0)
 TESSERA_INVENTORY_SYNC_SECONDS = env_float("TESSERA_INVENTORY_SYNC_SECONDS", 300.0)
-SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(  # type: ignore[union-attr]
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(  # type: ignore[union-attr,attr-defined]
     {
         "WorkloadStateEnum": "scheduling.choices.WorkloadState",
         "GangStateEnum": "scheduling.choices.GangState",

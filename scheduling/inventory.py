@@ -172,8 +172,8 @@ def sync_inventory_rows(
     with transaction.atomic():
         existing = {n.name: n for n in Node.objects.all()}
         gpus_by_node: dict[int, dict[int, Gpu]] = {}
-        for g in Gpu.objects.all():
-            gpus_by_node.setdefault(g.node_id, {})[g.index] = g
+        for row0 in Gpu.objects.all():
+            gpus_by_node.setdefault(row0.node_id, {})[row0.index] = row0
         new_gpus: list[Gpu] = []
         for inv in inventory:
             labels = dict(inv.labels)
@@ -202,7 +202,7 @@ def sync_inventory_rows(
                     updated_nodes += 1
             have = gpus_by_node.get(node.pk, {})
             for g in inv.gpus:
-                row = have.get(g.index)
+                row: Gpu | None = have.get(g.index)
                 if row is None:
                     new_gpus.append(
                         Gpu(

@@ -141,7 +141,7 @@ class PlacementViewSet(TenantScopedQuerysetMixin, viewsets.ReadOnlyModelViewSet)
     serializer_class = PlacementSerializer
     filter_fields = {"workload": "workload_id", "node": "node__name", "tenant": "tenant__slug"}
 
-    def filter_queryset(self, queryset: QuerySet[Placement]) -> QuerySet[Placement]:
+    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         qs = super().filter_queryset(queryset)
         active = self.request.query_params.get("active")
         if active in ("true", "false"):

@@ -356,7 +356,7 @@ def _run_once(
             changed, ["pending_code", "pending_reason", "queue_position"], batch_size=500
         )
         placed_set = set(placed_ids)
-        refresh_gang_states({by_id[i].gang_id for i in placed_set if by_id[i].gang_id})
+        refresh_gang_states({g for i in placed_set if (g := by_id[i].gang_id) is not None})
         took = (time.perf_counter() - t0) * 1000
         fresh = 0
         if placed_ids:

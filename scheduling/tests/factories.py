@@ -34,7 +34,7 @@ def make_quota(
     **fields: Any,
 ) -> Quota:
     """A quota with generous max on both sides unless told otherwise (min defaults to 0)."""
-    tenant = tenant or TenantFactory()
+    tenant = tenant or TenantFactory.create()
     bounds: dict[str, Any] = {}
     if hasattr(Quota, "gpu_max_gpu_milli"):
         bounds = {

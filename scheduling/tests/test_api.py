@@ -37,7 +37,7 @@ def personas(request: Any, name: str) -> Any:
     return request.getfixturevalue(name)
 
 
-JOB = {
+JOB: dict[str, Any] = {
     "name": "train",
     "pods": 2,
     "member": {"cpu_milli": 2000, "memory_mib": 4096, "gpu_count": 1},
