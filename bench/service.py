@@ -257,12 +257,24 @@ def drain(
     args: argparse.Namespace, group: Any, quota: Any, n: int, **worker_env: str
 ) -> dict[str, Any]:
     """Queue `n` workloads, start a worker, trigger one cycle, time until all are placed."""
+    from scheduling.models import Shard
     from scheduling.queues import queue_for_group
     from scheduling.tasks import run_cycle_task
 
-    _queue(quota, _specs(n, seed=n), "d")
     worker = Worker(args, **worker_env)
     try:
+        # warm the worker: a first cycle with nothing pending builds its snapshot of the cluster
+        before = Shard.objects.filter(group=group).values_list("last_cycle_at", flat=True).first()
+        run_cycle_task.apply_async((group.pk,), queue=queue_for_group(group.pk))
+        deadline = time.monotonic() + args.timeout
+        while (
+            Shard.objects.filter(group=group).values_list("last_cycle_at", flat=True).first()
+            == before
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the warm-up cycle did not run")
+            time.sleep(0.1)
+        _queue(quota, _specs(n, seed=n), "d")
         t0 = time.monotonic()
         run_cycle_task.apply_async((group.pk,), queue=queue_for_group(group.pk))
         t1 = _wait_placed(n, timeout=args.timeout)
@@ -271,8 +283,6 @@ def drain(
         _purge()
     wall = t1 - t0
     span, placed = _commit_span(n)
-    from scheduling.models import Shard
-
     shard = Shard.objects.get(group=group)
     return {
         "workloads": n,
