@@ -636,7 +636,8 @@ def _sync_one(codespace: Codespace) -> bool:
             lifecycle.transition(
                 codespace,
                 S.QUEUED,
-                message=f"Requeued by the scheduler: {workload.pending_reason or 'capacity changed'}.",
+                message="Requeued by the scheduler: "
+                f"{(workload.failure_reason or workload.pending_reason or 'capacity changed').rstrip('.')}.",
                 kind=EventKind.NOTICE,
                 **_cleared_placement(),
             )
@@ -671,6 +672,23 @@ def _sync_one(codespace: Codespace) -> bool:
     if state in WORKLOAD_ACTIVE_STATES:
         before = codespace.state
         where = placement_summary(workload.pk)
+        moved = where and (where["node_name"], where["gpu_names"]) != (
+            codespace.node_name,
+            codespace.gpu_names,
+        )
+        if codespace.state != S.QUEUED and moved:
+            # Requeued and placed again between two notifications (GPU/node failure, drain):
+            # show the detour instead of keeping a stale location.
+            why = workload.failure_reason or (
+                f"its placement on {codespace.location} was released (GPU or node failure, drain)"
+            )
+            lifecycle.transition(
+                codespace,
+                S.QUEUED,
+                message=f"Requeued by the scheduler: {why.rstrip('.')}.",
+                kind=EventKind.NOTICE,
+                **_cleared_placement(),
+            )
         if codespace.state == S.QUEUED:
             lifecycle.transition(
                 codespace,

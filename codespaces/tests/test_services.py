@@ -324,3 +324,53 @@ def test_savings_counts_whole_cards_vs_cards_occupied(
     assert result.per_pool == [
         {"pool": "gpu", "codespaces": 2, "cards_without_slicing": 2, "cards_occupied": 1}
     ]
+
+
+def test_gpu_failure_requeues_it_and_it_moves_to_a_healthy_gpu(
+    bob: Any, team_a: Any, quota_a: Any, template: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from scheduling import services as scheduling
+    from scheduling.models import Gpu
+
+    capture = django_capture_on_commit_callbacks
+    codespace = create(bob, team_a, "bob-dev", capture)
+    failed = Gpu.objects.get(
+        node__name="h100-a", index=int(codespace.gpu_names.removeprefix("gpu"))
+    )
+    with capture(execute=True):
+        scheduling.fail_gpu(failed.pk)
+    run_status_sync(capture)
+    codespace.refresh_from_db()
+    assert codespace.state == S.RUNNING
+    assert codespace.gpu_names == f"gpu{1 - failed.index}"
+    notice = codespace.events.get(kind=EventKind.NOTICE, to_state=S.QUEUED)
+    assert notice.message == (
+        f"Requeued by the scheduler: its placement on h100-a / gpu{failed.index} was released "
+        "(GPU or node failure, drain)."
+    )
+    assert list(codespace.events.order_by("id").values_list("to_state", flat=True))[4:] == [
+        S.QUEUED,
+        S.PLACED,
+        S.STARTING,
+        S.RUNNING,
+    ]
+
+
+def test_node_failure_with_nowhere_to_go_requeues_it_with_the_reason(
+    bob: Any, team_a: Any, quota_a: Any, template: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from scheduling import services as scheduling
+    from scheduling.models import Node
+
+    capture = django_capture_on_commit_callbacks
+    codespace = create(bob, team_a, "bob-dev", capture)
+    with capture(execute=True):
+        scheduling.fail_node(Node.objects.get(name="h100-a").pk)
+    codespace.refresh_from_db()
+    assert (codespace.state, codespace.node_name) == (S.QUEUED, "")
+    notice = codespace.events.get(kind=EventKind.NOTICE, to_state=S.QUEUED)
+    assert notice.message == "Requeued by the scheduler: Node h100-a failed; requeued."
+    assert codespace.waiting_reason == (
+        "team-a GPU side: request 20 GiB GPU memory is more than the GPU side capacity of group gpu "
+        "(16 GiB GPU memory)."
+    )
