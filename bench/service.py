@@ -128,9 +128,16 @@ class Worker:
 
 
 def _purge() -> None:
+    """Empty every queue the workers consume (left-over cycle triggers would skew the next run)."""
     from portal.celery import app
+    from portal.queues import worker_queues
 
-    app.control.purge()
+    with app.connection_for_write() as conn:
+        for queue in worker_queues():
+            try:
+                conn.default_channel.queue_purge(queue)
+            except Exception:  # a queue never declared has nothing to purge
+                pass
 
 
 def _truncate() -> None:
@@ -216,18 +223,37 @@ def _specs(n: int, seed: int) -> list[dict[str, Any]]:
 
 
 def _queue(quota: Any, specs: list[dict[str, Any]], prefix: str) -> None:
-    """Insert PENDING workloads without triggering cycles (as if they piled up while no worker ran)."""
-    from scheduling.services import workloads
+    """Insert PENDING workloads without triggering cycles (as if they piled up while no worker ran):
+    one bulk insert of rows validated like submit_workload's."""
+    from scheduling.models import Workload
+    from scheduling.services.workloads import _validate_resources
 
-    original = workloads.trigger_cycle
-    workloads.trigger_cycle = lambda group_id: None  # type: ignore[assignment]
-    try:
-        for i, spec in enumerate(specs):
-            workloads.submit_workload(
-                tenant=quota.tenant, quota=quota, kind="job_pod", name=f"{prefix}{i}", **spec
+    rows = []
+    for i, spec in enumerate(specs):
+        res = _validate_resources(
+            cpu_milli=spec["cpu_milli"],
+            memory_mib=spec["memory_mib"],
+            gpu_count=spec.get("gpu_count", 0),
+            gpu_milli=spec.get("gpu_milli", 0),
+            gpu_memory_mib=spec.get("gpu_memory_mib", 0),
+            gpu_models=(),
+            node_labels=None,
+            topology="none",
+            priority=0,
+            profile="training",
+        )
+        rows.append(
+            Workload(
+                tenant=quota.tenant,
+                quota=quota,
+                kind="job_pod",
+                name=f"{prefix}{i}",
+                pending_reason="Waiting for the next scheduling cycle.",
+                pending_code="queued",
+                **res,
             )
-    finally:
-        workloads.trigger_cycle = original  # type: ignore[assignment]
+        )
+    Workload.objects.bulk_create(rows, batch_size=1000)
 
 
 def _wait_placed(n: int, timeout: float) -> float:
