@@ -134,9 +134,8 @@ def _reset_connections() -> None:
         celery_app._pool.force_close_all()
         celery_app._pool = None
     celery_app.amqp._producer_pool = None
-    backend = celery_app.__dict__.pop("backend", None)
-    if backend is not None:
-        celery_app._local.__dict__.pop("backend", None)
+    # app.backend is cached per thread; drop it so results go to the backend configured now
+    celery_app._local.__dict__.pop("backend", None)
 
 
 @pytest.fixture
