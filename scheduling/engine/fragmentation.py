@@ -30,7 +30,9 @@ def typical_pods(
     """FGD's typical pods: the most frequent pod types covering ``threshold`` of all pods.
 
     Types are sorted by count, then by (cpu, milli, count, spec) descending; the first ones are kept until
-    their cumulative share reaches ``threshold``, and their shares are renormalised to sum to 1.
+    their cumulative share reaches ``threshold``; each kept type's frequency is its count divided by the
+    kept types' total count (this form reproduces more of the published per-seed rows than dividing the
+    shares by their cumulative sum).
 
     Args:
         requests: the workload (for the protocol: the original trace, before tuning).
@@ -48,15 +50,15 @@ def typical_pods(
     if total == 0:
         return ()
     ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
-    kept: list[tuple[tuple[int, int, int, str], float]] = []
+    kept: list[tuple[tuple[int, int, int, str], int]] = []
     cum = 0.0
     for key, cnt in ranked:
         if cum >= threshold:
             break
-        share = cnt / total
-        kept.append((key, share))
-        cum += share
-    return tuple(TypicalPod(k[0], k[1], k[2], k[3], share / cum) for k, share in kept)
+        kept.append((key, cnt))
+        cum += cnt / total
+    covered = sum(cnt for _, cnt in kept)
+    return tuple(TypicalPod(k[0], k[1], k[2], k[3], cnt / covered) for k, cnt in kept)
 
 
 class FragModel:
