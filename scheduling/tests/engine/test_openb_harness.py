@@ -21,6 +21,7 @@ TOOL = TRACE_DIR.parent.parent / "tools" / "openb_workload.py"
         ("default", "fgd", (95.14, 95.29)),  # protocol §10, reproduced by the original simulator
         ("default", "bestfit", (92.94, 93.13)),  # fgd-published-per-seed.csv
         ("default", "firstfit", (94.31, 94.50)),  # protocol §12
+        ("cpu250", "fgd", (93.29, 93.51)),  # fgd-published-per-seed.csv
     ],
 )
 def test_replay_matches_published_seed_42(
@@ -39,4 +40,5 @@ def test_replay_matches_published_seed_42(
         }
     )
     assert (result["alloc100"], result["alloc130"]) == expected
-    assert result["pods"] == 10866
+    if trace == "default":
+        assert result["pods"] == 10866
