@@ -253,6 +253,59 @@ def _wait_for(port: int, timeout: float = 30) -> None:
     raise RuntimeError(f"gunicorn did not listen on {port} within {timeout}s")
 
 
+def _wait_ready(url: str, timeout: float = 120) -> None:
+    """Until every worker answers: the master listens before the workers have imported Django."""
+    parsed = urlparse(url)
+    deadline = time.time() + timeout
+    ok = 0
+    while time.time() < deadline and ok < 20:
+        try:
+            conn = http.client.HTTPConnection(
+                parsed.hostname or "127.0.0.1", parsed.port, timeout=30
+            )
+            conn.request("GET", "/bench/ping/")
+            ok += conn.getresponse().status == 200
+            conn.close()
+        except OSError:
+            time.sleep(0.5)
+    if ok < 20:
+        raise RuntimeError("gunicorn workers did not answer in time")
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of these processes (Linux /proc), in seconds."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _server_pids(master: int, database_url: str) -> list[int]:
+    """The gunicorn workers and the PostgreSQL backends serving the bench database."""
+    import psycopg
+
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == master:
+                pids.append(int(entry.name))
+    name = urlparse(database_url).path.lstrip("/")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        ).fetchall()
+    return pids + [int(row[0]) for row in rows]
+
+
 def _recreate_database(database_url: str) -> None:
     import psycopg
 
@@ -285,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         loadgen = "wrk" if shutil.which("wrk") else "python"
     drive = run_wrk if loadgen == "wrk" else run_python
 
+    load_before = os.getloadavg()[0]  # other processes on this machine skew the figures; say so
     var_dir = Path(tempfile.mkdtemp(prefix="tessera-bench-api-"))
     env = {
         **os.environ,
@@ -320,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     try:
         _wait_for(port)
+        _wait_ready(url)
         scenarios = [
             ("baseline", "/bench/ping/", "get"),
             ("me", "/api/v1/me/", "get"),
@@ -328,7 +383,14 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for run, (name, path, mode) in enumerate(scenarios):
             drive(url, path, mode, tokens, 2, args.connections, 1000 + run)  # warm-up
+            pids = _server_pids(gunicorn.pid, args.database_url)
+            cpu_before = _cpu_seconds(pids)
             results[name] = drive(url, path, mode, tokens, duration, args.connections, run)
+            cpu = _cpu_seconds(pids) - cpu_before
+            requests = max(1, results[name]["requests"])
+            # Server CPU per request (gunicorn workers + PostgreSQL backends): unlike req/s it barely
+            # depends on what else runs on the machine; 2 idle cores serve about 2000 / cpu_ms req/s.
+            results[name]["server_cpu_ms"] = cpu * 1000 / requests
             results[name]["path"] = path
     finally:
         gunicorn.send_signal(signal.SIGTERM)
@@ -342,16 +404,20 @@ def main(argv: list[str] | None = None) -> int:
     baseline = results["baseline"]["rps"]
     print(
         f"\nloadgen={loadgen} workers={args.workers} connections={args.connections} "
-        f"duration={duration}s cpus={os.cpu_count()}"
+        f"duration={duration}s cpus={os.cpu_count()} "
+        f"loadavg(1m) before={load_before:.1f} after={os.getloadavg()[0]:.1f}"
     )
     print(
-        f"{'scenario':<9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} {'vs base':>8}  path"
+        f"{'scenario':<9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} {'vs base':>8} "
+        f"{'cpu ms':>7} {'2-core cap':>10}  path"
     )
     for name, row in results.items():
         row["ratio_to_baseline"] = row["rps"] / baseline if baseline else float("nan")
+        row["two_core_capacity_rps"] = 2000 / row["server_cpu_ms"] if row["server_cpu_ms"] else 0
         print(
             f"{name:<9} {row['rps']:>8.1f} {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} "
-            f"{row['non_2xx']:>8} {row['ratio_to_baseline']:>8.2f}  {row['path']}"
+            f"{row['non_2xx']:>8} {row['ratio_to_baseline']:>8.2f} {row['server_cpu_ms']:>7.2f} "
+            f"{row['two_core_capacity_rps']:>10.0f}  {row['path']}"
         )
     verdicts = []
     for name, (min_rps, max_p99) in TARGETS.items():

@@ -29,7 +29,7 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
 from portal.errors import RateLimited
-from portal.models import ApiToken, RateLimitCounter
+from portal.models import ApiToken, Membership, RateLimitCounter
 from portal.scoping import tenant_ids_for
 
 
@@ -103,15 +103,30 @@ def hit(buckets: list[Bucket], *, now: float | None = None) -> tuple[dict[str, i
     return counts, retry_after
 
 
+def _tenant_ids(user: Any) -> set[int]:
+    """The user's tenant ids, read with one plain SQL statement (this runs on every API request, and
+    the ORM's query compilation cost more than the query) and left in the cache that
+    `portal.scoping.tenant_ids_for` reads, so the view's scoping does not query again."""
+    cached = getattr(user, "_tessera_tenant_ids", None)
+    if cached is not None:
+        return set(cached)
+    table = connection.ops.quote_name(Membership._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT tenant_id FROM {table} WHERE user_id = %s", [user.pk])
+        ids = {int(row[0]) for row in cursor.fetchall()}
+    user._tessera_tenant_ids = ids
+    assert tenant_ids_for(user) == ids  # the scoping module reads the same cache
+    return set(ids)
+
+
 def buckets_for(request: Request) -> list[Bucket]:
     user = request.user
     token = request.auth if isinstance(request.auth, ApiToken) else None
     caller = f"token:{token.pk}" if token is not None else f"user:{user.pk}"
     buckets = [Bucket(caller, settings.TESSERA_API_RATE_PER_TOKEN)]
-    # tenant_ids_for caches on the user object, so the view's scoping reuses this query.
     buckets += [
         Bucket(f"tenant:{tenant_id}", settings.TESSERA_API_RATE_PER_TENANT)
-        for tenant_id in sorted(tenant_ids_for(user))
+        for tenant_id in sorted(_tenant_ids(user))
     ]
     return buckets
 
