@@ -48,6 +48,7 @@ RANGES: dict[str, timedelta] = {
 DEFAULT_RANGE = "24h"
 RAW_LIMIT = timedelta(hours=48)
 MINUTE_WASTE_LIMIT = timedelta(hours=6)
+BUCKET_ABOVE = timedelta(hours=6)
 MILLI_PER_GPU = 1000.0
 MILLI_MINUTES_PER_GPU_HOUR = 1000.0 * 60
 
@@ -63,6 +64,19 @@ class Window:
     @property
     def step(self) -> timedelta:
         return timedelta(minutes=1) if self.resolution == Resolution.MINUTE else timedelta(hours=1)
+
+    @property
+    def bucket_minutes(self) -> int:
+        """Minute rows are charted per minute up to 6 hours and per 5 minutes beyond (288 points a
+        day is finer than a chart's pixels); hour rows per hour."""
+        if self.resolution == Resolution.MINUTE and self.end - self.start > BUCKET_ABOVE:
+            return 5
+        return 1
+
+    def bucket(self, ts: datetime) -> datetime:
+        """The start of the chart period holding `ts`."""
+        k = self.bucket_minutes
+        return ts if k == 1 else ts.replace(minute=ts.minute - ts.minute % k)
 
 
 def window(range_key: str | None, now: datetime) -> Window:
@@ -109,7 +123,7 @@ def pool_series(
     if groups is not None:
         rows = rows.filter(group__in=list(groups))
     names = dict(QuotaGroup.objects.values_list("pk", "name"))
-    out: dict[str, list[PoolPoint]] = defaultdict(list)
+    buckets: dict[tuple[int, datetime], list[Any]] = {}
     fields = (
         "group_id",
         "ts",
@@ -127,6 +141,28 @@ def pool_series(
     for group_id, ts, n, a_gpus, c_gpus, a_milli, c_milli, sm, pending, p50, p95 in rows.order_by(
         "group_id", "ts"
     ).values_list(*fields):
+        acc = buckets.get((group_id, win.bucket(ts)))
+        if acc is None:
+            buckets[(group_id, win.bucket(ts))] = [
+                n,
+                a_gpus,
+                c_gpus,
+                a_milli,
+                c_milli,
+                sm,
+                pending,
+                p50,
+                p95,
+            ]
+            continue
+        for i, value in enumerate((n, a_gpus, c_gpus, a_milli, c_milli, sm, pending)):
+            acc[i] += value
+        # waits are trailing-hour percentiles: the latest of the period stands for it
+        if p50 is not None:
+            acc[7], acc[8] = p50, p95
+    out: dict[str, list[PoolPoint]] = defaultdict(list)
+    for (group_id, ts), acc in buckets.items():
+        n, a_gpus, c_gpus, a_milli, c_milli, sm, pending, p50, p95 = acc
         n = n or 1
         out[names[group_id]].append(
             PoolPoint(
@@ -269,6 +305,23 @@ def _quota_points(rows: Iterable[dict[str, object]]) -> list[TenantPoint]:
     return points
 
 
+def _bucketed(rows: list[dict[str, Any]], win: Window) -> list[dict[str, Any]]:
+    """Merge per-ts sums into chart periods (sums add up, minutes too)."""
+    if win.bucket_minutes == 1:
+        return rows
+    merged: dict[datetime, dict[str, Any]] = {}
+    for r in rows:
+        key = win.bucket(r["ts"])
+        acc = merged.get(key)
+        if acc is None:
+            merged[key] = {**r, "ts": key}
+            continue
+        for field_name, value in r.items():
+            if field_name != "ts":
+                acc[field_name] = (acc[field_name] or 0) + (value or 0)
+    return list(merged.values())
+
+
 def tenant_usage(
     tenant: Tenant, win: Window, *, quota: Quota | None = None, top: int = 10
 ) -> TenantUsage:
@@ -304,7 +357,7 @@ def tenant_usage(
         for key in totals:
             totals[key] += float(r[key] or 0)
         normalised.append(r)
-    usage = TenantUsage(tenant=tenant, points=_quota_points(normalised))
+    usage = TenantUsage(tenant=tenant, points=_quota_points(_bucketed(normalised, win)))
     usage.allocated_gpu_hours = round(totals["allocated"] / MILLI_MINUTES_PER_GPU_HOUR, 3)
     usage.used_gpu_hours = round(totals["used"] / MILLI_MINUTES_PER_GPU_HOUR, 3)
     usage.idle_gpu_hours = round(totals["idle"] / MILLI_MINUTES_PER_GPU_HOUR, 3)
@@ -387,13 +440,19 @@ def savings_series(win: Window) -> list[SavingsPoint]:
         )
         .order_by("ts")
     )
+    merged: dict[datetime, list[float]] = {}
+    for r in rows:
+        acc = merged.setdefault(win.bucket(r["ts"]), [0.0, 0.0, 0])
+        acc[0] += float(r["unsliced"] or 0)
+        acc[1] += float(r["occupied"] or 0)
+        acc[2] += 1
     return [
         SavingsPoint(
-            ts=r["ts"],
-            cards_unsliced=round(float(r["unsliced"] or 0), 3),
-            cards_occupied=round(float(r["occupied"] or 0), 3),
+            ts=ts,
+            cards_unsliced=round(unsliced / count, 3),
+            cards_occupied=round(occupied / count, 3),
         )
-        for r in rows
+        for ts, (unsliced, occupied, count) in merged.items()
     ]
 
 

@@ -207,3 +207,26 @@ def test_cluster_summary_weights_hour_rows_by_capacity(telemetry_cluster):
     assert summary.utilization_percent == 40.0
     assert summary.allocation_milli_percent == 50.0
     assert summary.allocation_cards_percent == 33.33
+
+
+def test_ranges_beyond_six_hours_chart_five_minute_periods(telemetry_cluster, team_a):
+    ingest_minute(T0, FixedMetrics(FIXED))
+    ingest_minute(T0 + timedelta(minutes=1), FixedMetrics({**FIXED, "train": 10.0}))
+    ingest_minute(T0 + timedelta(minutes=5), FixedMetrics(FIXED))
+    win = series.window("24h", T0 + timedelta(minutes=5))
+    assert (win.bucket_minutes, series.window("6h", T0).bucket_minutes) == (5, 1)
+    [pool] = series.pool_series(win).values()
+    # 10:30 holds 10:30 and 10:31 (GPU n1/1 at 90 % then 10 %): mean SM (45.167 + 18.5) / 2
+    assert [(p.ts.minute, p.utilization_percent, p.allocation_milli_percent) for p in pool] == [
+        (30, 31.83, 66.67),
+        (35, 45.17, 66.67),
+    ]
+    usage = series.tenant_usage(team_a, win)
+    assert [(p.ts.minute, p.allocated, p.idle) for p in usage.points] == [
+        (30, 1.0, 0.25),
+        (35, 1.0, 0.25),
+    ]
+    assert [(p.ts.minute, p.cards_unsliced) for p in series.savings_series(win)] == [
+        (30, 2.0),
+        (35, 2.0),
+    ]
