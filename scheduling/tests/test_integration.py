@@ -188,13 +188,13 @@ def test_gang_that_cannot_fit_holds_nothing_then_times_out(start_celery_worker: 
         min_available=11, timeout_seconds=4,
     )  # fmt: skip
     wait_until(
-        lambda: not gang.members.filter(pending_code="queued").exists(), 30, "the gang's cycle"
+        lambda: not gang.members.filter(pending_code="queued").exists(), 60, "the gang's cycle"
     )
     assert not Placement.objects.exists()
     codes = set(gang.members.values_list("pending_code", flat=True))
     assert codes == {"gang_incomplete"}
     time.sleep(4.5)
-    tasks.reconcile_task.delay().get(timeout=30)  # what beat does
+    tasks.reconcile_task.delay().get(timeout=60)  # what beat does
     gang.refresh_from_db()
     assert gang.state == GangState.TIMED_OUT
     members = list(gang.members.all())
