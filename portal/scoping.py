@@ -40,7 +40,9 @@ def tenant_ids_for(user: Any) -> set[int]:
         return set()
     cached = getattr(user, "_tessera_tenant_ids", None)
     if cached is None:
-        cached = set(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
+        cached = set(
+            Membership.objects.filter(user=user).order_by().values_list("tenant_id", flat=True)
+        )
         user._tessera_tenant_ids = cached
     return set(cached)
 
@@ -49,9 +51,9 @@ def admin_tenant_ids_for(user: Any) -> set[int]:
     if not getattr(user, "is_authenticated", False):
         return set()
     return set(
-        Membership.objects.filter(user=user, role=MembershipRole.TENANT_ADMIN).values_list(
-            "tenant_id", flat=True
-        )
+        Membership.objects.filter(user=user, role=MembershipRole.TENANT_ADMIN)
+        .order_by()
+        .values_list("tenant_id", flat=True)
     )
 
 
