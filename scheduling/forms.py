@@ -50,4 +50,8 @@ class JobForm(forms.Form):
 
 
 class ReasonForm(forms.Form):
-    reason = forms.CharField(max_length=500, required=False)
+    reason = forms.CharField(
+        max_length=500,
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "reason shown to users (optional)"}),
+    )

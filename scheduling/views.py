@@ -38,7 +38,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
         nodes = nodes.filter(pool=pool)
     context = {
         "rows": node_rows(request.user, nodes),
-        "totals": cluster_totals(),
+        "totals": cluster_totals(pool or None),
         "pools": pools,
         "pool": pool,
         "shards": Shard.objects.select_related("group").order_by("group__name"),

@@ -131,13 +131,16 @@ def node_rows(user: Any, nodes: Iterable[Node] | None = None) -> list[NodeRow]:
     return rows
 
 
-def cluster_totals() -> dict[str, int]:
-    """Headline numbers of the cluster page."""
-    gpus = Gpu.objects.aggregate(total=Count("pk"), healthy=Count("pk", filter=Q(healthy=True)))
-    used = PlacementGpu.objects.filter(placement__released_at__isnull=True).aggregate(
-        m=Sum("gpu_milli")
+def cluster_totals(pool: str | None = None) -> dict[str, int]:
+    """Headline numbers of the cluster page (of one pool when given)."""
+    node_qs = Node.objects.filter(pool=pool) if pool else Node.objects.all()
+    gpus = Gpu.objects.filter(node__in=node_qs).aggregate(
+        total=Count("pk"), healthy=Count("pk", filter=Q(healthy=True))
     )
-    nodes = Node.objects.aggregate(
+    used = PlacementGpu.objects.filter(
+        placement__released_at__isnull=True, placement__node__in=node_qs
+    ).aggregate(m=Sum("gpu_milli"))
+    nodes = node_qs.aggregate(
         total=Count("pk"),
         cordoned=Count("pk", filter=Q(cordoned=True)),
         unhealthy=Count("pk", filter=Q(healthy=False)),
@@ -149,5 +152,5 @@ def cluster_totals() -> dict[str, int]:
         "gpus": gpus["total"] or 0,
         "healthy_gpus": gpus["healthy"] or 0,
         "gpu_milli_used": int(used["m"] or 0),
-        "placements": Placement.objects.filter(released_at__isnull=True).count(),
+        "placements": Placement.objects.filter(released_at__isnull=True, node__in=node_qs).count(),
     }
