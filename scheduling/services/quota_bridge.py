@@ -13,16 +13,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from quotas.admission import (
+    check_admission,
+    check_request,
+    guaranteed_dimensions,
+    is_within_min,
+)
+from quotas.reclaim import plan_reclaim
+from quotas.resources import Resources, Side, human_amount, human_number, total
+from quotas.usage import GroupSnapshot, group_snapshot, usage_of, workload_side
+
 logger = logging.getLogger(__name__)
-
-try:  # the quota tree; when absent (an older checkout) every workload is admitted
-    from quotas.admission import check_admission, check_request
-    from quotas.resources import Resources, Side, human_amount, human_number, total
-    from quotas.usage import GroupSnapshot, usage_of, workload_side
-
-    HAVE_QUOTAS = True
-except ImportError:  # pragma: no cover - depends on the checkout
-    HAVE_QUOTAS = False
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Admitter:
 
     @classmethod
     def for_group(cls, group: Any) -> Admitter:
-        return cls(group=group, snapshot=cycle_snapshot(group) if HAVE_QUOTAS else None)
+        return cls(group=group, snapshot=cycle_snapshot(group))
 
     def share_ratio(self, quota_id: int, uses_gpu: bool) -> float:
         """How far a quota is along its runtime share (used / runtime) on the side a workload uses:
@@ -97,17 +98,21 @@ class Admitter:
             if not all(m.preemptible for m in on_side):
                 np_before = self.np_tally.get(key, Resources())
                 np_after = s.nonpreemptible_used + np_before + request
-                for dim in side.dimensions:
-                    if np_after.get(dim) > s.min.get(dim):
-                        return Verdict(
-                            False,
-                            "nonpreemptible_beyond_min",
-                            f"{usage.name} {side.label}: non-preemptible work may only run within min "
-                            f"{human_amount(dim, s.min.get(dim))}; "
-                            f"{human_number(dim, (s.nonpreemptible_used + np_before).get(dim))} is "
-                            f"held or admitted, request {human_number(dim, request.get(dim))}.",
-                            answer.within_min,
-                        )
+                # the quotas app's rule: only dimensions the quota guarantees (min > 0) bound it
+                if not is_within_min(np_after, s.min, side.dimensions):
+                    guaranteed = guaranteed_dimensions(s.min, side.dimensions) or side.dimensions
+                    dim = next(
+                        (d for d in guaranteed if np_after.get(d) > s.min.get(d)), guaranteed[0]
+                    )
+                    return Verdict(
+                        False,
+                        "nonpreemptible_beyond_min",
+                        f"{usage.name} {side.label}: non-preemptible work may only run within min "
+                        f"{human_amount(dim, s.min.get(dim))}; "
+                        f"{human_number(dim, (s.nonpreemptible_used + np_before).get(dim))} is "
+                        f"held or admitted, request {human_number(dim, request.get(dim))}.",
+                        answer.within_min,
+                    )
         for side in (Side.GPU, Side.CPU):
             on_side = [m for m in members if workload_side(m) is side]
             if on_side:
@@ -267,8 +272,6 @@ def aggregated_usage(group: Any) -> list[Any]:
 
 def preview_admission(workload: Any) -> Verdict:
     """Admission of one unsaved workload against a fresh reading of its group."""
-    if not HAVE_QUOTAS:
-        return Verdict(True, "admitted", "", True)
     answer = check_admission(workload)
     return Verdict(answer.allowed, answer.code, answer.reason, answer.within_min)
 
@@ -276,15 +279,10 @@ def preview_admission(workload: Any) -> Verdict:
 def plan_reclaim_for(group: Any, snapshot: Any, candidates: Any) -> Any:
     """quotas.reclaim.plan_reclaim for candidates admitted but without capacity (on a full snapshot of
     the group: reclaim needs the individual workloads), or None."""
-    try:
-        from quotas.reclaim import plan_reclaim
-        from quotas.usage import group_snapshot
-    except ImportError:
-        return None
     if snapshot is None or not candidates:
         return None
     return plan_reclaim(group_snapshot(group, headroom=False), candidates)
 
 
 def snapshot_type() -> Any:
-    return GroupSnapshot if HAVE_QUOTAS else None
+    return GroupSnapshot

@@ -320,3 +320,22 @@ def test_quota_within_its_share_reclaims_capacity_lent_to_a_sibling(
     assert claimant.state == WorkloadState.PLACED
     assert Workload.objects.filter(quota=qa, state="pending").count() == 4
     assert_no_overcommit()
+
+
+def test_non_preemptible_work_runs_within_the_guaranteed_dimensions_only(team_a: Any) -> None:
+    # given a quota guaranteeing 2 GPUs on the GPU side but no CPU (GPU-side CPU min = 0)
+    small_cluster(gpu_nodes=1, gpus_per_node=4)
+    group = make_group()
+    q = make_quota(group, team_a, name="a", gpu_min_milli=2000)
+    # when non-preemptible pods ask for GPUs (and, as every pod does, some CPU)
+    inside = submit(q, "inside", gpu_count=2, gpu_milli=1000, preemptible=False)
+    beyond = submit(q, "beyond", gpu_count=1, gpu_milli=1000, preemptible=False)
+    services.run_cycle(group.pk)
+    # then the one within the GPU min runs (CPU is not a guaranteed dimension, so it does not bind)
+    inside.refresh_from_db()
+    beyond.refresh_from_db()
+    assert inside.state == WorkloadState.PLACED
+    # and the one beyond the min waits with the rule and the numbers
+    assert beyond.state == WorkloadState.PENDING
+    assert beyond.pending_code == "nonpreemptible_beyond_min"
+    assert "non-preemptible work may only run within min 2 GPUs" in beyond.pending_reason
