@@ -1,1 +1,21 @@
-"""Fixtures of the scheduling app (registered in the root conftest.py)."""
+"""Fixtures of the scheduling app (registered in the root conftest.py, so they apply to every test)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.core.cache import cache
+
+
+@pytest.fixture(autouse=True)
+def _fresh_scheduling_snapshots() -> Iterator[None]:
+    """Each worker process caches an engine snapshot per quota group, keyed by the group's pk and its
+    shard version. Tests roll the database back, so a later test can reuse the same pk and version for
+    a different cluster: forget every cached snapshot (and the cache) around each test."""
+    from scheduling.services.snapshot import forget
+
+    forget()
+    cache.clear()
+    yield
+    forget()

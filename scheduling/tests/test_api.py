@@ -9,18 +9,14 @@ import pytest
 from scheduling import services
 from scheduling.choices import GangState, WorkloadState
 from scheduling.models import Gang, Gpu, Node, Placement, Workload
-from scheduling.services import snapshot as snap
 from scheduling.tests.factories import make_group, make_quota, small_cluster
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _cluster() -> Any:
-    snap.forget()
+def _cluster() -> None:
     small_cluster(gpu_nodes=2, gpus_per_node=4)
-    yield
-    snap.forget()
 
 
 @pytest.fixture

@@ -17,13 +17,6 @@ from scheduling.tests.factories import make_group, make_quota, small_cluster
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> Any:
-    snap.forget()
-    yield
-    snap.forget()
-
-
 def submit(quota: Any, name: str, **kw: Any) -> Workload:
     kw.setdefault("cpu_milli", 1000)
     kw.setdefault("memory_mib", 1024)

@@ -25,20 +25,6 @@ from scheduling.tests.factories import load_demo, make_group, make_quota
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture(autouse=True)
-def _fresh() -> Any:
-    # kombu keeps one connection pool per broker URL in a global registry; the worker fixture closes
-    # the pool at teardown but leaves it registered, so a second test on the same URL would get a closed
-    # pool ("Acquire on closed pool"). Start every test from an empty registry.
-    from kombu import pools
-
-    pools.reset()
-    snap.forget()
-    yield
-    snap.forget()
-    pools.reset()
-
-
 def wait_until(check: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

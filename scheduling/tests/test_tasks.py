@@ -21,17 +21,9 @@ from scheduling.inventory import (
 )
 from scheduling.models import Gpu, Node, Placement, SimulatedPod, Workload
 from scheduling.services import reconcile
-from scheduling.services import snapshot as snap
 from scheduling.tests.factories import make_group, make_quota, small_cluster
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _fresh() -> Any:
-    snap.forget()
-    yield
-    snap.forget()
 
 
 @pytest.fixture

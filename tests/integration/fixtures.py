@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 
 import pytest
 from django.db import connection
+from kombu import pools as kombu_pools
 
 from portal.celery import app as celery_app
 
@@ -129,11 +130,13 @@ class WorkerProcess:
 
 
 def _reset_connections() -> None:
-    """Drop pooled broker connections so the next send uses the broker now configured."""
+    """Drop pooled broker connections so the next send uses the broker now configured (kombu also keeps
+    a global registry of pools per URL: reset it, or a later test gets 'Acquire on closed pool')."""
     if celery_app._pool is not None:
         celery_app._pool.force_close_all()
         celery_app._pool = None
     celery_app.amqp._producer_pool = None
+    kombu_pools.reset()
     # app.backend is cached per thread; drop it so results go to the backend configured now
     celery_app._local.__dict__.pop("backend", None)
 
