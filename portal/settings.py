@@ -330,6 +330,12 @@ CELERY_BEAT_SCHEDULE["scheduling-sync-inventory"] = {
     "task": "scheduling.tasks.sync_inventory_task",
     "schedule": TESSERA_INVENTORY_SYNC_SECONDS,
 }
+# scheduling (Kubernetes backend): delete pods of workloads no longer placed/running (no-op on the
+# simulated cluster), on the reconcile interval.
+CELERY_BEAT_SCHEDULE["scheduling-reconcile-backend-orphans"] = {
+    "task": "scheduling.tasks.reconcile_backend_orphans_task",
+    "schedule": TESSERA_RECONCILE_INTERVAL_SECONDS,
+}
 
 # telemetry (scheduling.telemetry, portal.dashboards): ingest every minute, prune hourly; prices per GPU-hour.
 CELERY_BEAT_SCHEDULE["ingest-telemetry"] = {

@@ -121,6 +121,19 @@ def reconcile_task() -> dict[str, int]:
 
 
 @shared_task(bind=True, max_retries=3)
+def reconcile_backend_orphans_task(self: Any) -> dict[str, int]:
+    """Beat: delete cluster objects (pod + Service) of workloads that are no longer placed or
+    running (Kubernetes backend only; the backend logs each one). Transient errors are retried."""
+    try:
+        deleted = reconcile.reconcile_backend_orphans()
+    except BackendError as exc:
+        if exc.permanent:
+            raise
+        raise self.retry(exc=exc, countdown=30) from exc
+    return {"deleted_orphans": len(deleted)}
+
+
+@shared_task(bind=True, max_retries=3)
 def sync_inventory_task(self: Any) -> dict[str, int]:
     """Beat: upsert nodes and GPUs from the backend's inventory."""
     try:

@@ -197,6 +197,22 @@ def reconcile_placements() -> DriftReport:
     return report
 
 
+def reconcile_backend_orphans() -> list[str]:
+    """Delete the cluster objects of workloads Tessera no longer runs (a backend with a
+    `reconcile_orphans` method, i.e. Kubernetes; the simulated cluster has none: returns []).
+
+    Known = PLACED/RUNNING workloads: a pod of a released, failed, requeued or unknown workload is
+    deleted with its Service (a home volume is never touched). The other direction, an active
+    workload without a pod, is MISSING in `sync_status`. The backend logs each fix."""
+    backend = get_backend()
+    reconcile_orphans = getattr(backend, "reconcile_orphans", None)
+    if reconcile_orphans is None:
+        return []
+    known = Workload.objects.filter(state__in=ACTIVE_STATES).values_list("pk", flat=True)
+    fixed: list[str] = reconcile_orphans(list(known), delete=True)
+    return fixed
+
+
 def sync_inventory() -> SyncReport:
     """Upsert nodes and GPUs from the backend's inventory."""
     return sync_inventory_rows(get_backend().sync_inventory())

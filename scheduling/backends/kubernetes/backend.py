@@ -114,11 +114,14 @@ class KubernetesBackend:
 
     def reconcile_orphans(self, known_workload_ids: Iterable[int], *, delete: bool) -> list[str]:
         """Managed pods whose workload Tessera no longer knows; deleted when `delete`. Returns their
-        names and logs each fix (the other direction, DB without pod, is MISSING in sync_status)."""
+        names and logs each fix (the other direction, DB without pod, is MISSING in sync_status).
+        Pods without a Tessera workload id are never touched, even if the selector was ignored."""
         known = set(known_workload_ids)
         pods, _ = self.gateway.list_pods(self.config.namespace, c.MANAGED_SELECTOR)
         orphans = sorted(
-            pod["metadata"]["name"] for pod in pods if pod_workload_id(pod) not in known
+            pod["metadata"]["name"]
+            for pod in pods
+            if (wid := pod_workload_id(pod)) is not None and wid not in known
         )
         for name in orphans:
             if delete:

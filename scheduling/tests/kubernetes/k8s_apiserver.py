@@ -246,3 +246,24 @@ class LoopbackApiServer:
     def requests(self, predicate: Callable[[rendering.Request], bool]) -> list[rendering.Request]:
         """The requests the server received that satisfy `predicate`, oldest first."""
         return self.call(lambda: [r for r in self.emulator._requests if predicate(r)])
+
+    def set_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """What kubelet does: write a pod's status, with a new resourceVersion and a MODIFIED
+        watch event (so a resumed watch sees it, not only a fresh list)."""
+
+        def write() -> None:
+            pod = self.emulator.objects["v1/pods", namespace, name]
+            pod.patch(
+                {"status": status, "metadata": {"resourceVersion": self.emulator._next_version()}}
+            )
+            raw = copy.deepcopy(pod.last.raw)
+            self.emulator.history.append(
+                (
+                    self.emulator.resource_version,
+                    "pods",
+                    namespace,
+                    {"type": "MODIFIED", "object": raw},
+                )
+            )
+
+        self.call(write)
