@@ -81,6 +81,11 @@ class ClusterState:
         self.version: IntArray = np.zeros(0, np.int64)
         self.allocated_gpu_milli = 0
         self._keys: list[NodeKey | None] = []
+        #: Per node, an id of its current state: model, free CPU and memory, and the multiset of (free milli,
+        #: free MiB) of its healthy GPUs. Nodes with equal ids look the same to every node-local score
+        #: (FGD, Tessera), whatever the request; see :func:`.placer.representatives`.
+        self.row_class: IntArray = np.zeros(0, np.int64)
+        self._class_ids: dict[tuple[Any, ...], int] = {}
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -154,6 +159,7 @@ class ClusterState:
         s.whole_free = np.zeros(n, np.int64)
         s.idle_milli = np.zeros(n, np.int64)
         s._keys = [None] * n
+        s.row_class = np.zeros(n, np.int64)
         for i in range(n):
             s._refresh(i)
         return s
@@ -177,6 +183,25 @@ class ClusterState:
         self.idle_milli[i] = int(free.sum())
         self.version[i] += 1
         self._keys[i] = None
+        self._classify(i)
+
+    def _row(self, i: int) -> tuple[Any, ...]:
+        ok = self.gpu_ok[i]
+        gpus = sorted(
+            zip(self.gpu_free[i][ok].tolist(), self.gpu_mem_free[i][ok].tolist(), strict=True)
+        )
+        return (int(self.model_id[i]), int(self.cpu_free[i]), int(self.mem_free[i]), tuple(gpus))
+
+    def _classify(self, i: int) -> None:
+        ids = self._class_ids
+        if len(ids) > 4 * len(self.names) + 64:
+            # Ids of rows no node has any more pile up on a long-lived state: intern the current rows
+            # again (ids stay equal exactly for equal rows, which is all they promise).
+            ids.clear()
+            for k in range(len(self.names)):
+                if k != i:
+                    self.row_class[k] = ids.setdefault(self._row(k), len(ids))
+        self.row_class[i] = ids.setdefault(self._row(i), len(ids))
 
     def _check(self, a: Assignment) -> int:
         i = self.index.get(a.node)
