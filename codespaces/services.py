@@ -230,7 +230,8 @@ def validate_size(
         errors.add(
             "gpu_mode", f"Unknown GPU mode {mode!r}; use one of {', '.join(GpuMode.values)}."
         )
-    pool_models = pools.gpu_models_of_group(quota.group)
+    # The pool's GPU models matter only to GPU sizes: a CPU-only submit skips the nodes query.
+    pool_models = pools.gpu_models_of_group(quota.group) if mode != GpuMode.NONE else []
     pool_name = quota.group.name
     if size.gpu_model and mode != GpuMode.NONE:
         if not any(m.model == size.gpu_model for m in pool_models):

@@ -1,4 +1,8 @@
-"""Puts the user's active tenant (chosen with the tenant switcher, kept in the session) on the request."""
+"""Puts the user's active tenant (chosen with the tenant switcher, kept in the session) on the request.
+
+Only pages read it (templates' tenant switcher, the pages' defaults). API requests name their team
+explicitly, so under /api/ it stays None and costs neither a session load nor a tenants query.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from portal.scoping import tenants_for
 
 SESSION_KEY = "active_tenant_id"
+API_PREFIX = "/api/"
 
 
 class ActiveTenantMiddleware:
@@ -17,6 +22,8 @@ class ActiveTenantMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         request.active_tenant = None  # type: ignore[attr-defined]
+        if request.path_info.startswith(API_PREFIX):
+            return self.get_response(request)
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated and hasattr(request, "session"):
             wanted = request.session.get(SESSION_KEY)

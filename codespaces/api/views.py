@@ -133,6 +133,30 @@ class CodespaceTemplateViewSet(ETagMixin, viewsets.ModelViewSet):
         return Response(PickerSerializer(services.picker_data(template, quota)).data)
 
 
+# What `CodespaceSerializer` reads beyond the codespace's own columns: five joins and their few columns
+# (the scoped base queryset also joins quota and pool, which cost PostgreSQL ~5 ms of planning per list).
+LIST_RELATED = ("owner", "tenant", "template", "preset", "workload")
+LIST_RELATED_COLUMNS = (
+    "owner__username",
+    "tenant__slug",
+    "template__name",
+    "template__idle_grace_minutes",
+    "preset__name",
+    "workload__pending_reason",
+    "workload__queue_position",
+)
+
+
+def serializable_codespaces(queryset: QuerySet[Codespace]) -> QuerySet[Codespace]:
+    """`queryset` narrowed to what `CodespaceSerializer` renders: one query, no per-row lookups."""
+    own = [f.name for f in Codespace._meta.concrete_fields if f.name != "deleted_at"]
+    return (
+        queryset.select_related(None)
+        .select_related(*LIST_RELATED)
+        .only(*own, *LIST_RELATED_COLUMNS)
+    )
+
+
 class CodespaceViewSet(
     ETagMixin,
     mixins.ListModelMixin,
@@ -158,6 +182,8 @@ class CodespaceViewSet(
             queryset = queryset.filter(owner=user)
         elif scope == "team" and not is_operator(user):
             queryset = queryset.filter(tenant_id__in=admin_tenant_ids_for(user))
+        if self.action in ("list", "retrieve"):
+            queryset = serializable_codespaces(queryset)
         return queryset
 
     def _managed(self) -> Codespace:
@@ -198,7 +224,8 @@ class CodespaceViewSet(
             ),
             quota=data.get("quota"),
         )
-        codespace.refresh_from_db()
+        # Re-read once with the serializer's joins (the service bumped the version with an F()).
+        codespace = serializable_codespaces(Codespace.objects.all()).get(pk=codespace.pk)
         return Response(CodespaceSerializer(codespace).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={204: None})

@@ -1,0 +1,111 @@
+"""The codespace list and submit hot paths (issue 7 speed targets): exact query budgets, and the hand-written
+`CodespaceSerializer.to_representation` renders exactly what DRF's field machinery renders."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework import serializers
+
+from codespaces.api.serializers import CodespaceSerializer
+from codespaces.api.views import serializable_codespaces
+from codespaces.choices import CodespaceState as S
+from codespaces.choices import GpuMode
+from codespaces.models import Codespace
+from codespaces.tests.factories import CodespaceFactory, TemplatePresetFactory
+
+pytestmark = pytest.mark.django_db
+
+CPU = {"template": "pytorch", "gpu_mode": "none", "cpu_milli": 1000, "memory_mib": 2048}
+
+
+def _drf_generic(codespace: Codespace) -> dict[str, Any]:
+    """What ModelSerializer's per-field to_representation makes of the declared fields."""
+    return dict(serializers.ModelSerializer.to_representation(CodespaceSerializer(), codespace))
+
+
+def test_fast_representation_matches_drf_fields_in_every_shape(
+    bob: Any, team_a: Any, quota_a: Any, template: Any, api_as: Any
+) -> None:
+    created = api_as(bob).post("/api/v1/codespaces/", {**CPU, "name": "queued"}, format="json")
+    assert created.status_code == 201, created.json()
+    now = timezone.now()
+    preset = TemplatePresetFactory(template=template, name="small")
+    CodespaceFactory(owner=bob, tenant=team_a, quota=quota_a, template=template, preset=preset)
+    CodespaceFactory(
+        owner=bob,
+        tenant=team_a,
+        quota=quota_a,
+        template=template,
+        state=S.RUNNING,
+        node_name="node-1",
+        gpu_names="gpu0",
+        started_at=now,
+        last_activity_at=now - timedelta(minutes=3),
+        idle_warned_at=now,
+        gpu_hours_freed=1.5,
+    )
+    CodespaceFactory(
+        owner=bob,
+        tenant=team_a,
+        quota=quota_a,
+        template=template,
+        state=S.STOPPED,
+        gpu_mode=GpuMode.WHOLE,
+        gpu_count=2,
+        gpu_milli=1000,
+        gpu_model="H100",
+        stopped_at=now,
+    )
+    rows = list(serializable_codespaces(Codespace.objects.all()))
+    assert {row.state for row in rows} == {S.QUEUED, S.RUNNING, S.STOPPED}
+    assert any(row.workload_id for row in rows)
+    assert any(row.preset_id for row in rows)
+    for row in rows:
+        fast = CodespaceSerializer(row).data
+        assert fast == _drf_generic(Codespace.objects.get(pk=row.pk))
+        assert list(fast) == list(CodespaceSerializer().fields)
+    running = next(r for r in rows if r.state == S.RUNNING)
+    assert CodespaceSerializer(running).data["ide_url"] == running.ide_url()
+
+
+@pytest.mark.parametrize("rows", [1, 20])
+def test_list_costs_four_queries_whatever_the_rows(
+    rows: int,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    api_as: Any,
+    django_assert_num_queries: Any,
+) -> None:
+    preset = TemplatePresetFactory(template=template, name="small")
+    for index in range(rows):
+        CodespaceFactory(
+            owner=bob,
+            tenant=team_a,
+            quota=quota_a,
+            template=template,
+            preset=preset if index % 2 else None,
+            state=S.RUNNING if index % 3 else S.QUEUED,
+        )
+    api = api_as(bob)
+    api.get("/api/v1/me/")  # the token's last-used write happens at most once a minute
+    with django_assert_num_queries(4):  # token, rate-limit upsert, memberships, the page
+        response = api.get("/api/v1/codespaces/?limit=20")
+    assert response.status_code == 200
+    assert len(response.json()["results"]) == rows
+
+
+def test_retrieve_costs_four_queries(
+    bob: Any, team_a: Any, quota_a: Any, template: Any, api_as: Any, django_assert_num_queries: Any
+) -> None:
+    codespace = CodespaceFactory(owner=bob, tenant=team_a, quota=quota_a, template=template)
+    api = api_as(bob)
+    api.get("/api/v1/me/")
+    with django_assert_num_queries(4):
+        response = api.get(f"/api/v1/codespaces/{codespace.pk}/")
+    assert response.json()["name"] == codespace.name
