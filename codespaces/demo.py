@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from codespaces.models import CodespaceTemplate, TemplatePreset
+from django.contrib.auth import get_user_model
+
+from codespaces.models import Codespace, CodespaceTemplate, TemplatePreset
+from portal.models import Tenant
 
 TEMPLATES: list[dict[str, Any]] = [
     {
@@ -78,7 +81,45 @@ TEMPLATES: list[dict[str, Any]] = [
 ]
 
 
+# A few developer environments so a fresh demo shows slices on the cluster page and savings on the
+# dashboards: (owner, tenant, template, preset, name)
+CODESPACES = [
+    ("bob", "ml-research", "pytorch", "quarter-h100", "bob-llm-finetune"),
+    ("bob", "ml-research", "notebook", "quarter-l40s", "bob-eda"),
+    ("alice", "ml-research", "pytorch", "quarter-h100", "alice-rlhf"),
+    ("carol", "vision", "pytorch", "half-a100", "carol-vit"),
+    ("carol", "vision", "notebook", "quarter-l40s", "carol-labels"),
+    ("dave", "inference", "notebook", "quarter-l40s", "dave-serving"),
+    ("dave", "inference", "pytorch", "quarter-h100", "dave-quantize"),
+]
+
+
 def seed(stdout: TextIO) -> None:
+    seed_templates(stdout)
+    seed_codespaces(stdout)
+
+
+def seed_codespaces(stdout: TextIO) -> None:
+    """Create the demo codespaces that do not exist yet, through the normal service (queued, placed)."""
+    from codespaces.services import create_codespace
+
+    users = {
+        u.username: u
+        for u in get_user_model().objects.filter(username__in={c[0] for c in CODESPACES})
+    }
+    created = 0
+    for owner, tenant_slug, template, preset, name in CODESPACES:
+        tenant = Tenant.objects.filter(slug=tenant_slug).first()
+        if owner not in users or tenant is None or Codespace.objects.filter(name=name).exists():
+            continue
+        create_codespace(
+            user=users[owner], tenant=tenant, template=template, name=name, preset=preset
+        )
+        created += 1
+    stdout.write(f"Demo codespaces: {created} created, {Codespace.objects.count()} in total\n")
+
+
+def seed_templates(stdout: TextIO) -> None:
     for spec in TEMPLATES:
         spec = dict(spec)
         presets = spec.pop("presets")

@@ -282,3 +282,29 @@ def test_status_json_feeds_the_sparkline_with_exact_samples(
         "ts": ["2026-11-30T09:01:00+00:00", "2026-11-30T09:02:00+00:00"],
         "values": [37.5, 80.0],
     }
+
+
+def test_full_demo_creates_placed_codespaces_once(django_capture_on_commit_callbacks: Any) -> None:
+    import io
+
+    from django.core.management import call_command
+
+    from codespaces import demo
+    from codespaces.models import Codespace
+
+    # given the whole demo (users, cluster, quotas, templates, codespaces), its cycles run on commit
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("seed_demo", stdout=io.StringIO())
+    names = sorted(Codespace.objects.values_list("name", flat=True))
+    assert names == sorted(c[4] for c in demo.CODESPACES)
+    # then every demo codespace holds a slice on a GPU (the cluster page and savings have data)
+    assert set(Codespace.objects.values_list("state", flat=True)) <= {
+        "placed",
+        "starting",
+        "running",
+    }
+    # and seeding again creates nothing
+    out = io.StringIO()
+    demo.seed_codespaces(out)
+    assert Codespace.objects.count() == len(demo.CODESPACES)
+    assert "0 created" in out.getvalue()
