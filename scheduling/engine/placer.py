@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .filters import feasible_mask, preferred_subset
@@ -39,6 +41,31 @@ def representatives(state: ClusterState, cand: IntArray, prio: IntArray) -> IntA
     return out
 
 
+def _slice_finalists(
+    state: ClusterState, request: PlacementRequest, policy: Policy, cand: IntArray, prio: IntArray
+) -> IntArray:
+    """For a slice with a GPU-memory request: the best node where the memory bound excludes no GPU,
+    and the best node where it does, as the candidates of the final choice.
+
+    On a node where every healthy GPU with enough free milli also has enough free memory, a node-local
+    policy scores the slice exactly as it scores the same slice without a memory request, which it can
+    cache per node state; only the other nodes need the per-node evaluation with the memory bound. The
+    winner among all candidates is the better of the two groups' winners (highest score, then priority).
+    """
+    rows = state.gpu_ok[cand] & (state.gpu_free[cand] >= request.gpu_milli)
+    binding = (rows & (state.gpu_mem_free[cand] < request.gpu_memory_mib)).any(axis=1)
+    free_nodes = cand[~binding]
+    bound_nodes = cand[binding]
+    if free_nodes.size == 0 or (free_nodes.size == 1 and bound_nodes.size <= 1):
+        return cand
+    plain = dataclasses.replace(request, gpu_memory_mib=0)
+    best = [policy.choose(state, plain, free_nodes, prio)[0]]
+    if bound_nodes.size:
+        best.append(policy.choose(state, request, bound_nodes, prio)[0])
+    out: IntArray = np.array(sorted(best), np.int64)
+    return out
+
+
 def place_one(
     state: ClusterState, request: PlacementRequest, policy: Policy, prio: IntArray | None = None
 ) -> Assignment | None:
@@ -61,6 +88,8 @@ def place_one(
         prio = np.arange(len(state), dtype=np.int64)
     if cand.size > 1 and node_local(policy):
         cand = representatives(state, cand, prio)
+        if request.gpu_memory_mib > 0 and request.gpu_count == 1 and not request.is_whole_gpu:
+            cand = _slice_finalists(state, request, policy, cand, prio)
     i, gpus = policy.choose(state, request, cand, prio)
     assignment = make_assignment(state, i, request, gpus)
     state.apply(assignment)

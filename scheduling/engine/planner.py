@@ -7,6 +7,7 @@ placed (kept) or every one is rolled back and reported ``GANG_INCOMPLETE`` with 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,11 +34,39 @@ def _order(requests: Sequence[PlacementRequest]) -> list[PlacementRequest]:
     return sorted(requests, key=lambda r: -r.priority)
 
 
-def _why(state: ClusterState, r: PlacementRequest) -> Unplaced:
-    u = explain(state, r)
-    if u is None:  # feasible but the policy found no node: cannot happen, kept as data
-        u = Unplaced(r.request_id, UnplacedReason.INSUFFICIENT_GPU, "No node was chosen.")
-    return u
+def _shape(r: PlacementRequest) -> tuple[object, ...]:
+    """Everything of a request an explanation depends on (all but its id and priority)."""
+    return (
+        r.cpu_milli,
+        r.memory_mib,
+        r.gpu_count,
+        r.gpu_milli,
+        r.gpu_memory_mib,
+        r.gpu_models,
+        r.node_labels,
+        r.topology,
+    )
+
+
+class _Explainer:
+    """Explanations memoised per request shape while the state does not change: a queue of hundreds of
+    identical requests that do not fit costs one pass over the nodes, not one per request."""
+
+    def __init__(self) -> None:
+        self.memo: dict[tuple[object, ...], Unplaced] = {}
+
+    def changed(self) -> None:
+        self.memo.clear()
+
+    def __call__(self, state: ClusterState, r: PlacementRequest) -> Unplaced:
+        key = _shape(r)
+        u = self.memo.get(key)
+        if u is None:
+            u = explain(state, r)
+            if u is None:  # feasible but the policy found no node: cannot happen, kept as data
+                u = Unplaced(r.request_id, UnplacedReason.INSUFFICIENT_GPU, "No node was chosen.")
+            self.memo[key] = u
+        return dataclasses.replace(u, request_id=r.request_id)
 
 
 def _place_gang(
@@ -46,6 +75,7 @@ def _place_gang(
     members: list[PlacementRequest],
     policy: Policy,
     prio: np.ndarray,
+    why: _Explainer,
 ) -> tuple[list[Assignment], list[Unplaced]]:
     """Place a gang all-or-nothing (at least ``min_available`` members)."""
     placed: list[Assignment] = []
@@ -54,13 +84,16 @@ def _place_gang(
         problem = validate(r)
         a = None if problem else place_one(state, r, policy, prio)
         if a is None:
-            failed.append(_why(state, r))
+            failed.append(why(state, r))
         else:
+            why.changed()
             placed.append(a)
     if len(placed) >= gang.min_available:
         return placed, failed
     for a in reversed(placed):
         state.release(a)
+    if placed:
+        why.changed()
     block = failed[0] if failed else None
     detail = f"{block.request_id}: {block.message}" if block else "too few members"
     out = [
@@ -101,10 +134,33 @@ def plan_placements(
     Returns:
         The plan; every request is placed or listed as unplaced exactly once.
     """
+    return plan_in_place(
+        state.copy(),
+        requests,
+        policy=policy,
+        gangs=gangs,
+        seed=seed,
+        typical=typical,
+        node_priority=node_priority,
+    )
+
+
+def plan_in_place(
+    work: ClusterState,
+    requests: Sequence[PlacementRequest],
+    *,
+    policy: str = "tessera",
+    gangs: Sequence[GangSpec] = (),
+    seed: int = 0,
+    typical: Sequence[TypicalPod] = (),
+    node_priority: Sequence[int] | None = None,
+) -> PlacementPlan:
+    """:func:`plan_placements` on ``work`` itself: the plan's placements are applied to it (a caller
+    that keeps a state in step with committed plans adopts ``work`` instead of applying them again).
+    Same arguments and result as :func:`plan_placements`."""
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         raise ValueError("request ids must be unique")
-    work = state.copy()
     target = tuple(typical) or typical_pods(requests)
     pol = POLICIES[policy](typical=target, seed=seed)
     prio = (
@@ -118,30 +174,37 @@ def plan_placements(
         for rid in g.request_ids:
             if rid in by_id:
                 gang_of[rid] = g
+    ordered = _order(requests)
+    members_of: dict[int, list[PlacementRequest]] = {}
+    for r in ordered:
+        owner = gang_of.get(r.request_id)
+        if owner is not None:
+            members_of.setdefault(id(owner), []).append(r)
+    why = _Explainer()
     placements: list[Assignment] = []
     unplaced: list[Unplaced] = []
     done: set[str] = set()
-    ordered = _order(requests)
     for r in ordered:
         if r.request_id in done:
             continue
         gang = gang_of.get(r.request_id)
         if gang is not None:
-            members = [m for m in ordered if gang_of.get(m.request_id) is gang]
+            members = members_of[id(gang)]
             done.update(m.request_id for m in members)
-            ok, bad = _place_gang(work, gang, members, pol, prio)
+            ok, bad = _place_gang(work, gang, members, pol, prio, why)
             placements.extend(ok)
             unplaced.extend(bad)
             continue
         done.add(r.request_id)
         problem = validate(r)
         if problem is not None:
-            unplaced.append(_why(work, r))
+            unplaced.append(why(work, r))
             continue
         a = place_one(work, r, pol, prio)
         if a is None:
-            unplaced.append(_why(work, r))
+            unplaced.append(why(work, r))
         else:
+            why.changed()
             placements.append(a)
     assert len(placements) + len(unplaced) == len(requests)
     return PlacementPlan(tuple(placements), tuple(unplaced))
