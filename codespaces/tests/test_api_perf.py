@@ -109,3 +109,32 @@ def test_retrieve_costs_four_queries(
     with django_assert_num_queries(4):
         response = api.get(f"/api/v1/codespaces/{codespace.pk}/")
     assert response.json()["name"] == codespace.name
+
+
+def test_cpu_submit_query_budget(
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    api_as: Any,
+    django_assert_num_queries: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    api = api_as(bob)
+    api.get("/api/v1/me/")
+    # API layer (idempotency claim in a savepoint 3, token, memberships, rate upsert, stored answer 1),
+    # validation (team, template + its availability, quota, name clash: 5), the create transaction
+    # (savepoint 2, user lock, per-user count, codespace and workload INSERTs in savepoints 6, event,
+    # workload link and version 2: 13), one re-read for the answer. No nodes query: a CPU-only size
+    # needs no GPU model check. (Outside the tests' transaction the savepoints are BEGIN/COMMIT.)
+    with django_capture_on_commit_callbacks() as callbacks, django_assert_num_queries(26) as ctx:
+        response = api.post(
+            "/api/v1/codespaces/",
+            {**CPU, "name": "cpu-one"},
+            format="json",
+            HTTP_IDEMPOTENCY_KEY="a",
+        )
+    assert response.status_code == 201, response.json()
+    assert response.json()["state"] == S.QUEUED
+    assert not any("scheduling_node" in q["sql"] for q in ctx.captured_queries)
+    assert len(callbacks) == 1  # the scheduling cycle trigger, after commit
