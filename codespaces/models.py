@@ -193,6 +193,12 @@ class Codespace(models.Model):
         return self.state in ACTIVE_STATES
 
     @property
+    def home_volume_name(self) -> str:
+        """The home volume's cluster name: stable for the codespace's whole life (every workload it
+        starts mounts the same volume), DNS-safe and unique (it carries the primary key)."""
+        return f"cs-{self.name[:40].rstrip('-')}-{self.pk}-home"
+
+    @property
     def holds_placement(self) -> bool:
         return self.state in PLACED_STATES
 

@@ -332,6 +332,9 @@ def _submit(codespace: Codespace) -> Any:
         preemptible=True,
         # Several whole cards: prefer one NVLink group / NUMA node, but do not wait for it.
         topology="preferred" if codespace.gpu_count > 1 else "none",
+        # the home outlives each workload: stop keeps it, start mounts it again, delete removes it
+        home_volume=codespace.home_volume_name,
+        home_volume_gib=codespace.home_gib,
     )
 
 

@@ -114,6 +114,12 @@ class Workload(models.Model):
         Gang, null=True, blank=True, on_delete=models.CASCADE, related_name="members"
     )
     image = models.CharField(max_length=255, blank=True)
+    home_volume = models.CharField(
+        max_length=63,
+        blank=True,
+        help_text="Stable name of a persistent home volume that outlives this workload (codespaces)",
+    )
+    home_volume_gib = models.PositiveIntegerField(default=0)
     cpu_milli = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField()
     gpu_count = models.PositiveSmallIntegerField(default=0)

@@ -77,10 +77,12 @@ def materialize_workloads_task(self: Any, workload_ids: Sequence[int]) -> int:
 
 
 @shared_task(bind=True, acks_late=True, max_retries=5)
-def release_backend_task(self: Any, workload_id: int, name: str, delete_home: bool = False) -> None:
+def release_backend_task(
+    self: Any, workload_id: int, name: str, delete_home: bool = False, home_name: str = ""
+) -> None:
     """Remove a workload's cluster objects (missing is fine); retried on transient errors."""
     try:
-        get_backend().release(workload_id, name, delete_home=delete_home)
+        get_backend().release(workload_id, name, delete_home=delete_home, home_name=home_name)
     except BackendError as exc:
         if exc.permanent:
             logger.error("release of %s (%s) refused: %s", workload_id, name, exc.message)

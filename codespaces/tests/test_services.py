@@ -75,11 +75,15 @@ class BackendSpy:
         from scheduling.backends.simulated.backend import SimulatedBackend
 
         self.calls: list[tuple[int, bool]] = []
+        self.homes: list[str] = []
         original = SimulatedBackend.release
 
-        def release(backend: Any, workload_id: int, name: str, *, delete_home: bool) -> None:
+        def release(
+            backend: Any, workload_id: int, name: str, *, delete_home: bool, home_name: str = ""
+        ) -> None:
             self.calls.append((workload_id, delete_home))
-            original(backend, workload_id, name, delete_home=delete_home)
+            self.homes.append(home_name)
+            original(backend, workload_id, name, delete_home=delete_home, home_name=home_name)
 
         monkeypatch.setattr(SimulatedBackend, "release", release)
 
@@ -124,6 +128,8 @@ def test_stop_start_delete_round_trip(
     codespace.refresh_from_db()
     assert codespace.state == S.DELETED
     assert spy.calls == [(first_workload or 0, False), (second_workload or 0, True)]
+    # both releases name the same home volume: the one the codespace keeps for its whole life
+    assert spy.homes == [codespace.home_volume_name] * 2
     transitions = list(codespace.events.order_by("id").values_list("to_state", flat=True))
     assert transitions == [
         S.QUEUED,

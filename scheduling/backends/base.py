@@ -60,6 +60,9 @@ class MaterializeRequest:
     command: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     home_volume_gib: int = 0  # codespaces: a PVC kept across stop/start, deleted only on delete
+    home_name: str = (
+        ""  # stable name of that volume across the codespace's workloads ("" = per workload)
+    )
     gang_name: str = ""
     gang_min_available: int = 0
     priority: int = 0
@@ -119,8 +122,11 @@ class Backend(Protocol):
     def materialize(self, request: MaterializeRequest) -> None:
         """Create (or find) the cluster objects for a placed workload. Create-or-get by name."""
 
-    def release(self, workload_id: int, name: str, *, delete_home: bool) -> None:
-        """Remove the running object(s); keep the home volume unless `delete_home`. Missing is fine."""
+    def release(
+        self, workload_id: int, name: str, *, delete_home: bool, home_name: str = ""
+    ) -> None:
+        """Remove the running object(s); keep the home volume (`home_name`, or the one derived from
+        `name`) unless `delete_home`. Missing is fine."""
 
     def sync_status(self, workload_ids: Iterable[int]) -> Sequence[StatusReport]:
         """Report the observed phase of the given materialized workloads."""

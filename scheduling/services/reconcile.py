@@ -52,6 +52,8 @@ def materialize_request(w: Workload, placement: Placement) -> MaterializeRequest
             GpuBinding(s.gpu.index, s.gpu.uuid, s.gpu_milli, s.gpu_memory_mib) for s in shares
         ),
         gpu_model=placement.node.gpu_model,
+        home_volume_gib=w.home_volume_gib,
+        home_name=w.home_volume,
         gang_name=gang.name if gang else "",
         gang_min_available=gang.min_available if gang else 0,
         priority=w.priority,

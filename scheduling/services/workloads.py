@@ -74,15 +74,15 @@ def dedupe_triggers() -> bool:
 
 def release_on_backend(workloads: Iterable[Workload], *, delete_home: bool = False) -> None:
     """Remove the cluster objects of these workloads after commit (a task, retried on transient errors)."""
-    items = [(w.pk, backend_name(w)) for w in workloads]
+    items = [(w.pk, backend_name(w), w.home_volume) for w in workloads]
     if not items:
         return
 
     def send() -> None:
         from scheduling.tasks import release_backend_task
 
-        for wid, name in items:
-            release_backend_task.delay(wid, name, delete_home)
+        for wid, name, home_name in items:
+            release_backend_task.delay(wid, name, delete_home, home_name)
 
     transaction.on_commit(send)
 
@@ -207,11 +207,23 @@ def submit_workload(
     profile: str = "development",
     image: str = "",
     gang: Gang | None = None,
+    home_volume: str = "",
+    home_volume_gib: int = 0,
 ) -> Workload:
     """Validate and queue one workload (PENDING); its shard's cycle runs after commit.
 
+    `home_volume` names a persistent volume of `home_volume_gib` that outlives the workload: the next
+    workload with the same name mounts it again (a codespace stopped and started keeps its home).
+
     Raises InvalidInput (with `fields`) for malformed resources or a quota of another tenant.
     """
+    if home_volume:
+        _check_name(home_volume, "home_volume")
+    if not isinstance(home_volume_gib, int) or home_volume_gib < 0 or home_volume_gib > 65536:
+        raise InvalidInput(
+            f"Home volume size {home_volume_gib!r} GiB is out of range.",
+            fields={"home_volume_gib": ["A whole number of GiB from 0 to 65536."]},
+        )
     if kind not in WorkloadKind.values:
         raise InvalidInput(
             f"Unknown kind {kind!r}.",
@@ -240,6 +252,8 @@ def submit_workload(
             name=name,
             gang=gang,
             image=image or "",
+            home_volume=home_volume,
+            home_volume_gib=home_volume_gib if home_volume else 0,
             preemptible=bool(preemptible),
             pending_reason="Waiting for the next scheduling cycle.",
             pending_code="queued",

@@ -263,6 +263,8 @@ def test_cordoned_and_tainted_nodes_take_no_new_work() -> None:
         ("gpu milli without gpu", {"gpu_milli": 500}, "gpu_count"),
         ("bad topology", {"topology": "tight"}, "topology"),
         ("bad labels", {"node_labels": {"a": 1}}, "node_labels"),
+        ("home volume not a dns label", {"home_volume": "Home_1"}, "home_volume"),
+        ("negative home size", {"home_volume": "h", "home_volume_gib": -5}, "home_volume_gib"),
     ],
 )
 def test_submit_rejects_bad_input_and_writes_nothing(

@@ -58,7 +58,9 @@ class KubernetesBackend:
         """Create-or-get the home PVC, the Pod and the Service; in hami-bind mode also lock the
         node and bind the pod."""
         objects = build_objects(request, self.config, now=int(self.clock()))
-        if objects.home_pvc is not None:
+        if objects.home_pvc is not None and request.home_name:
+            self._ensure_home(objects.home_pvc, request)
+        elif objects.home_pvc is not None:
             self._ensure(Kind.PVC, objects.home_pvc, request.workload_id)
         pod = self._ensure(Kind.POD, objects.pod, request.workload_id)
         if pod.get("metadata", {}).get("deletionTimestamp"):
@@ -81,9 +83,12 @@ class KubernetesBackend:
         if objects.service is not None:
             self._ensure(Kind.SERVICE, objects.service, request.workload_id)
 
-    def release(self, workload_id: int, name: str, *, delete_home: bool) -> None:
+    def release(
+        self, workload_id: int, name: str, *, delete_home: bool, home_name: str = ""
+    ) -> None:
         """Delete the pod and the Service (the home PVC too when `delete_home`); missing is fine.
-        In hami-bind mode, a node lock still held by the pod is released."""
+        In hami-bind mode, a node lock still held by the pod is released. A named home
+        (`home_name`) outlives the workload, so only its name and Tessera's label identify it."""
         namespace = self.config.namespace
         pod = self.gateway.get(Kind.POD, namespace, name)
         if pod is not None and self._owned(pod, workload_id):
@@ -93,7 +98,12 @@ class KubernetesBackend:
                 if node and release_node_lock(self.gateway, node, namespace, name):
                     logger.info("released HAMi lock on %s held by deleted pod %s", node, name)
         self._delete_owned(Kind.SERVICE, name, workload_id)
-        if delete_home:
+        if delete_home and home_name:
+            home = self.gateway.get(Kind.PVC, namespace, home_name)
+            labels = (home or {}).get("metadata", {}).get("labels") or {}
+            if labels.get(c.MANAGED_BY_LABEL) == c.MANAGED_BY_VALUE:
+                self.gateway.delete(Kind.PVC, namespace, home_name)
+        elif delete_home:
             self._delete_owned(Kind.PVC, home_pvc_name(name), workload_id)
         self.tracker.forget(workload_id)
 
@@ -152,6 +162,27 @@ class KubernetesBackend:
                 )
             return existing
         raise ClusterApiError(f"{kind.value}/{name}: create and delete keep racing", status=409)
+
+    def _ensure_home(self, body: JsonDict, request: MaterializeRequest) -> JsonDict:
+        """Create-or-get a named home volume that outlives workloads: the codespace's next workload
+        mounts the one its previous workload left (same name, Tessera's, same tenant)."""
+        name = body["metadata"]["name"]
+        try:
+            return self.gateway.create(Kind.PVC, self.config.namespace, body)
+        except ClusterApiError as exc:
+            if not exc.is_conflict:
+                raise
+        existing = self.gateway.get(Kind.PVC, self.config.namespace, name)
+        labels = (existing or {}).get("metadata", {}).get("labels") or {}
+        if existing is None or (
+            labels.get(c.MANAGED_BY_LABEL) == c.MANAGED_BY_VALUE
+            and labels.get(c.TENANT_LABEL) == request.tenant_slug
+        ):
+            return existing or self.gateway.create(Kind.PVC, self.config.namespace, body)
+        raise ClusterApiError(
+            f"persistentvolumeclaims/{name} exists but is not this tenant's Tessera home",
+            permanent=True,
+        )
 
     def _delete_owned(self, kind: Kind, name: str, workload_id: int) -> None:
         existing = self.gateway.get(kind, self.config.namespace, name)

@@ -118,7 +118,7 @@ def build_home_pvc(request: MaterializeRequest, config: KubeConfig) -> JsonDict 
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _metadata(home_pvc_name(request.name), request, config),
+        "metadata": _metadata(request.home_name or home_pvc_name(request.name), request, config),
         "spec": spec,
     }
 
@@ -208,7 +208,9 @@ def _base_pod_spec(request: MaterializeRequest, config: KubeConfig) -> JsonDict:
             spec["volumes"] = [
                 {
                     "name": "home",
-                    "persistentVolumeClaim": {"claimName": home_pvc_name(request.name)},
+                    "persistentVolumeClaim": {
+                        "claimName": request.home_name or home_pvc_name(request.name)
+                    },
                 }
             ]
     return spec

@@ -43,7 +43,9 @@ class SimulatedBackend:
             },
         )
 
-    def release(self, workload_id: int, name: str, *, delete_home: bool) -> None:
+    def release(
+        self, workload_id: int, name: str, *, delete_home: bool, home_name: str = ""
+    ) -> None:
         from scheduling.models import SimulatedPod
 
         SimulatedPod.objects.filter(workload_id=workload_id).delete()

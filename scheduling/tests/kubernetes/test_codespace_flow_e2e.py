@@ -88,8 +88,12 @@ def objects(gateway: KubernetesGateway, name: str) -> dict[str, bool]:
     return {
         "pod": gateway.get(Kind.POD, NAMESPACE, name) is not None,
         "service": gateway.get(Kind.SERVICE, NAMESPACE, name) is not None,
-        "pvc": gateway.get(Kind.PVC, NAMESPACE, f"{name}-home") is not None,
     }
+
+
+def home(gateway: KubernetesGateway, codespace: Codespace) -> Any:
+    """The codespace's home PVC (one per codespace, named for it, not for a workload), or None."""
+    return gateway.get(Kind.PVC, NAMESPACE, codespace.home_volume_name)
 
 
 def status_sync(capture: Any) -> None:
@@ -168,7 +172,11 @@ def test_create_running_stop_start_delete_on_the_cluster(
         services.stop_codespace(codespace, actor=bob)
     codespace.refresh_from_db()
     assert codespace.state == S.STOPPED
-    assert (objects(gateway, first)["pod"], objects(gateway, first)["service"]) == (False, False)
+    assert objects(gateway, first) == {"pod": False, "service": False}
+    # ... and the home volume is kept, with its size from the template
+    kept = home(gateway, codespace)
+    assert kept is not None
+    assert kept["spec"]["resources"]["requests"]["storage"] == f"{codespace.home_gib}Gi"
 
     # start: a new workload, placed again, a new pod on the new placement
     with capture(execute=True):
@@ -180,6 +188,13 @@ def test_create_running_stop_start_delete_on_the_cluster(
     assert pod is not None
     assert second != first
     assert pod["metadata"]["labels"][c.WORKLOAD_ID_LABEL] == str(codespace.workload_id)
+    # the new pod mounts the same home volume (the very object kept at stop)
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]]
+    assert claims == [codespace.home_volume_name]
+    assert (
+        home(gateway, codespace)["metadata"]["resourceVersion"]
+        == kept["metadata"]["resourceVersion"]
+    )
     assert (codespace.state, codespace.node_name, placement.node.name) == (
         S.STARTING,
         "h100-a",
@@ -195,8 +210,9 @@ def test_create_running_stop_start_delete_on_the_cluster(
         services.delete_codespace(codespace, actor=bob)
     codespace.refresh_from_db()
     assert codespace.state == S.DELETED
-    assert objects(gateway, second) == {"pod": False, "service": False, "pvc": False}
-    assert objects(gateway, first) == {"pod": False, "service": False, "pvc": False}
+    assert objects(gateway, second) == {"pod": False, "service": False}
+    assert objects(gateway, first) == {"pod": False, "service": False}
+    assert home(gateway, codespace) is None
     assert gateway.list_pods(NAMESPACE, c.MANAGED_SELECTOR)[0] == []
 
 
