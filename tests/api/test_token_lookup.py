@@ -1,0 +1,36 @@
+"""Token authentication reads the token and its user with one precompiled query on PostgreSQL (the
+ORM elsewhere); both give the same objects, and a revoked token still fails at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from rest_framework import exceptions
+
+from portal.authentication import _token_sql, _token_with_user, authenticate_token
+from portal.models import ApiToken
+from portal.services import issue_token
+
+pytestmark = pytest.mark.django_db
+
+
+def test_lookup_matches_the_orm_and_revocation_applies_immediately(bob: Any) -> None:
+    issued = issue_token(bob, name="ci")
+    prefix = issued.token.prefix
+    if connection.vendor == "postgresql":
+        assert _token_sql(connection.alias, connection.vendor) is not None
+    found = _token_with_user(prefix)
+    assert found is not None
+    orm = ApiToken.objects.select_related("user").get(prefix=prefix)
+    assert [getattr(found, f.attname) for f in ApiToken._meta.concrete_fields] == [
+        getattr(orm, f.attname) for f in ApiToken._meta.concrete_fields
+    ]
+    assert (found.user.pk, found.user.username, found.user.is_active) == (bob.pk, "bob", True)
+    assert _token_with_user("00000000") is None
+    assert authenticate_token(issued.raw).user == bob
+    ApiToken.objects.filter(pk=orm.pk).update(revoked_at=timezone.now())
+    with pytest.raises(exceptions.AuthenticationFailed):
+        authenticate_token(issued.raw)
