@@ -192,6 +192,17 @@ def _inventory_fingerprint(group: Any) -> tuple[Any, ...]:
     )
 
 
+def warm_capacity(group: Any) -> None:
+    """Read the group's capacity into the worker's cache now (an idle cycle does it, so the first busy
+    cycle after a start or an inventory change does not pay seconds for it on a large cluster)."""
+    from quotas.usage import group_capacity
+
+    key = _inventory_fingerprint(group)
+    hit = _capacity_cache.get(group.pk)
+    if hit is None or hit[0] != key:
+        _capacity_cache[group.pk] = (key, group_capacity(group))
+
+
 def cycle_snapshot(group: Any) -> Any:
     """quotas.usage.group_snapshot for a cycle, with the group's capacity cached per worker while the
     inventory it depends on is unchanged (reading every node and GPU each cycle costs seconds on a

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,9 @@ from scheduling.engine import TopologyPolicy as EngineTopology
 from scheduling.models import Gpu, Node, Placement, PlacementGpu, Shard, Workload
 
 logger = logging.getLogger(__name__)
+
+#: How many recently placed requests of a shard shape its target workload (with the pending ones).
+RECENT_SHAPES = 2000
 
 #: Taint effects that keep new work off a node (Tessera workloads carry no tolerations).
 BLOCKING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
@@ -157,6 +161,9 @@ class GroupCluster:
     gpu_memory: dict[tuple[str, int], int]
     applied: dict[int, Assignment] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    #: The last requests placed on the shard (the target workload of FGD/Tessera is built from them
+    #: and the pending ones).
+    recent: deque[PlacementRequest] = field(default_factory=lambda: deque(maxlen=RECENT_SHAPES))
 
     def node_by_name(self, name: str) -> Node:
         return self.nodes[name]
