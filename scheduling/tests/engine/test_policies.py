@@ -9,7 +9,7 @@ from scheduling.engine import POLICIES, PlacementRequest, TypicalPod, place_one
 from scheduling.engine.fragmentation import FragModel, typical_pods
 from scheduling.engine.policies.bestfit import normalize
 from scheduling.engine.policies.fgd import fgd_score
-from scheduling.engine.policies.tessera import model_pressure
+from scheduling.engine.policies.tessera import cpu_fragment, cpu_per_gpu_milli, model_pressure
 
 from .builders import cluster, node, req
 
@@ -151,3 +151,30 @@ def test_tessera_prefers_an_opened_node_on_equal_fgd_score() -> None:
     s.apply(_assign("pre", "used", 0, 1000))
     a = _place("tessera", s, req("r", gpus=1, milli=1000), prio=[0, 1], typical=typical)
     assert a.node == "used"
+
+
+def test_cpu_fragment_is_idle_gpu_milli_the_free_cpu_cannot_back() -> None:
+    typical = (
+        TypicalPod(4000, 1000, 1, "", 0.5),
+        TypicalPod(2000, 500, 2, "", 0.5),
+        TypicalPod(8000, 0, 0, "", 1.0),
+    )
+    # CPU-only typical pods are ignored: (0.5·4000 + 0.5·2000) / (0.5·1000 + 0.5·1000) = 3 CPU milli per GPU milli
+    rho = cpu_per_gpu_milli(typical)
+    assert rho == 3.0
+    assert cpu_per_gpu_milli((TypicalPod(8000, 0, 0, "", 1.0),)) == 0.0
+    # 2000 idle GPU milli, 3000 CPU backs 1000 of them
+    assert cpu_fragment((0, 3000, (1000, 1000)), rho) == 1000.0
+    assert cpu_fragment((0, 9000, (1000, 1000)), rho) == 0.0
+    assert cpu_fragment((0, 0, (1000, 1000)), 0.0) == 0.0
+
+
+def test_tessera_keeps_cpu_only_pods_off_a_gpu_node_whose_cpu_is_tight() -> None:
+    # GPU pods need 4 CPU cores per GPU; "tight" has 8 GPUs and 36 cores, "roomy" 8 GPUs and 64 cores
+    typical = (TypicalPod(4000, 1000, 1, "", 0.9), TypicalPod(8000, 0, 0, "", 0.1))
+    s = cluster(node("tight", 8, cpu=36000), node("roomy", 8, cpu=64000))
+    r = req("c", cpu=8000)
+    # FGD's F is blind to it (both nodes still fit every typical pod afterwards): priority decides
+    assert _place("fgd", s.copy(), r, prio=[0, 1], typical=typical).node == "tight"
+    # Tessera: on "tight" 28 cores back only 7 of 8 GPUs; on "roomy" 56 cores still back all 8
+    assert _place("tessera", s, r, prio=[0, 1], typical=typical).node == "roomy"
