@@ -33,6 +33,7 @@ from codespaces.choices import (
 from codespaces.models import MIB_PER_GIB, Codespace, CodespaceTemplate, TemplatePreset
 from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
+from portal.numbers import parse_int
 from portal.scoping import is_operator, tenant_ids_for
 from quotas import usage
 from quotas.models import Quota
@@ -149,8 +150,9 @@ def _shown(value: Any) -> str:
 def _lookup(value: Any) -> dict[str, Any]:
     """A pk or name lookup for user input; anything that cannot be either matches nothing."""
     text = str(value)
-    if text.isascii() and text.isdigit() and len(text) < 19:
-        return {"pk": int(text)}
+    pk = parse_int(text, minimum=1)
+    if pk is not None:
+        return {"pk": pk}
     if SLUG_PATTERN.fullmatch(text):
         return {"name": text}
     return {"pk__in": []}

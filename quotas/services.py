@@ -22,6 +22,7 @@ from django.utils import timezone
 from portal.api.concurrency import version_conflict
 from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
+from portal.numbers import parse_int
 from quotas.models import (
     EDITABLE_GROUP_FIELDS,
     EDITABLE_QUOTA_FIELDS,
@@ -78,9 +79,7 @@ def _as_int(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    return None
+    return parse_int(value)
 
 
 def _as_bool(value: Any) -> bool | None:

@@ -30,6 +30,7 @@ from codespaces.models import Codespace, CodespaceTemplate
 from codespaces.utilization import utilization_series
 from portal.api.concurrency import ETagMixin, expected_version
 from portal.errors import Forbidden, InvalidInput, NotFoundError
+from portal.numbers import parse_int
 from portal.scoping import admin_tenant_ids_for, current_user, is_operator, tenants_for
 
 
@@ -127,9 +128,10 @@ class CodespaceTemplateViewSet(ETagMixin, viewsets.ModelViewSet):
         tenant = _tenant_for(request.user, request.query_params.get("tenant"))
         template = services._resolve_template(template, tenant)
         quota_param = request.query_params.get("quota")
-        if quota_param is not None and not quota_param.isdigit():
+        quota_id = parse_int(quota_param, minimum=1) if quota_param else None
+        if quota_param and quota_id is None:
             raise InvalidInput("quota: a quota id.", fields={"quota": ["Expected a number."]})
-        quota = services._resolve_quota(int(quota_param) if quota_param else None, tenant, "")
+        quota = services._resolve_quota(quota_id, tenant, "")
         return Response(PickerSerializer(services.picker_data(template, quota)).data)
 
 
@@ -274,7 +276,7 @@ class CodespaceViewSet(
         """GPU utilization per minute (percent of its own allocation) — the sparkline's data."""
         codespace = self.get_object()
         raw = request.query_params.get("minutes", "60")
-        if not raw.isdigit() or not (1 <= int(raw) <= 2880):
+        if parse_int(raw, minimum=1, maximum=2880) is None:
             raise InvalidInput(
                 "minutes: a whole number from 1 to 2880.",
                 fields={"minutes": ["Expected 1-2880."]},

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.errors import DomainError, PreconditionFailed
+from portal.numbers import parse_int
 
 
 class PreconditionRequired(DomainError):
@@ -34,7 +35,7 @@ def expected_version(request: Request) -> int:
             fields={"If-Match": ["This header is required for updates."]},
         )
     value = header.removeprefix("W/").strip('"')
-    if not value.isdigit():
+    if parse_int(value, minimum=0) is None:
         raise PreconditionFailed(
             f"If-Match {header!r} is not an ETag this API issued.",
             fields={"If-Match": ['Expected a quoted version number, e.g. "3".']},

@@ -25,6 +25,7 @@ from rest_framework.filters import BaseFilterBackend
 from rest_framework.request import Request
 
 from portal.errors import InvalidInput
+from portal.numbers import parse_int
 
 MAX_VALUES = 50
 
@@ -72,7 +73,7 @@ class FieldFilterBackend(BaseFilterBackend):
             if internal in ("AutoField", "BigAutoField", "IntegerField", "ForeignKey") or (
                 internal.endswith("IntegerField")
             ):
-                if not all(value.lstrip("-").isdigit() for value in values):
+                if any(parse_int(value) is None for value in values):
                     errors[param] = ["Use whole numbers (comma-separated for several)."]
                     continue
             if internal == "BooleanField":
