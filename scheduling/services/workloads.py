@@ -386,6 +386,30 @@ def _release_placements(workloads: Sequence[Workload], now: Any) -> list[Workloa
     return [w for w in workloads if w.pk in holders]
 
 
+def _finish(
+    workloads: Sequence[Workload],
+    *,
+    state: str,
+    reason: str,
+    now: Any,
+    pending_reason: str = "",
+    pending_code: str = "",
+) -> list[Workload]:
+    """Move `workloads` to a terminal `state` with `reason`, closing their placements; returns those
+    that held one (their cluster objects must go). Caller holds the shard lock."""
+    held = _release_placements(workloads, now)
+    Workload.objects.filter(pk__in=[w.pk for w in workloads]).update(
+        state=state,
+        finished_at=now,
+        failure_reason=reason,
+        pending_reason=pending_reason,
+        pending_code=pending_code,
+        queue_position=None,
+        updated_at=now,
+    )
+    return held
+
+
 def _gangs_touched(workloads: Iterable[Workload]) -> set[int]:
     return {w.gang_id for w in workloads if w.gang_id}
 
@@ -433,16 +457,7 @@ def release_workload(
                 release_on_backend([w], delete_home=True)
             return w
         now = timezone.now()
-        held = _release_placements([w], now)
-        Workload.objects.filter(pk=w.pk).update(
-            state=state,
-            finished_at=now,
-            failure_reason=reason,
-            pending_reason="",
-            pending_code="",
-            queue_position=None,
-            updated_at=now,
-        )
+        held = _finish([w], state=state, reason=reason, now=now)
         if held or delete_home:
             release_on_backend([w], delete_home=delete_home)
         if w.gang_id:
@@ -465,16 +480,7 @@ def cancel_gang(gang_id: int, *, reason: str) -> Gang:
             return gang
         now = timezone.now()
         members = list(gang.members.exclude(state__in=TERMINAL_STATES).order_by("pk"))
-        held = _release_placements(members, now)
-        Workload.objects.filter(pk__in=[m.pk for m in members]).update(
-            state=WorkloadState.RELEASED,
-            finished_at=now,
-            failure_reason=reason,
-            pending_reason="",
-            pending_code="",
-            queue_position=None,
-            updated_at=now,
-        )
+        held = _finish(members, state=WorkloadState.RELEASED, reason=reason, now=now)
         release_on_backend(held)
         if gang.state != GangState.TIMED_OUT:
             Gang.objects.filter(pk=gang.pk).update(
@@ -544,16 +550,7 @@ def fail_workloads(workload_ids: Iterable[int], *, reason: str) -> list[int]:
         if not workloads:
             return []
         now = timezone.now()
-        held = _release_placements(workloads, now)
-        Workload.objects.filter(pk__in=[w.pk for w in workloads]).update(
-            state=WorkloadState.FAILED,
-            finished_at=now,
-            failure_reason=reason,
-            pending_reason="",
-            pending_code="",
-            queue_position=None,
-            updated_at=now,
-        )
+        held = _finish(workloads, state=WorkloadState.FAILED, reason=reason, now=now)
         release_on_backend(held)
         refresh_gang_states(_gangs_touched(workloads))
         observers.notify_on_commit([(w.kind, w.pk) for w in workloads])
@@ -587,15 +584,13 @@ def expire_gangs(*, group_id: int | None = None, now: Any = None) -> list[int]:
                 f"{g.members.count()} pods placed together and {active} were; everything it held was "
                 f"released. Last reason: {blocking or 'no capacity'}"
             )
-            held = _release_placements(members, now)
-            Workload.objects.filter(pk__in=[m.pk for m in members]).update(
+            held = _finish(
+                members,
                 state=WorkloadState.FAILED,
-                finished_at=now,
-                failure_reason=reason,
+                reason=reason,
+                now=now,
                 pending_reason=reason,
                 pending_code="gang_timeout",
-                queue_position=None,
-                updated_at=now,
             )
             release_on_backend(held)
             Gang.objects.filter(pk=g.pk).update(
