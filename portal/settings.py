@@ -239,6 +239,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),
         "processed_folder": str(VAR_DIR / "celery-processed"),
+        "control_folder": str(VAR_DIR / "celery-control"),  # else kombu writes ./control/
         "store_processed": False,
     }
     if CELERY_BROKER_URL.startswith("filesystem://")
