@@ -18,7 +18,9 @@ What it does (everything on loopback, bounded in time and count):
    targets: list >= 450 req/s with p99 <= 50 ms, submit >= 300 req/s.
 
 Celery messages the submits enqueue go to --broker (default Redis db 5) and are deleted at the end; no
-worker runs, so the numbers are the web tier's alone.
+worker runs, so the numbers are the web tier's alone. Rate-limit counters are Redis INCRs in the same
+database (`TESSERA_API_RATE_REDIS_URL`, as CI and production configure it; `--rate-redis ''` counts them
+in PostgreSQL, the default without that variable).
 """
 
 from __future__ import annotations
@@ -334,6 +336,12 @@ def main(argv: list[str] | None = None) -> int:
         "--database-url", default="postgres://postgres@127.0.0.1:5432/tessera_bench_api"
     )
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/5")
+    parser.add_argument(
+        "--rate-redis",
+        default=None,
+        help="TESSERA_API_RATE_REDIS_URL of the server (default: the broker, as in CI and production;\n"
+        "'' counts rate limits in PostgreSQL instead)",
+    )
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--duration", type=int, default=10, help="seconds per scenario (max 60)")
     parser.add_argument("--connections", type=int, default=16)
@@ -357,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         "DEBUG": "false",
         "LOG_LEVEL": "WARNING",
         "CELERY_BROKER_URL": args.broker,
+        "TESSERA_API_RATE_REDIS_URL": args.broker if args.rate_redis is None else args.rate_redis,
         "TESSERA_API_RATE_PER_TOKEN": str(10**9),
         "TESSERA_API_RATE_PER_TENANT": str(10**9),
         "PYTHONPATH": str(ROOT),

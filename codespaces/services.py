@@ -449,7 +449,15 @@ def create_codespace(
             to_state=S.QUEUED,
         )
         workload = _submit(codespace)
-        lifecycle.update_in_state(codespace, expected=S.QUEUED, workload=workload)
+        # The row is this transaction's alone until commit (no other transaction sees it yet), so link
+        # the workload without lifecycle.update_in_state's compare-and-set and its version re-read.
+        now = timezone.now()
+        Codespace.objects.filter(pk=codespace.pk).update(
+            workload=workload, version=codespace.version + 1, updated_at=now
+        )
+        codespace.workload = workload
+        codespace.version += 1
+        codespace.updated_at = now
     return codespace
 
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from portal.models import TOKEN_PREFIX, ApiToken, hash_token
+from portal.models import TOKEN_PREFIX, ApiToken, Membership, hash_token
 
 # last_used_at is informational: write it at most once a minute per token, not on every request.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -22,12 +22,36 @@ _TOKEN_FIELDS = [f.attname for f in ApiToken._meta.concrete_fields]
 _USER_FIELDS = [f.attname for f in get_user_model()._meta.concrete_fields]
 
 
+def _tenant_ids_select(vendor: str) -> str | None:
+    """SQL of a column with the token user's tenant ids (a correlated subquery on the membership
+    table's user index), or None on backends without one: PostgreSQL returns an int array, SQLite a
+    comma-separated string (NULL without memberships)."""
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    source = (
+        f"SELECT m.tenant_id FROM {quote(Membership._meta.db_table)} m "
+        f"WHERE m.user_id = {quote(ApiToken._meta.db_table)}.user_id"
+    )
+    if vendor == "postgresql":
+        return f"ARRAY({source})"
+    if vendor == "sqlite":
+        return f"(SELECT group_concat(s.tenant_id) FROM ({source}) s)"
+    return None
+
+
+def _token_query(vendor: str) -> Any:
+    queryset: Any = ApiToken.objects.select_related("user").order_by()
+    select = _tenant_ids_select(vendor)
+    if select is not None:
+        queryset = queryset.extra(select={"_tenant_ids": select})
+    return queryset
+
+
 @cache
 def _token_sql(alias: str, vendor: str) -> str | None:
-    """The SQL of `ApiToken.objects.select_related("user").filter(prefix=...)` for one database,
+    """The SQL of the token-with-user-and-tenant-ids query (`_token_query`) for one database,
     compiled once per process (compiling it cost more CPU than running it, on every API request);
     None where the backend converts column values in Python (SQLite's datetimes): use the ORM there."""
-    query = ApiToken.objects.select_related("user").filter(prefix="?").order_by()[:1].query
+    query = _token_query(vendor).filter(prefix="?")[:1].query
     compiler = query.get_compiler(alias)
     sql, params = compiler.as_sql()
     if list(params) != ["?"] or compiler.get_converters([col for col, _, _ in compiler.select]):
@@ -35,20 +59,38 @@ def _token_sql(alias: str, vendor: str) -> str | None:
     return sql
 
 
+def _tenant_id_set(value: Any) -> set[int]:
+    if value is None:
+        return set()
+    if isinstance(value, str):
+        return {int(part) for part in value.split(",") if part}
+    return {int(part) for part in value}
+
+
 def _token_with_user(prefix: str) -> ApiToken | None:
-    """The token with this prefix and its user (one indexed query; prefixes are unique), or None."""
+    """The token with this prefix, its user and the user's tenant ids (one indexed query; prefixes
+    are unique), or None. The tenant ids are left where `portal.scoping.tenant_ids_for` caches them,
+    so rate limiting and tenant scoping do not read the memberships again."""
     connection = connections[DEFAULT_DB_ALIAS]
     sql = _token_sql(connection.alias, connection.vendor)
     if sql is None:
-        return ApiToken.objects.select_related("user").filter(prefix=prefix).first()
+        token = _token_query(connection.vendor).filter(prefix=prefix).first()
+        if token is not None and hasattr(token, "_tenant_ids"):
+            token.user._tessera_tenant_ids = _tenant_id_set(token._tenant_ids)
+        return token
     with connection.cursor() as cursor:
         cursor.execute(sql, [prefix])
         row = cursor.fetchone()
     if row is None:
         return None
-    split = len(_TOKEN_FIELDS)
-    token = ApiToken.from_db(connection.alias, _TOKEN_FIELDS, row[:split])
-    token.user = get_user_model().from_db(connection.alias, _USER_FIELDS, row[split:])
+    # extra select columns come first in Django's SELECT list, then the token's, then the user's
+    extra = 1 if _tenant_ids_select(connection.vendor) is not None else 0
+    split = extra + len(_TOKEN_FIELDS)
+    token = ApiToken.from_db(connection.alias, _TOKEN_FIELDS, row[extra:split])
+    user: Any = get_user_model().from_db(connection.alias, _USER_FIELDS, row[split:])
+    if extra:
+        user._tessera_tenant_ids = _tenant_id_set(row[0])
+    token.user = user
     return token
 
 

@@ -226,8 +226,8 @@ class CodespaceViewSet(
             ),
             quota=data.get("quota"),
         )
-        # Re-read once with the serializer's joins (the service bumped the version with an F()).
-        codespace = serializable_codespaces(Codespace.objects.all()).get(pk=codespace.pk)
+        # The service's instance carries everything the serializer reads (owner, team, template, preset
+        # and the new workload as objects, the version it wrote): no re-read.
         return Response(CodespaceSerializer(codespace).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={204: None})

@@ -11,8 +11,10 @@ from django.utils import timezone
 from rest_framework import exceptions
 
 from portal.authentication import _token_sql, _token_with_user, authenticate_token
-from portal.models import ApiToken
+from portal.models import ApiToken, Membership
+from portal.scoping import tenant_ids_for
 from portal.services import issue_token
+from portal.tests.factories import MembershipFactory, TenantFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -29,8 +31,29 @@ def test_lookup_matches_the_orm_and_revocation_applies_immediately(bob: Any) -> 
         getattr(orm, f.attname) for f in ApiToken._meta.concrete_fields
     ]
     assert (found.user.pk, found.user.username, found.user.is_active) == (bob.pk, "bob", True)
+    # the same query read bob's tenant ids, where tenant scoping and rate limiting look for them
+    members = set(Membership.objects.filter(user=bob).values_list("tenant_id", flat=True))
+    assert members
+    assert found.user._tessera_tenant_ids == members
+    assert tenant_ids_for(found.user) == members
     assert _token_with_user("00000000") is None
     assert authenticate_token(issued.raw).user == bob
     ApiToken.objects.filter(pk=orm.pk).update(revoked_at=timezone.now())
     with pytest.raises(exceptions.AuthenticationFailed):
         authenticate_token(issued.raw)
+
+
+def test_lookup_reads_several_tenants_and_none(bob: Any) -> None:
+    """A user in two teams gets both ids; a user in none gets an empty set (not a query later)."""
+    other = TenantFactory(slug="second")
+    MembershipFactory(user=bob, tenant=other)
+    found = _token_with_user(issue_token(bob, name="two").token.prefix)
+    assert found is not None
+    assert found.user._tessera_tenant_ids == set(
+        Membership.objects.filter(user=bob).values_list("tenant_id", flat=True)
+    )
+    assert other.pk in found.user._tessera_tenant_ids
+    loner = UserFactory(username="loner")
+    found = _token_with_user(issue_token(loner, name="none").token.prefix)
+    assert found is not None
+    assert found.user._tessera_tenant_ids == set()
