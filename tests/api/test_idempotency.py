@@ -255,3 +255,39 @@ def test_json_with_a_lone_surrogate_is_a_400_not_a_500(alice: Any, api_as: Any) 
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "parse_error"
     assert ApiToken.objects.filter(name__startswith="x").exists() is False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_claim_is_one_statement_that_stores_and_replays(
+    alice: Any, api_as: Any, django_assert_num_queries: Any
+) -> None:
+    """Outside any transaction (as in production) PostgreSQL claims with one INSERT ... ON CONFLICT DO
+    NOTHING statement; the claim row is the one the response is stored in and replayed from, and the
+    statement's asynchronous commit does not leak into the connection's later transactions."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement claim is PostgreSQL's")
+    client = api_as(alice)
+    client.get("/api/v1/me/")  # the token's last-used write happens once a minute
+    # the claim (one statement; it was BEGIN, SET LOCAL, INSERT, COMMIT), token with memberships, rate
+    # upsert, the view's own transaction (BEGIN, INSERT, COMMIT), storing the response
+    with django_assert_num_queries(7) as ctx:
+        first = _post(client, {"name": "ci"}, "one")
+    assert first.status_code == 201
+    assert "ON CONFLICT (scope, method, path, key) DO NOTHING" in ctx.captured_queries[0]["sql"]
+    record = IdempotencyRecord.objects.get()
+    assert (record.state, record.status_code, bytes(record.response_body)) == (
+        IdempotencyRecord.STATE_COMPLETED,
+        201,
+        first.content,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    replay = _post(client, {"name": "ci"}, "one")
+    assert (replay.status_code, replay.content, replay["Idempotent-Replayed"]) == (
+        201,
+        first.content,
+        "true",
+    )
+    assert _post(client, {"name": "other"}, "one").status_code == 422
+    assert ApiToken.objects.filter(name="ci").count() == 1
