@@ -16,6 +16,7 @@ from django.db.models import Model, QuerySet
 from django.http import Http404
 
 from portal.choices import MembershipRole
+from portal.errors import InvalidInput
 from portal.models import Membership, Tenant
 
 M = TypeVar("M", bound=Model)
@@ -62,6 +63,27 @@ def tenants_for(user: Any) -> QuerySet[Tenant]:
     if is_operator(user):
         return Tenant.objects.all()
     return Tenant.objects.filter(pk__in=tenant_ids_for(user))
+
+
+def tenant_for_request(user: Any, slug: str | None, *, thing: str) -> Tenant:
+    """The team a request acts in: the one named by `slug` (it must be one of the user's), or the user's
+    only team when no slug is given. Raises InvalidInput naming the `tenant` field otherwise."""
+    tenants = tenants_for(user)
+    if slug:
+        tenant = tenants.filter(slug=slug).first()
+        if tenant is None:
+            raise InvalidInput(
+                f"tenant: you are not a member of team {slug}.",
+                fields={"tenant": [f"Unknown team {slug}."]},
+            )
+        return tenant
+    mine = list(tenants[:2])
+    if len(mine) != 1:
+        raise InvalidInput(
+            f"tenant: name the team (slug) the {thing} belongs to.",
+            fields={"tenant": ["Required: you belong to several teams (or none)."]},
+        )
+    return mine[0]
 
 
 def scope_queryset(queryset: QuerySet[M], user: Any, tenant_field: str = "tenant") -> QuerySet[M]:

@@ -31,26 +31,12 @@ from codespaces.utilization import utilization_series
 from portal.api.concurrency import ETagMixin, expected_version
 from portal.errors import Forbidden, InvalidInput, NotFoundError
 from portal.numbers import parse_int
-from portal.scoping import admin_tenant_ids_for, current_user, is_operator, tenants_for
-
-
-def _tenant_for(user: Any, slug: str | None) -> Any:
-    tenants = tenants_for(user)
-    if slug:
-        tenant = tenants.filter(slug=slug).first()
-        if tenant is None:
-            raise InvalidInput(
-                f"tenant: you are not a member of team {slug}.",
-                fields={"tenant": [f"Unknown team {slug}."]},
-            )
-        return tenant
-    mine = list(tenants[:2])
-    if len(mine) != 1:
-        raise InvalidInput(
-            "tenant: name the team (slug) the codespace belongs to.",
-            fields={"tenant": ["Required: you belong to several teams (or none)."]},
-        )
-    return mine[0]
+from portal.scoping import (
+    admin_tenant_ids_for,
+    current_user,
+    is_operator,
+    tenant_for_request,
+)
 
 
 class IsOperatorOrReadOnly(permissions.BasePermission):
@@ -125,7 +111,9 @@ class CodespaceTemplateViewSet(ETagMixin, viewsets.ModelViewSet):
         """The slice picker: quota headroom, largest free slice, and for each preset whether it would
         start now or queue (and why)."""
         template = self.get_object()
-        tenant = _tenant_for(request.user, request.query_params.get("tenant"))
+        tenant = tenant_for_request(
+            request.user, request.query_params.get("tenant"), thing="codespace"
+        )
         template = services._resolve_template(template, tenant)
         quota_param = request.query_params.get("quota")
         quota_id = parse_int(quota_param, minimum=1) if quota_param else None
@@ -205,7 +193,7 @@ class CodespaceViewSet(
         payload = CodespaceCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        tenant = _tenant_for(request.user, data.get("tenant"))
+        tenant = tenant_for_request(request.user, data.get("tenant"), thing="codespace")
         preset = data.get("preset") or None
         codespace = services.create_codespace(
             user=current_user(request),
@@ -300,7 +288,7 @@ class CodespaceViewSet(
         payload = PreviewRequestSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        tenant = _tenant_for(request.user, data.get("tenant"))
+        tenant = tenant_for_request(request.user, data.get("tenant"), thing="codespace")
         template = services._resolve_template(data["template"], tenant)
         quota = services._resolve_quota(data.get("quota"), tenant, data["gpu_model"])
         resources = services.validate_size(

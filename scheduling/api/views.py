@@ -13,7 +13,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.errors import Forbidden, InvalidInput
-from portal.scoping import TenantScopedQuerysetMixin, current_user, is_operator, tenants_for
+from portal.scoping import (
+    TenantScopedQuerysetMixin,
+    current_user,
+    is_operator,
+    tenant_for_request,
+)
 from quotas.models import Quota
 from scheduling import services
 from scheduling.api.serializers import (
@@ -175,25 +180,6 @@ class WorkloadViewSet(TenantScopedQuerysetMixin, viewsets.ReadOnlyModelViewSet):
     ordering_fields = ["submitted_at", "priority", "queue_position"]
 
 
-def _tenant_for(user: Any, slug: str | None) -> Any:
-    tenants = tenants_for(user)
-    if slug:
-        tenant = tenants.filter(slug=slug).first()
-        if tenant is None:
-            raise InvalidInput(
-                f"You are not a member of team {slug}.",
-                fields={"tenant": [f"Unknown team {slug}."]},
-            )
-        return tenant
-    mine = list(tenants[:2])
-    if len(mine) != 1:
-        raise InvalidInput(
-            "Name the team (tenant slug) the job belongs to.",
-            fields={"tenant": ["Required: you belong to several teams (or none)."]},
-        )
-    return mine[0]
-
-
 def _quota_for(tenant: Any, quota_id: int | None) -> Quota:
     quotas = Quota.objects.filter(tenant=tenant).select_related("group")
     if quota_id is not None:
@@ -239,7 +225,7 @@ class JobViewSet(
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         user = current_user(request)
-        tenant = _tenant_for(user, data.get("tenant"))
+        tenant = tenant_for_request(user, data.get("tenant"), thing="job")
         quota = _quota_for(tenant, data.get("quota"))
         member = dict(data["member"])
         if member.get("gpu_count") and "gpu_milli" not in member:
