@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from codespaces import display
 from codespaces.choices import (
     ACTIVE_STATES,
     PLACED_STATES,
@@ -20,7 +21,7 @@ from codespaces.choices import (
 from portal.models import Tenant, dns_label_validator
 from quotas.models import Quota
 
-MIB_PER_GIB = 1024
+MIB_PER_GIB = display.MIB_PER_GIB
 
 
 class CodespaceTemplate(models.Model):
@@ -225,30 +226,37 @@ class Codespace(models.Model):
     @property
     def size_label(self) -> str:
         """Human size: "25% · 20 GiB of 1 GPU", "2 × whole GPU", "CPU only"."""
-        cpu = f"{self.cpu_milli / 1000:g} CPU · {self.memory_mib / MIB_PER_GIB:g} GiB RAM"
-        model = f" {self.gpu_model}" if self.gpu_model else ""
-        if self.gpu_mode == GpuMode.SLICE:
-            gib = self.gpu_memory_mib / MIB_PER_GIB
-            return f"{self.gpu_milli / 10:g}% · {gib:g} GiB of 1{model} GPU · {cpu}"
-        if self.gpu_mode == GpuMode.WHOLE:
-            return f"{self.gpu_count} × whole{model} GPU · {cpu}"
-        return f"CPU only · {cpu}"
+        return display.size_label(
+            gpu_mode=self.gpu_mode,
+            gpu_count=self.gpu_count,
+            gpu_milli=self.gpu_milli,
+            gpu_memory_mib=self.gpu_memory_mib,
+            gpu_model=self.gpu_model,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+        )
 
     @property
     def waiting_reason(self) -> str:
         """Why a queued codespace waits, fresh from its workload (the cycle updates it every pass)."""
-        if self.state != CodespaceState.QUEUED:
-            return ""
-        workload = self.workload if self.workload_id else None
-        return (workload.pending_reason if workload else "") or self.pending_reason
+        has_workload = self.workload_id is not None and self.state == CodespaceState.QUEUED
+        return display.waiting_reason(
+            self.state,
+            has_workload,
+            self.workload.pending_reason if has_workload else None,
+            self.pending_reason,
+        )
 
     @property
     def waiting_position(self) -> int | None:
         """Its position in the queue of its pool, fresh from its workload."""
-        if self.state != CodespaceState.QUEUED:
-            return None
-        workload = self.workload if self.workload_id else None
-        return workload.queue_position if workload else self.queue_position
+        has_workload = self.workload_id is not None and self.state == CodespaceState.QUEUED
+        return display.waiting_position(
+            self.state,
+            has_workload,
+            self.workload.queue_position if has_workload else None,
+            self.queue_position,
+        )
 
     @property
     def location(self) -> str:
@@ -258,20 +266,16 @@ class Codespace(models.Model):
         return f"{self.node_name} / {self.gpu_names}" if self.gpu_names else self.node_name
 
     def ide_url(self) -> str:
-        return settings.TESSERA_IDE_URL_PATTERN.format(
-            name=self.name, user=self.owner.get_username(), tenant=self.tenant.slug
-        )
+        return display.ide_url(self.name, self.owner.get_username(), self.tenant.slug)
 
     def ssh_command(self) -> str:
-        return settings.TESSERA_SSH_COMMAND_PATTERN.format(
-            name=self.name, user=self.owner.get_username(), tenant=self.tenant.slug
-        )
+        return display.ssh_command(self.name, self.owner.get_username(), self.tenant.slug)
 
     def idle_stop_due_at(self) -> datetime | None:
         """When an idle-warned codespace will be stopped unless someone keeps it."""
         if self.idle_warned_at is None:
             return None
-        return self.idle_warned_at + timedelta(minutes=self.template.idle_grace_minutes)
+        return display.idle_stop_due_at(self.idle_warned_at, self.template.idle_grace_minutes)
 
 
 class CodespaceEvent(models.Model):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime, tzinfo
 from typing import Any
 
+from django.db.models import QuerySet
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from codespaces import display
 from codespaces.choices import CodespaceState, GpuMode
 from codespaces.models import Codespace, CodespaceEvent, CodespaceTemplate, TemplatePreset
 
@@ -87,12 +92,60 @@ class CodespaceEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-_DATETIME = serializers.DateTimeField()
+def _datetime(value: datetime | None, zone: tzinfo) -> str | None:
+    """An aware datetime as DRF's DateTimeField renders it (ISO 8601 in the current time zone `zone`,
+    UTC as "Z"), None stays None: the same steps without the field's per-call settings lookups."""
+    if value is None:
+        return None
+    text = value.astimezone(zone).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def _datetime(value: Any) -> str | None:
-    """A datetime as DRF's DateTimeField renders it (ISO 8601, UTC as "Z"), None stays None."""
-    return None if value is None else _DATETIME.to_representation(value)
+# The row `CodespaceSerializer` renders: the codespace's columns (foreign keys by id, under the field's
+# name) and six columns of five joined tables. `codespace_rows()` selects exactly these.
+ROW_RELATED = (
+    "owner__username",
+    "tenant__slug",
+    "template__name",
+    "template__idle_grace_minutes",
+    "preset__name",
+    "workload__pending_reason",
+    "workload__queue_position",
+)
+ROW_OWN = tuple(
+    f.name
+    for f in Codespace._meta.concrete_fields
+    if f.name not in ("deleted_at", "owner", "tenant", "template", "preset")
+)
+_ROW_OWN_ATTRS = tuple(
+    (f.name, f.attname) for f in Codespace._meta.concrete_fields if f.name in ROW_OWN
+)
+
+
+def codespace_rows(queryset: QuerySet[Codespace]) -> QuerySet[Any]:
+    """`queryset` as the flat dict rows `CodespaceSerializer` renders: one query with five narrow joins
+    and no model instances (building them cost more CPU than the query on a list page)."""
+    return queryset.select_related(None).values(*ROW_OWN, *ROW_RELATED)
+
+
+def flat_row(obj: Codespace) -> dict[str, Any]:
+    """A model instance as a `codespace_rows()` row (reads the same related objects)."""
+    row = {name: getattr(obj, attname) for name, attname in _ROW_OWN_ATTRS}
+    queued = obj.state == CodespaceState.QUEUED and obj.workload_id is not None
+    workload = obj.workload if queued else None
+    preset = obj.preset if obj.preset_id is not None else None
+    row.update(
+        {
+            "owner__username": obj.owner.get_username(),
+            "tenant__slug": obj.tenant.slug,
+            "template__name": obj.template.name,
+            "template__idle_grace_minutes": obj.template.idle_grace_minutes,
+            "preset__name": preset.name if preset is not None else None,
+            "workload__pending_reason": workload.pending_reason if workload else None,
+            "workload__queue_position": workload.queue_position if workload else None,
+        }
+    )
+    return row
 
 
 class CodespaceSerializer(serializers.ModelSerializer):
@@ -169,61 +222,83 @@ class CodespaceSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    def to_representation(self, instance: Codespace) -> dict[str, Any]:
-        """The same dict DRF's field machinery builds (declared fields stay the schema's source), in
-        one pass of attribute reads: a 20-row list spent most of its CPU in per-field DRF calls.
-        `tests` compare both on every state; fetch rows with `codespaces.api.views.LIST_RELATED`."""
-        obj = instance
-        running = obj.state == CodespaceState.RUNNING
-        preset = obj.preset
+    def to_representation(self, instance: Codespace | Mapping[str, Any]) -> dict[str, Any]:
+        """The same dict DRF's field machinery builds from the declared fields (they stay the schema's
+        source), in one pass over a flat row: a 20-row list spent most of its CPU in per-field DRF
+        calls and in building model instances. `instance` is a Codespace or a row of
+        `codespace_rows()` (the list's query, no model instances); `tests` compare both with DRF."""
+        row = instance if isinstance(instance, Mapping) else flat_row(instance)
+        state = row["state"]
+        gpu_mode = row["gpu_mode"]
+        queued_on_workload = state == CodespaceState.QUEUED and row["workload"] is not None
+        running = state == CodespaceState.RUNNING
+        name, username, slug = row["name"], row["owner__username"], row["tenant__slug"]
+        zone = timezone.get_current_timezone()
         return {
-            "id": obj.pk,
-            "name": obj.name,
-            "owner": obj.owner.username,
-            "tenant": obj.tenant.slug,
-            "quota": obj.quota_id,
-            "template": obj.template.name,
-            "preset": preset.name if preset is not None else None,
-            "image": obj.image,
-            "gpu_mode": obj.gpu_mode,
-            "gpu_count": obj.gpu_count,
-            "gpu_milli": obj.gpu_milli,
-            "gpu_percent": self.get_gpu_percent(obj),
-            "gpu_memory_mib": obj.gpu_memory_mib,
-            "gpu_memory_gib": self.get_gpu_memory_gib(obj),
-            "gpu_model": obj.gpu_model,
-            "cpu_milli": obj.cpu_milli,
-            "memory_mib": obj.memory_mib,
-            "home_gib": obj.home_gib,
-            "size": obj.size_label,
-            "state": obj.state,
-            "failure_reason": obj.failure_reason,
-            "pending_reason": obj.waiting_reason,
-            "pending_code": obj.pending_code,
-            "queue_position": obj.waiting_position,
-            "workload": obj.workload_id,
-            "node": obj.node_name,
-            "gpus": obj.gpu_names,
-            "gpu_model_placed": obj.gpu_model_placed,
-            "ide_url": obj.ide_url() if running else None,
-            "ssh_command": obj.ssh_command() if running else None,
-            "last_activity_at": _datetime(obj.last_activity_at),
-            "idle_warned_at": _datetime(obj.idle_warned_at),
-            "idle_stop_due_at": _datetime(obj.idle_stop_due_at()),
-            "idle_stopped_at": _datetime(obj.idle_stopped_at),
-            "gpu_hours_freed": float(obj.gpu_hours_freed),
-            "started_at": _datetime(obj.started_at),
-            "stopped_at": _datetime(obj.stopped_at),
-            "created_at": _datetime(obj.created_at),
-            "updated_at": _datetime(obj.updated_at),
-            "version": obj.version,
+            "id": row["id"],
+            "name": name,
+            "owner": username,
+            "tenant": slug,
+            "quota": row["quota"],
+            "template": row["template__name"],
+            "preset": row["preset__name"],
+            "image": row["image"],
+            "gpu_mode": gpu_mode,
+            "gpu_count": row["gpu_count"],
+            "gpu_milli": row["gpu_milli"],
+            "gpu_percent": display.gpu_percent(gpu_mode, row["gpu_milli"]),
+            "gpu_memory_mib": row["gpu_memory_mib"],
+            "gpu_memory_gib": row["gpu_memory_mib"] / display.MIB_PER_GIB,
+            "gpu_model": row["gpu_model"],
+            "cpu_milli": row["cpu_milli"],
+            "memory_mib": row["memory_mib"],
+            "home_gib": row["home_gib"],
+            "size": display.size_label(
+                gpu_mode=gpu_mode,
+                gpu_count=row["gpu_count"],
+                gpu_milli=row["gpu_milli"],
+                gpu_memory_mib=row["gpu_memory_mib"],
+                gpu_model=row["gpu_model"],
+                cpu_milli=row["cpu_milli"],
+                memory_mib=row["memory_mib"],
+            ),
+            "state": state,
+            "failure_reason": row["failure_reason"],
+            "pending_reason": display.waiting_reason(
+                state, queued_on_workload, row["workload__pending_reason"], row["pending_reason"]
+            ),
+            "pending_code": row["pending_code"],
+            "queue_position": display.waiting_position(
+                state, queued_on_workload, row["workload__queue_position"], row["queue_position"]
+            ),
+            "workload": row["workload"],
+            "node": row["node_name"],
+            "gpus": row["gpu_names"],
+            "gpu_model_placed": row["gpu_model_placed"],
+            "ide_url": display.ide_url(name, username, slug) if running else None,
+            "ssh_command": display.ssh_command(name, username, slug) if running else None,
+            "last_activity_at": _datetime(row["last_activity_at"], zone),
+            "idle_warned_at": _datetime(row["idle_warned_at"], zone),
+            "idle_stop_due_at": _datetime(
+                display.idle_stop_due_at(
+                    row["idle_warned_at"], row["template__idle_grace_minutes"]
+                ),
+                zone,
+            ),
+            "idle_stopped_at": _datetime(row["idle_stopped_at"], zone),
+            "gpu_hours_freed": float(row["gpu_hours_freed"]),
+            "started_at": _datetime(row["started_at"], zone),
+            "stopped_at": _datetime(row["stopped_at"], zone),
+            "created_at": _datetime(row["created_at"], zone),
+            "updated_at": _datetime(row["updated_at"], zone),
+            "version": row["version"],
         }
 
     def get_gpu_percent(self, obj: Codespace) -> float:
-        return obj.gpu_milli / 10 if obj.gpu_mode == GpuMode.SLICE else 0
+        return display.gpu_percent(obj.gpu_mode, obj.gpu_milli)
 
     def get_gpu_memory_gib(self, obj: Codespace) -> float:
-        return obj.gpu_memory_mib / 1024
+        return obj.gpu_memory_mib / display.MIB_PER_GIB
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_ide_url(self, obj: Codespace) -> str | None:

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from codespaces import services
 from codespaces.access import can_manage
 from codespaces.api.serializers import (
+    ROW_RELATED,
     CodespaceCreateSerializer,
     CodespaceEventSerializer,
     CodespaceSerializer,
@@ -25,6 +26,7 @@ from codespaces.api.serializers import (
     PreviewSerializer,
     SavingsSerializer,
     UtilizationSerializer,
+    codespace_rows,
 )
 from codespaces.models import Codespace, CodespaceTemplate
 from codespaces.utilization import utilization_series
@@ -123,28 +125,16 @@ class CodespaceTemplateViewSet(ETagMixin, viewsets.ModelViewSet):
         return Response(PickerSerializer(services.picker_data(template, quota)).data)
 
 
-# What `CodespaceSerializer` reads beyond the codespace's own columns: five joins and their few columns
-# (the scoped base queryset also joins quota and pool, which cost PostgreSQL ~5 ms of planning per list).
+# What `CodespaceSerializer` reads beyond the codespace's own columns: five joins (the scoped base
+# queryset also joins quota and pool, which cost PostgreSQL ~5 ms of planning per list).
 LIST_RELATED = ("owner", "tenant", "template", "preset", "workload")
-LIST_RELATED_COLUMNS = (
-    "owner__username",
-    "tenant__slug",
-    "template__name",
-    "template__idle_grace_minutes",
-    "preset__name",
-    "workload__pending_reason",
-    "workload__queue_position",
-)
 
 
 def serializable_codespaces(queryset: QuerySet[Codespace]) -> QuerySet[Codespace]:
-    """`queryset` narrowed to what `CodespaceSerializer` renders: one query, no per-row lookups."""
+    """`queryset` narrowed to what `CodespaceSerializer` renders from an instance: one query, no
+    per-row lookups (lists use `codespace_rows`, flat rows without instances)."""
     own = [f.name for f in Codespace._meta.concrete_fields if f.name != "deleted_at"]
-    return (
-        queryset.select_related(None)
-        .select_related(*LIST_RELATED)
-        .only(*own, *LIST_RELATED_COLUMNS)
-    )
+    return queryset.select_related(None).select_related(*LIST_RELATED).only(*own, *ROW_RELATED)
 
 
 class CodespaceViewSet(
@@ -172,8 +162,10 @@ class CodespaceViewSet(
             queryset = queryset.filter(owner=user)
         elif scope == "team" and not is_operator(user):
             queryset = queryset.filter(tenant_id__in=admin_tenant_ids_for(user))
-        if self.action in ("list", "retrieve"):
-            queryset = serializable_codespaces(queryset)
+        if self.action == "list":
+            return codespace_rows(queryset)
+        if self.action == "retrieve":
+            return serializable_codespaces(queryset)
         return queryset
 
     def _managed(self) -> Codespace:

@@ -10,12 +10,13 @@ import pytest
 from django.utils import timezone
 from rest_framework import serializers
 
-from codespaces.api.serializers import CodespaceSerializer
+from codespaces.api.serializers import CodespaceSerializer, codespace_rows
 from codespaces.api.views import serializable_codespaces
 from codespaces.choices import CodespaceState as S
 from codespaces.choices import GpuMode
 from codespaces.models import Codespace
 from codespaces.tests.factories import CodespaceFactory, TemplatePresetFactory
+from scheduling.models import Workload
 
 pytestmark = pytest.mark.django_db
 
@@ -32,6 +33,10 @@ def test_fast_representation_matches_drf_fields_in_every_shape(
 ) -> None:
     created = api_as(bob).post("/api/v1/codespaces/", {**CPU, "name": "queued"}, format="json")
     assert created.status_code == 201, created.json()
+    # a queued codespace shows its workload's reason and position, not its own stale ones
+    Workload.objects.filter(pk=created.json()["workload"]).update(
+        pending_reason="team-a CPU side: 4 of max 4 CPU in use.", queue_position=3
+    )
     now = timezone.now()
     preset = TemplatePresetFactory(template=template, name="small")
     CodespaceFactory(owner=bob, tenant=team_a, quota=quota_a, template=template, preset=preset)
@@ -64,10 +69,20 @@ def test_fast_representation_matches_drf_fields_in_every_shape(
     assert {row.state for row in rows} == {S.QUEUED, S.RUNNING, S.STOPPED}
     assert any(row.workload_id for row in rows)
     assert any(row.preset_id for row in rows)
+    flat = {row["id"]: row for row in codespace_rows(Codespace.objects.all())}
+    assert set(flat) == {row.pk for row in rows}
     for row in rows:
+        generic = _drf_generic(Codespace.objects.get(pk=row.pk))
         fast = CodespaceSerializer(row).data
-        assert fast == _drf_generic(Codespace.objects.get(pk=row.pk))
+        assert fast == generic
         assert list(fast) == list(CodespaceSerializer().fields)
+        # the list's flat row (no model instance) renders the same
+        assert CodespaceSerializer(flat[row.pk]).data == generic
+    queued = CodespaceSerializer(flat[created.json()["id"]]).data
+    assert (queued["pending_reason"], queued["queue_position"]) == (
+        "team-a CPU side: 4 of max 4 CPU in use.",
+        3,
+    )
     running = next(r for r in rows if r.state == S.RUNNING)
     assert CodespaceSerializer(running).data["ide_url"] == running.ide_url()
 

@@ -1,0 +1,73 @@
+"""How a codespace is described to people: its size label, why it waits, where to connect, when idle-stop
+happens. Pure functions of column values, so a model instance (`Codespace`'s properties) and a plain row
+of the API's list query (`codespaces.api.rows`) say exactly the same thing."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from codespaces.choices import CodespaceState, GpuMode
+
+MIB_PER_GIB = 1024
+
+
+def size_label(
+    *,
+    gpu_mode: str,
+    gpu_count: int,
+    gpu_milli: int,
+    gpu_memory_mib: int,
+    gpu_model: str,
+    cpu_milli: int,
+    memory_mib: int,
+) -> str:
+    """Human size: "25% · 20 GiB of 1 GPU · 2 CPU · 8 GiB RAM", "2 × whole GPU · ...", "CPU only · ..."."""
+    cpu = f"{cpu_milli / 1000:g} CPU · {memory_mib / MIB_PER_GIB:g} GiB RAM"
+    model = f" {gpu_model}" if gpu_model else ""
+    if gpu_mode == GpuMode.SLICE:
+        gib = gpu_memory_mib / MIB_PER_GIB
+        return f"{gpu_milli / 10:g}% · {gib:g} GiB of 1{model} GPU · {cpu}"
+    if gpu_mode == GpuMode.WHOLE:
+        return f"{gpu_count} × whole{model} GPU · {cpu}"
+    return f"CPU only · {cpu}"
+
+
+def gpu_percent(gpu_mode: str, gpu_milli: int) -> float:
+    """Compute share of a slice in percent of one card (0 for whole cards and CPU-only)."""
+    return gpu_milli / 10 if gpu_mode == GpuMode.SLICE else 0
+
+
+def waiting_reason(
+    state: str, has_workload: bool, workload_reason: str | None, own_reason: str
+) -> str:
+    """Why a queued codespace waits: its workload's reason (the cycle updates it every pass), else the
+    codespace's own; "" unless queued."""
+    if state != CodespaceState.QUEUED:
+        return ""
+    return ((workload_reason or "") if has_workload else "") or own_reason
+
+
+def waiting_position(
+    state: str, has_workload: bool, workload_position: int | None, own_position: int | None
+) -> int | None:
+    """Its position in its pool's queue, fresh from its workload; None unless queued."""
+    if state != CodespaceState.QUEUED:
+        return None
+    return workload_position if has_workload else own_position
+
+
+def ide_url(name: str, username: str, tenant_slug: str) -> str:
+    return settings.TESSERA_IDE_URL_PATTERN.format(name=name, user=username, tenant=tenant_slug)
+
+
+def ssh_command(name: str, username: str, tenant_slug: str) -> str:
+    return settings.TESSERA_SSH_COMMAND_PATTERN.format(name=name, user=username, tenant=tenant_slug)
+
+
+def idle_stop_due_at(idle_warned_at: datetime | None, grace_minutes: int) -> datetime | None:
+    """When an idle-warned codespace will be stopped unless someone keeps it."""
+    if idle_warned_at is None:
+        return None
+    return idle_warned_at + timedelta(minutes=grace_minutes)
