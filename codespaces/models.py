@@ -239,24 +239,28 @@ class Codespace(models.Model):
     @property
     def waiting_reason(self) -> str:
         """Why a queued codespace waits, fresh from its workload (the cycle updates it every pass)."""
-        has_workload = self.workload_id is not None and self.state == CodespaceState.QUEUED
+        workload = self.workload if self._queued_on_workload else None
         return display.waiting_reason(
             self.state,
-            has_workload,
-            self.workload.pending_reason if has_workload else None,
+            workload is not None,
+            workload.pending_reason if workload is not None else None,
             self.pending_reason,
         )
 
     @property
     def waiting_position(self) -> int | None:
         """Its position in the queue of its pool, fresh from its workload."""
-        has_workload = self.workload_id is not None and self.state == CodespaceState.QUEUED
+        workload = self.workload if self._queued_on_workload else None
         return display.waiting_position(
             self.state,
-            has_workload,
-            self.workload.queue_position if has_workload else None,
+            workload is not None,
+            workload.queue_position if workload is not None else None,
             self.queue_position,
         )
+
+    @property
+    def _queued_on_workload(self) -> bool:
+        return self.state == CodespaceState.QUEUED and self.workload_id is not None
 
     @property
     def location(self) -> str:

@@ -933,16 +933,16 @@ def visible_codespaces(user: Any, *, scope: str = "mine") -> QuerySet[Codespace]
     return scope_queryset(queryset, user)
 
 
-def scoped_codespaces(user: Any) -> QuerySet[Codespace]:
-    """Live codespaces of the user's tenants (all for operators): the base of every lookup."""
+def scoped_codespaces(user: Any, base: Any = None) -> Any:
+    """Live codespaces of the user's tenants (all for operators): the base of every lookup. `base` is
+    what to narrow (default: codespaces with their relations; the API list passes its compiled rows)."""
     from portal.scoping import scope_queryset
 
-    return scope_queryset(
-        Codespace.objects.exclude(state=S.DELETED).select_related(
+    if base is None:
+        base = Codespace.objects.select_related(
             "owner", "tenant", "template", "quota__group", "workload", "preset"
-        ),
-        user,
-    )
+        )
+    return scope_queryset(base.exclude(state=S.DELETED), user)
 
 
 # --- Templates (operators) -----------------------------------------------------------------------

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, tzinfo
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -101,17 +101,17 @@ def _datetime(value: datetime | None, zone: tzinfo) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-# The row `CodespaceSerializer` renders: the codespace's columns (foreign keys by id, under the field's
-# name) and six columns of five joined tables. `codespace_rows()` selects exactly these.
-ROW_RELATED = (
-    "owner__username",
-    "tenant__slug",
-    "template__name",
-    "template__idle_grace_minutes",
-    "preset__name",
-    "workload__pending_reason",
-    "workload__queue_position",
-)
+# The row `CodespaceSerializer` renders: the codespace's own columns (foreign keys by id, under the
+# field's name) and seven columns of five related tables, {row key: (relation, column)}.
+ROW_RELATED = {
+    "owner_username": ("owner", "username"),
+    "tenant_slug": ("tenant", "slug"),
+    "template_name": ("template", "name"),
+    "template_idle_grace_minutes": ("template", "idle_grace_minutes"),
+    "preset_name": ("preset", "name"),
+    "workload_pending_reason": ("workload", "pending_reason"),
+    "workload_queue_position": ("workload", "queue_position"),
+}
 ROW_OWN = tuple(
     f.name
     for f in Codespace._meta.concrete_fields
@@ -122,10 +122,20 @@ _ROW_OWN_ATTRS = tuple(
 )
 
 
+def _related_value(relation: str, column: str) -> Subquery:
+    model = Codespace._meta.get_field(relation).related_model
+    assert isinstance(model, type)
+    pk = model._default_manager.filter(pk=OuterRef(f"{relation}_id"))
+    return Subquery(pk.values(column)[:1])
+
+
 def codespace_rows(queryset: QuerySet[Codespace]) -> QuerySet[Any]:
-    """`queryset` as the flat dict rows `CodespaceSerializer` renders: one query with five narrow joins
-    and no model instances (building them cost more CPU than the query on a list page)."""
-    return queryset.select_related(None).values(*ROW_OWN, *ROW_RELATED)
+    """`queryset` as the flat dict rows `CodespaceSerializer` renders, without model instances
+    (building them cost more CPU than the query on a list page). The related columns are scalar
+    subqueries by primary key, not joins: PostgreSQL planned the six-table join for ~0.6 ms per page,
+    longer than it ran it."""
+    related = {key: _related_value(*source) for key, source in ROW_RELATED.items()}
+    return queryset.select_related(None).annotate(**related).values(*ROW_OWN, *related)
 
 
 def flat_row(obj: Codespace) -> dict[str, Any]:
@@ -136,13 +146,13 @@ def flat_row(obj: Codespace) -> dict[str, Any]:
     preset = obj.preset if obj.preset_id is not None else None
     row.update(
         {
-            "owner__username": obj.owner.get_username(),
-            "tenant__slug": obj.tenant.slug,
-            "template__name": obj.template.name,
-            "template__idle_grace_minutes": obj.template.idle_grace_minutes,
-            "preset__name": preset.name if preset is not None else None,
-            "workload__pending_reason": workload.pending_reason if workload else None,
-            "workload__queue_position": workload.queue_position if workload else None,
+            "owner_username": obj.owner.get_username(),
+            "tenant_slug": obj.tenant.slug,
+            "template_name": obj.template.name,
+            "template_idle_grace_minutes": obj.template.idle_grace_minutes,
+            "preset_name": preset.name if preset is not None else None,
+            "workload_pending_reason": workload.pending_reason if workload else None,
+            "workload_queue_position": workload.queue_position if workload else None,
         }
     )
     return row
@@ -232,7 +242,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
         gpu_mode = row["gpu_mode"]
         queued_on_workload = state == CodespaceState.QUEUED and row["workload"] is not None
         running = state == CodespaceState.RUNNING
-        name, username, slug = row["name"], row["owner__username"], row["tenant__slug"]
+        name, username, slug = row["name"], row["owner_username"], row["tenant_slug"]
         zone = timezone.get_current_timezone()
         return {
             "id": row["id"],
@@ -240,8 +250,8 @@ class CodespaceSerializer(serializers.ModelSerializer):
             "owner": username,
             "tenant": slug,
             "quota": row["quota"],
-            "template": row["template__name"],
-            "preset": row["preset__name"],
+            "template": row["template_name"],
+            "preset": row["preset_name"],
             "image": row["image"],
             "gpu_mode": gpu_mode,
             "gpu_count": row["gpu_count"],
@@ -265,11 +275,11 @@ class CodespaceSerializer(serializers.ModelSerializer):
             "state": state,
             "failure_reason": row["failure_reason"],
             "pending_reason": display.waiting_reason(
-                state, queued_on_workload, row["workload__pending_reason"], row["pending_reason"]
+                state, queued_on_workload, row["workload_pending_reason"], row["pending_reason"]
             ),
             "pending_code": row["pending_code"],
             "queue_position": display.waiting_position(
-                state, queued_on_workload, row["workload__queue_position"], row["queue_position"]
+                state, queued_on_workload, row["workload_queue_position"], row["queue_position"]
             ),
             "workload": row["workload"],
             "node": row["node_name"],
@@ -280,9 +290,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
             "last_activity_at": _datetime(row["last_activity_at"], zone),
             "idle_warned_at": _datetime(row["idle_warned_at"], zone),
             "idle_stop_due_at": _datetime(
-                display.idle_stop_due_at(
-                    row["idle_warned_at"], row["template__idle_grace_minutes"]
-                ),
+                display.idle_stop_due_at(row["idle_warned_at"], row["template_idle_grace_minutes"]),
                 zone,
             ),
             "idle_stopped_at": _datetime(row["idle_stopped_at"], zone),

@@ -31,6 +31,7 @@ from codespaces.api.serializers import (
 from codespaces.models import Codespace, CodespaceTemplate
 from codespaces.utilization import utilization_series
 from portal.api.concurrency import ETagMixin, expected_version
+from portal.compiled_query import CompiledQuerySet
 from portal.errors import Forbidden, InvalidInput, NotFoundError
 from portal.numbers import parse_int
 from portal.scoping import (
@@ -134,7 +135,11 @@ def serializable_codespaces(queryset: QuerySet[Codespace]) -> QuerySet[Codespace
     """`queryset` narrowed to what `CodespaceSerializer` renders from an instance: one query, no
     per-row lookups (lists use `codespace_rows`, flat rows without instances)."""
     own = [f.name for f in Codespace._meta.concrete_fields if f.name != "deleted_at"]
-    return queryset.select_related(None).select_related(*LIST_RELATED).only(*own, *ROW_RELATED)
+    related = [f"{relation}__{column}" for relation, column in ROW_RELATED.values()]
+    return queryset.select_related(None).select_related(*LIST_RELATED).only(*own, *related)
+
+
+LIST_ROWS = codespace_rows(Codespace.objects.all())
 
 
 class CodespaceViewSet(
@@ -154,16 +159,16 @@ class CodespaceViewSet(
     ordering_fields = ["created_at", "name", "state"]
     filter_fields = {"state": "state", "tenant": "tenant__slug", "template": "template__name"}
 
-    def get_queryset(self) -> QuerySet[Codespace]:
+    def get_queryset(self) -> Any:
         user = current_user(self.request)
-        queryset = services.scoped_codespaces(user)
+        # The list is the API's hottest read: its rows come from SQL compiled once per query shape.
+        base = CompiledQuerySet("codespaces.api.list", LIST_ROWS) if self.action == "list" else None
+        queryset = services.scoped_codespaces(user, base)
         scope = self.request.query_params.get("scope", "")
         if scope == "mine":
-            queryset = queryset.filter(owner=user)
+            queryset = queryset.filter(owner_id=user.pk)
         elif scope == "team" and not is_operator(user):
             queryset = queryset.filter(tenant_id__in=admin_tenant_ids_for(user))
-        if self.action == "list":
-            return codespace_rows(queryset)
         if self.action == "retrieve":
             return serializable_codespaces(queryset)
         return queryset

@@ -16,6 +16,7 @@ from codespaces.choices import CodespaceState as S
 from codespaces.choices import GpuMode
 from codespaces.models import Codespace
 from codespaces.tests.factories import CodespaceFactory, TemplatePresetFactory
+from portal import compiled_query
 from scheduling.models import Workload
 
 pytestmark = pytest.mark.django_db
@@ -155,3 +156,74 @@ def test_cpu_submit_query_budget(
     assert response.json() == api.get(f"/api/v1/codespaces/{response.json()['id']}/").json()
     assert not any("scheduling_node" in q["sql"] for q in ctx.captured_queries)
     assert len(callbacks) == 1  # the scheduling cycle trigger, after commit
+
+
+LIST_QUERIES = [
+    "limit=3",
+    "limit=50",
+    "scope=mine&limit=4",
+    "scope=team",
+    "state=running,stopped&limit=2",
+    "state=queued&template=pytorch",
+    "tenant=team-a,team-b&limit=5",
+    "tenant=team-b",
+    "ordering=name&limit=3",
+    "ordering=-created_at&limit=2",
+]
+
+
+def _walk(api: Any, query: str) -> list[dict[str, Any]]:
+    """Every page of a list, forward to the end and back to the start by the cursor links."""
+    pages = [api.get(f"/api/v1/codespaces/?{query}").json()]
+    while pages[-1]["next"] and len(pages) < 20:
+        pages.append(api.get(pages[-1]["next"]).json())
+    while pages[-1]["previous"] and len(pages) < 40:
+        pages.append(api.get(pages[-1]["previous"]).json())
+    return pages
+
+
+@pytest.mark.parametrize("who", ["bob", "alice", "charlie", "operator"])
+def test_compiled_list_pages_equal_the_plain_orm_pages(
+    who: str,
+    request: Any,
+    team_a: Any,
+    team_b: Any,
+    quota_a: Any,
+    quota_b: Any,
+    template: Any,
+    api_as: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The list runs SQL compiled once per query shape (portal.compiled_query); with compilation off
+    every page — filters, scopes, orderings, cursors both ways, other people's views — is identical."""
+    users = {
+        name: request.getfixturevalue(name) for name in ("bob", "alice", "charlie", "operator")
+    }
+    for index in range(9):
+        team, quota = (team_a, quota_a) if index % 3 else (team_b, quota_b)
+        owner = users["charlie"] if team == team_b else users["bob" if index % 2 else "alice"]
+        CodespaceFactory(
+            owner=owner,
+            tenant=team,
+            quota=quota,
+            template=template,
+            name=f"cs-{(index * 7) % 9}",
+            state=[S.QUEUED, S.RUNNING, S.STOPPED][index % 3],
+        )
+    api = api_as(users[who])
+    compiled_query.clear_cache()
+    compiled = {query: _walk(api, query) for query in LIST_QUERIES}
+    shapes = [v for v in compiled_query._cache.values() if isinstance(v, compiled_query._Compiled)]
+    assert len(shapes) >= len(LIST_QUERIES)  # the pages above did run compiled SQL
+    monkeypatch.setattr(
+        compiled_query.CompiledQuerySet, "_compile", lambda self: compiled_query._UNCOMPILABLE
+    )
+    compiled_query.clear_cache()
+    for query in LIST_QUERIES:
+        assert _walk(api, query) == compiled[query], query
+    seen = {
+        row["tenant"] for pages in compiled.values() for page in pages for row in page["results"]
+    }
+    assert seen == (
+        {"team-a", "team-b"} if who == "operator" else {users[who].memberships.get().tenant.slug}
+    )

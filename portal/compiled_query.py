@@ -1,0 +1,342 @@
+"""Querysets compiled to SQL once per *shape* and run with each request's values.
+
+On a hot list endpoint Django spent more CPU compiling the page query (joins, forty columns, filters)
+than PostgreSQL spent running it. `CompiledQuerySet` wraps a template queryset (say
+`Codespace.objects.values(...)`) and records what the request applies to it: `filter()`, `exclude()`,
+`order_by()`, `none()` and slicing, the vocabulary of tenant scoping, the filter backends and DRF's
+cursor pagination. When iterated it looks up the SQL for this *shape* (the operations with their values
+abstracted away: which lookups, how many values in an `__in`, which ordering, which slice) and runs it
+with this request's values; a new shape is compiled once, by replaying the operations on the template
+with unique sentinel values and finding where each sentinel landed among the compiled parameters.
+
+It refuses to guess. A shape is served from its compiled SQL only when every sentinel came out as a
+parameter unchanged (or an int from a string of digits, as for cursor positions of integer columns), no
+parameter merely contains one; Django's column converters are applied to the rows as its compiler
+would. Any other shape is evaluated by replaying the operations with the real values: the plain ORM.
+Values that are not ints or strings (None, booleans, dates) are part of the shape, not parameters.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+from threading import Lock
+from typing import Any, cast
+
+from django.core.exceptions import EmptyResultSet, ValidationError
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Q, QuerySet
+from django.db.models.query import ValuesIterable
+
+_SENTINEL_BASE = -7_340_000_000_000_000  # far below any primary key or count
+_MAX_SHAPES = 256
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """A bound value's place in a shape, by kind: "int", "digits" (a string of digits) or "str"."""
+
+    kind: str
+
+
+@dataclass(frozen=True)
+class _Seq:
+    items: tuple[Hashable, ...]
+
+
+@dataclass(frozen=True)
+class _Lit:
+    """A value that is part of the shape itself (None, a boolean, a date, ...)."""
+
+    value: Hashable
+
+
+@dataclass(frozen=True)
+class _QShape:
+    connector: str
+    negated: bool
+    children: tuple[Hashable, ...]  # _QShape or (lookup, value shape)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One recorded `filter()` / `exclude()`: positional Q shapes and keyword value shapes."""
+
+    args: tuple[Hashable, ...]
+    kwargs: tuple[tuple[str, Hashable], ...]
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    # per SQL parameter: ("value", index into the bound values, to_int) or ("const", value, False)
+    params: tuple[tuple[str, Any, bool], ...]
+    names: tuple[str, ...]
+    # Django's per-column value converters ({position: (functions, expression)}; SQLite datetimes,
+    # numeric subqueries), applied as the compiler would
+    converters: dict[int, Any] = field(default_factory=dict)
+    empty: bool = False
+
+
+_UNCOMPILABLE = object()
+_cache: OrderedDict[Hashable, Any] = OrderedDict()
+_lock = Lock()
+
+
+def _kind(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, str):
+        return "digits" if value.isascii() and value.isdigit() and len(value) < 19 else "str"
+    return None
+
+
+def _sentinel(kind: str, index: int) -> Any:
+    number = _SENTINEL_BASE - index
+    if kind == "int":
+        return number
+    if kind == "digits":
+        return str(-number)  # still digits; an integer column turns it into int(...)
+    return f"\x1ftessera-sentinel-{index}\x1f"
+
+
+class _Abstractor:
+    """Splits an operation's arguments into a hashable shape and the values it binds, in order."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+
+    def value(self, value: Any) -> Hashable:
+        if _kind(value) is not None:
+            self.values.append(value)
+            return _Slot(str(_kind(value)))
+        if isinstance(value, list | tuple):
+            return _Seq(tuple(self.value(item) for item in value))
+        if isinstance(value, set | frozenset):
+            return _Seq(tuple(self.value(item) for item in sorted(value, key=repr)))
+        hash(value)  # part of the shape; an unhashable value raises TypeError here, loudly
+        return _Lit(value)
+
+    def q(self, q: Q) -> _QShape:
+        children = tuple(
+            self.q(child) if isinstance(child, Q) else self.lookup(*cast(tuple[str, Any], child))
+            for child in q.children
+        )
+        return _QShape(q.connector, q.negated, children)
+
+    def lookup(self, name: str, value: Any) -> tuple[str, Hashable]:
+        return (name, self.value(value))
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
+        shaped_args = tuple(self.q(arg) for arg in args)
+        shaped_kwargs = tuple((k, self.value(v)) for k, v in sorted(kwargs.items()))
+        return _Call(shaped_args, shaped_kwargs)
+
+
+def _fill_child(child: Hashable, source: Iterator[Any]) -> Any:
+    if isinstance(child, _QShape):
+        return _fill(child, source)
+    lookup, value = cast(tuple[str, Hashable], child)
+    return (lookup, _fill(value, source))
+
+
+def _fill(shape: Hashable, source: Iterator[Any]) -> Any:
+    """Rebuild an argument from its shape, taking the bound values (real or sentinel) from `source`."""
+    if isinstance(shape, _Slot):
+        return next(source)
+    if isinstance(shape, _Seq):
+        return [_fill(item, source) for item in shape.items]
+    if isinstance(shape, _Lit):
+        return shape.value
+    if isinstance(shape, _QShape):
+        q = Q()
+        q.connector, q.negated = shape.connector, shape.negated
+        q.children = [_fill_child(child, source) for child in shape.children]
+        return q
+    raise AssertionError(f"unknown shape {shape!r}")
+
+
+class CompiledQuerySet:
+    """A template queryset plus recorded operations; see the module docstring.
+
+    `name` identifies the template (one template per name); `model` is the template's model, for code
+    that inspects it (filter backends, ordering validation)."""
+
+    def __init__(
+        self,
+        name: str,
+        template: QuerySet[Any],
+        ops: tuple[tuple[str, Hashable], ...] = (),
+        values: tuple[Any, ...] = (),
+        using: str = DEFAULT_DB_ALIAS,
+    ) -> None:
+        if not issubclass(template._iterable_class, ValuesIterable):
+            raise TypeError("The template of a CompiledQuerySet is a values() queryset.")
+        self.name = name
+        self.template = template
+        self.model = template.model
+        self._ops = ops
+        self._values = values
+        self._using = using
+        self._rows: list[dict[str, Any]] | None = None
+
+    # --- recording -------------------------------------------------------------------------------
+    def _with(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompiledQuerySet:
+        if any(not isinstance(arg, Q) for arg in args):
+            raise TypeError(f"{op}() takes Q objects and keyword lookups only.")
+        abstract = _Abstractor()
+        shape = abstract.call(args, kwargs)
+        return CompiledQuerySet(
+            self.name,
+            self.template,
+            (*self._ops, (op, shape)),
+            (*self._values, *abstract.values),
+            self._using,
+        )
+
+    def filter(self, *args: Any, **kwargs: Any) -> CompiledQuerySet:
+        return self._with("filter", args, kwargs)
+
+    def exclude(self, *args: Any, **kwargs: Any) -> CompiledQuerySet:
+        return self._with("exclude", args, kwargs)
+
+    def order_by(self, *fields: str) -> CompiledQuerySet:
+        return CompiledQuerySet(
+            self.name,
+            self.template,
+            (*self._ops, ("order_by", tuple(fields))),
+            self._values,
+            self._using,
+        )
+
+    def none(self) -> CompiledQuerySet:
+        return CompiledQuerySet(
+            self.name, self.template, (*self._ops, ("none", ())), self._values, self._using
+        )
+
+    def __getitem__(self, item: slice) -> CompiledQuerySet:
+        if not isinstance(item, slice) or item.step is not None:
+            raise TypeError("CompiledQuerySet supports slices without a step only.")
+        bounds = (item.start, item.stop)
+        return CompiledQuerySet(
+            self.name, self.template, (*self._ops, ("slice", bounds)), self._values, self._using
+        )
+
+    # --- evaluation ------------------------------------------------------------------------------
+    def queryset(self, values: tuple[Any, ...] | None = None) -> QuerySet[Any]:
+        """The equivalent Django queryset, with these values (default: the recorded ones)."""
+        source = iter(self._values if values is None else values)
+        queryset = self.template
+        for op, shape in self._ops:
+            if op == "slice":
+                assert isinstance(shape, tuple)
+                queryset = queryset[slice(*shape)]
+            elif op == "order_by":
+                assert isinstance(shape, tuple)
+                queryset = queryset.order_by(*shape)
+            elif op == "none":
+                queryset = queryset.none()
+            else:
+                assert isinstance(shape, _Call)
+                args = [_fill(a, source) for a in shape.args]
+                kwargs = {k: _fill(v, source) for k, v in shape.kwargs}
+                queryset = getattr(queryset, op)(*args, **kwargs)
+        return queryset
+
+    def _compile(self) -> Any:
+        kinds = [str(_kind(value)) for value in self._values]
+        sentinels = tuple(_sentinel(kind, i) for i, kind in enumerate(kinds))
+        try:
+            queryset = self.queryset(sentinels)
+            compiler = queryset.query.get_compiler(self._using)
+            try:
+                sql, params = compiler.as_sql()
+            except EmptyResultSet:
+                return _Compiled("", (), (), empty=True)
+            converters = compiler.get_converters([col for col, _, _ in compiler.select])
+        except (ValidationError, ValueError, TypeError):
+            return _UNCOMPILABLE  # a sentinel does not fit a column: evaluate this shape plainly
+        by_value = {s: i for i, s in enumerate(sentinels)}
+        by_int = {int(s): i for i, s in enumerate(sentinels) if kinds[i] == "digits"}
+        placed: list[tuple[str, Any, bool]] = []
+        seen: set[int] = set()
+        for param in params:
+            if isinstance(param, int | str) and not isinstance(param, bool):
+                if type(param) is int and param in by_int:
+                    placed.append(("value", by_int[param], True))
+                    seen.add(by_int[param])
+                    continue
+                index = by_value.get(param)
+                if index is not None and type(param) is type(sentinels[index]):
+                    placed.append(("value", index, False))
+                    seen.add(index)
+                    continue
+                if isinstance(param, str) and "tessera-sentinel" in param:
+                    return _UNCOMPILABLE  # transformed (e.g. wrapped in %...%)
+            placed.append(("const", param, False))
+        if seen != set(range(len(sentinels))):
+            return _UNCOMPILABLE
+        query = queryset.query
+        names = tuple(
+            query.selected or (*query.extra_select, *query.values_select, *query.annotation_select)
+        )
+        return _Compiled(sql, tuple(placed), names, converters)
+
+    def _fetch(self) -> list[dict[str, Any]]:
+        key = (self._using, self.name, self._ops, tuple(_kind(v) for v in self._values))
+        with _lock:
+            compiled = _cache.get(key)
+            if compiled is not None:
+                _cache.move_to_end(key)
+        if compiled is None:
+            compiled = self._compile()
+            with _lock:
+                _cache[key] = compiled
+                while len(_cache) > _MAX_SHAPES:
+                    _cache.popitem(last=False)
+        if compiled is _UNCOMPILABLE:
+            return list(self.queryset())
+        assert isinstance(compiled, _Compiled)
+        if compiled.empty:
+            return []
+        params = [
+            (int(self._values[ref]) if to_int else self._values[ref]) if where == "value" else ref
+            for where, ref, to_int in compiled.params
+        ]
+        connection = connections[self._using]
+        with connection.cursor() as cursor:
+            cursor.execute(compiled.sql, params)
+            rows = cursor.fetchall()
+        names = compiled.names
+        if compiled.converters:
+            rows = [_converted(row, compiled.converters, connection) for row in rows]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._rows is None:
+            self._rows = self._fetch()
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        if self._rows is None:
+            self._rows = self._fetch()
+        return len(self._rows)
+
+
+def _converted(row: tuple[Any, ...], converters: dict[int, Any], connection: Any) -> list[Any]:
+    values = list(row)
+    for position, (functions, expression) in converters.items():
+        value = values[position]
+        for function in functions:
+            value = function(value, expression, connection)
+        values[position] = value
+    return values
+
+
+def clear_cache() -> None:
+    """Forget every compiled shape (tests; a schema change in a running process)."""
+    with _lock:
+        _cache.clear()
