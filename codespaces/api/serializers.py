@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, tzinfo
 from typing import Any
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Model, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -124,7 +124,7 @@ _ROW_OWN_ATTRS = tuple(
 
 def _related_value(relation: str, column: str) -> Subquery:
     model = Codespace._meta.get_field(relation).related_model
-    assert isinstance(model, type)
+    assert isinstance(model, type) and issubclass(model, Model)
     pk = model._default_manager.filter(pk=OuterRef(f"{relation}_id"))
     return Subquery(pk.values(column)[:1])
 
