@@ -17,7 +17,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from codespaces import lifecycle, pools
@@ -31,6 +31,7 @@ from codespaces.choices import (
     GpuMode,
 )
 from codespaces.models import MIB_PER_GIB, Codespace, CodespaceTemplate, TemplatePreset
+from portal.compiled_query import CompiledQuerySet
 from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
@@ -171,6 +172,25 @@ def default_quota(template: CodespaceTemplate | None, quotas: list[Quota]) -> Qu
     return quotas[0]
 
 
+# The submit path's reads, compiled once per shape (portal.compiled_query).
+_ALLOW_LIST = CodespaceTemplate.allowed_tenants.through.objects
+_TEMPLATES = CompiledQuerySet(
+    "codespaces.templates",
+    CodespaceTemplate.objects.annotate(
+        restricted=Exists(_ALLOW_LIST.filter(codespacetemplate_id=OuterRef("pk")))
+    ),
+)
+_ALLOWED = CompiledQuerySet("codespaces.template-allowed", _ALLOW_LIST.values("tenant_id"))
+_QUOTAS = CompiledQuerySet(
+    "codespaces.quotas", Quota.objects.select_related("group").order_by("group__name", "pk")
+)
+_LIVE_OF_TEMPLATE = CompiledQuerySet(
+    "codespaces.live-of-template",
+    Codespace.objects.order_by().values("owner_id").annotate(live=Count("pk")),
+)
+_LOCKED_USER = CompiledQuerySet("codespaces.locked-user", get_user_model().objects.values("pk"))
+
+
 def _resolve_template(
     template: CodespaceTemplate | int | str | None, tenant: Tenant
 ) -> CodespaceTemplate:
@@ -178,16 +198,17 @@ def _resolve_template(
         raise InvalidInput(
             "template: choose a template.", fields={"template": ["Choose a template."]}
         )
-    if isinstance(template, CodespaceTemplate):
-        found: CodespaceTemplate | None = template
-    else:
-        found = CodespaceTemplate.objects.filter(**_lookup(template)).first()
+    # The template and whether it has an allow-list, then (only if it has) whether the team is on it.
+    lookup = {"pk": template.pk} if isinstance(template, CodespaceTemplate) else _lookup(template)
+    found = _TEMPLATES.filter(**lookup).first()
     if found is None or not found.active:
         raise InvalidInput(
             f"template: there is no template {_shown(template)}.",
             fields={"template": [f"Unknown template {_shown(template)}."]},
         )
-    if not templates_for_tenant(tenant).filter(pk=found.pk).exists():
+    if found.restricted and not list(
+        _ALLOWED.filter(codespacetemplate_id=found.pk, tenant_id=tenant.pk)[:1]
+    ):
         raise InvalidInput(
             f"template: '{found.name}' is not available to team {tenant.slug}.",
             fields={
@@ -198,7 +219,7 @@ def _resolve_template(
 
 
 def _resolve_quota(quota: Quota | int | None, tenant: Tenant, gpu_model: str) -> Quota:
-    quotas = list(quotas_for_tenant(tenant))
+    quotas = list(_QUOTAS.filter(tenant_id=tenant.pk))
     if not quotas:
         raise InvalidInput(
             f"quota: team {tenant.slug} has no quota to run codespaces; ask a platform operator.",
@@ -390,74 +411,91 @@ def create_codespace(
         )
     quota_obj = _resolve_quota(quota, tenant, size.gpu_model)
     resources = validate_size(template_obj, quota_obj, size, errors)
-    if (
-        "name" not in errors.fields
-        and Codespace.objects.exclude(state=S.DELETED).filter(name=name).exists()
-    ):
-        errors.add("name", f"A codespace named '{name}' already exists; choose another name.")
     errors.raise_if_any()
 
-    with transaction.atomic():
-        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        live = (
-            Codespace.objects.filter(owner=user, template=template_obj)
-            .exclude(state__in=(S.DELETING, S.DELETED))
-            .count()
-        )
-        if live >= template_obj.max_per_user:
-            raise InvalidInput(
-                f"template: you already have {live} codespaces from {template_obj.name} "
-                f"(limit {template_obj.max_per_user} per user); delete one first.",
-                fields={
-                    "template": [
-                        f"Limit reached: {live} of {template_obj.max_per_user} codespaces per user."
-                    ]
-                },
+    # A name clash is left to the live-name unique constraint (no racy pre-check): the IntegrityError
+    # rolls the whole transaction back and names the field.
+    try:
+        with transaction.atomic():
+            codespace = _create_locked(
+                user, tenant, template_obj, preset_obj, quota_obj, resources, name
             )
-        try:
-            with transaction.atomic():
-                codespace = Codespace.objects.create(
-                    name=name,
-                    owner=user,
-                    tenant=tenant,
-                    quota=quota_obj,
-                    template=template_obj,
-                    preset=preset_obj,
-                    image=template_obj.image,
-                    gpu_mode=resources.gpu_mode,
-                    gpu_count=resources.gpu_count,
-                    gpu_milli=resources.gpu_milli,
-                    gpu_memory_mib=resources.gpu_memory_mib,
-                    gpu_model=resources.gpu_model,
-                    cpu_milli=resources.cpu_milli,
-                    memory_mib=resources.memory_mib,
-                    home_gib=template_obj.home_volume_gib,
-                    state=S.QUEUED,
-                    last_activity_at=timezone.now(),
-                )
-        except IntegrityError as exc:
-            raise InvalidInput(
-                f"name: a codespace named '{name}' already exists; choose another name.",
-                fields={"name": [f"A codespace named '{name}' already exists."]},
-            ) from exc
-        lifecycle.record_event(
-            codespace,
-            EventKind.CREATED,
-            f"Created from {template_obj.name} ({codespace.size_label}) on quota {quota_obj}; "
-            f"home volume {codespace.home_gib} GiB.",
-            actor=user,
-            to_state=S.QUEUED,
+    except IntegrityError as exc:
+        if not Codespace.objects.exclude(state=S.DELETED).filter(name=name).exists():
+            raise
+        raise InvalidInput(
+            f"name: a codespace named '{name}' already exists; choose another name.",
+            fields={"name": [f"A codespace named '{name}' already exists; choose another name."]},
+        ) from exc
+    return codespace
+
+
+def _create_locked(
+    user: Any,
+    tenant: Tenant,
+    template: CodespaceTemplate,
+    preset: TemplatePreset | None,
+    quota: Quota,
+    resources: Resources,
+    name: str,
+) -> Codespace:
+    """The create transaction: the owner's row locked with their live count of this template in the
+    same statement (two concurrent creates cannot both pass the per-user limit), the codespace, its
+    timeline entry and its workload."""
+    list(_LOCKED_USER.filter(pk=user.pk).select_for_update())
+    counted = list(
+        _LIVE_OF_TEMPLATE.filter(owner_id=user.pk, template_id=template.pk).exclude(
+            state__in=[S.DELETING, S.DELETED]
         )
-        workload = _submit(codespace)
-        # The row is this transaction's alone until commit (no other transaction sees it yet), so link
-        # the workload without lifecycle.update_in_state's compare-and-set and its version re-read.
-        now = timezone.now()
-        Codespace.objects.filter(pk=codespace.pk).update(
-            workload=workload, version=codespace.version + 1, updated_at=now
+    )
+    live = counted[0]["live"] if counted else 0
+    if live >= template.max_per_user:
+        raise InvalidInput(
+            f"template: you already have {live} codespaces from {template.name} "
+            f"(limit {template.max_per_user} per user); delete one first.",
+            fields={
+                "template": [
+                    f"Limit reached: {live} of {template.max_per_user} codespaces per user."
+                ]
+            },
         )
-        codespace.workload = workload
-        codespace.version += 1
-        codespace.updated_at = now
+    codespace = Codespace.objects.create(
+        name=name,
+        owner=user,
+        tenant=tenant,
+        quota=quota,
+        template=template,
+        preset=preset,
+        image=template.image,
+        gpu_mode=resources.gpu_mode,
+        gpu_count=resources.gpu_count,
+        gpu_milli=resources.gpu_milli,
+        gpu_memory_mib=resources.gpu_memory_mib,
+        gpu_model=resources.gpu_model,
+        cpu_milli=resources.cpu_milli,
+        memory_mib=resources.memory_mib,
+        home_gib=template.home_volume_gib,
+        state=S.QUEUED,
+        last_activity_at=timezone.now(),
+    )
+    lifecycle.record_event(
+        codespace,
+        EventKind.CREATED,
+        f"Created from {template.name} ({codespace.size_label}) on quota {quota}; "
+        f"home volume {codespace.home_gib} GiB.",
+        actor=user,
+        to_state=S.QUEUED,
+    )
+    workload = _submit(codespace)
+    # The row is this transaction's alone until commit (no other transaction sees it yet), so link
+    # the workload without lifecycle.update_in_state's compare-and-set and its version re-read.
+    now = timezone.now()
+    Codespace.objects.filter(pk=codespace.pk).update(
+        workload=workload, version=codespace.version + 1, updated_at=now
+    )
+    codespace.workload = workload
+    codespace.version += 1
+    codespace.updated_at = now
     return codespace
 
 

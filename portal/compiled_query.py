@@ -1,9 +1,10 @@
 """Querysets compiled to SQL once per *shape* and run with each request's values.
 
 On a hot list endpoint Django spent more CPU compiling the page query (joins, forty columns, filters)
-than PostgreSQL spent running it. `CompiledQuerySet` wraps a template queryset (say
-`Codespace.objects.values(...)`) and records what the request applies to it: `filter()`, `exclude()`,
-`order_by()`, `none()` and slicing, the vocabulary of tenant scoping, the filter backends and DRF's
+than PostgreSQL spent running it, and a submit compiled a dozen small reads. `CompiledQuerySet` wraps a
+template queryset (`Codespace.objects.values(...)` for dict rows, or a model queryset, select_related
+allowed, for instances built as Django builds them) and records what the request applies to it: `filter()`, `exclude()`,
+`order_by()`, `select_for_update()`, `none()`, slicing and `first()`, the vocabulary of tenant scoping, the filter backends and DRF's
 cursor pagination. When iterated it looks up the SQL for this *shape* (the operations with their values
 abstracted away: which lookups, how many values in an `__in`, which ordering, which slice) and runs it
 with this request's values; a new shape is compiled once, by replaying the operations on the template
@@ -24,12 +25,20 @@ from dataclasses import dataclass, field
 from threading import Lock
 from typing import Any, cast
 
-from django.core.exceptions import EmptyResultSet, ValidationError
+from django.core.exceptions import EmptyResultSet, FullResultSet, ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Q, QuerySet
-from django.db.models.query import ValuesIterable
+from django.db.models.query import (  # type: ignore[attr-defined]
+    ModelIterable,
+    ValuesIterable,
+    get_related_populators,
+)
 
-_SENTINEL_BASE = -7_340_000_000_000_000  # far below any primary key or count
+# Two sets of sentinel numbers, inside every integer column's range (Django drops or empties lookups
+# whose value a column cannot hold, and that would not be this request's query). A shape is compiled
+# with both and kept only if both agree: a constant that happens to equal a sentinel is caught.
+_SENTINEL_BASES = (23_000, 29_000)
+_MAX_SLOTS = 3_000
 _MAX_SHAPES = 256
 
 
@@ -72,7 +81,9 @@ class _Compiled:
     sql: str
     # per SQL parameter: ("value", index into the bound values, to_int) or ("const", value, False)
     params: tuple[tuple[str, Any, bool], ...]
-    names: tuple[str, ...]
+    names: tuple[str, ...]  # values() templates: the row keys
+    # model templates: how Django's ModelIterable turns a row into instances (select_related too)
+    model: tuple[Any, ...] | None
     # Django's per-column value converters ({position: (functions, expression)}; SQLite datetimes,
     # numeric subqueries), applied as the compiler would
     converters: dict[int, Any] = field(default_factory=dict)
@@ -94,13 +105,13 @@ def _kind(value: Any) -> str | None:
     return None
 
 
-def _sentinel(kind: str, index: int) -> Any:
-    number = _SENTINEL_BASE - index
+def _sentinel(kind: str, index: int, base: int) -> Any:
+    number = base + index
     if kind == "int":
         return number
     if kind == "digits":
-        return str(-number)  # still digits; an integer column turns it into int(...)
-    return f"\x1ftessera-sentinel-{index}\x1f"
+        return str(number)  # still digits; an integer column turns it into int(...)
+    return f"\x1ftessera-sentinel-{base}-{index}\x1f"
 
 
 class _Abstractor:
@@ -173,15 +184,21 @@ class CompiledQuerySet:
         values: tuple[Any, ...] = (),
         using: str = DEFAULT_DB_ALIAS,
     ) -> None:
-        if not issubclass(template._iterable_class, ValuesIterable):
-            raise TypeError("The template of a CompiledQuerySet is a values() queryset.")
+        values_rows = issubclass(template._iterable_class, ValuesIterable)
+        model_rows = template._iterable_class is ModelIterable
+        if not (values_rows or model_rows):
+            raise TypeError("The template of a CompiledQuerySet is a values() or a model queryset.")
+        internals: Any = template  # Django keeps these private
+        if internals._prefetch_related_lookups or internals._known_related_objects:
+            raise TypeError("A CompiledQuerySet template cannot prefetch related objects.")
+        self._values_rows = values_rows
         self.name = name
         self.template = template
         self.model = template.model
         self._ops = ops
         self._values = values
         self._using = using
-        self._rows: list[dict[str, Any]] | None = None
+        self._rows: list[Any] | None = None
 
     # --- recording -------------------------------------------------------------------------------
     def _with(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompiledQuerySet:
@@ -212,6 +229,27 @@ class CompiledQuerySet:
             self._using,
         )
 
+    def select_for_update(self, **options: Any) -> CompiledQuerySet:
+        """Lock the rows (`of`, `nowait`, `skip_locked` as in Django); structural."""
+        shape = tuple(
+            sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in options.items())
+        )
+        return CompiledQuerySet(
+            self.name,
+            self.template,
+            (*self._ops, ("select_for_update", shape)),
+            self._values,
+            self._using,
+        )
+
+    def first(self) -> Any:
+        """The first row (by primary key unless ordered), or None, as `QuerySet.first()`."""
+        ordered = self.template.ordered or any(op == "order_by" for op, _ in self._ops)
+        queryset = self if ordered else self.order_by("pk")
+        for row in queryset[:1]:
+            return row
+        return None
+
     def none(self) -> CompiledQuerySet:
         return CompiledQuerySet(
             self.name, self.template, (*self._ops, ("none", ())), self._values, self._using
@@ -239,6 +277,9 @@ class CompiledQuerySet:
                 queryset = queryset.order_by(*shape)
             elif op == "none":
                 queryset = queryset.none()
+            elif op == "select_for_update":
+                assert isinstance(shape, tuple)
+                queryset = queryset.select_for_update(**dict(shape))
             else:
                 assert isinstance(shape, _Call)
                 args = [_fill(a, source) for a in shape.args]
@@ -247,18 +288,29 @@ class CompiledQuerySet:
         return queryset
 
     def _compile(self) -> Any:
+        """The shape's SQL and where each value goes, or _UNCOMPILABLE (evaluate it plainly)."""
+        if any(op == "none" for op, _ in self._ops):
+            return _Compiled("", (), (), None, empty=True)
+        if len(self._values) > _MAX_SLOTS:
+            return _UNCOMPILABLE
+        first, second = (self._compile_with(base) for base in _SENTINEL_BASES)
+        if first is _UNCOMPILABLE or second is _UNCOMPILABLE:
+            return _UNCOMPILABLE
+        if (first.sql, first.params) != (second.sql, second.params):
+            return _UNCOMPILABLE  # a value changed the SQL or a constant looked like a sentinel
+        return first
+
+    def _compile_with(self, base: int) -> Any:
         kinds = [str(_kind(value)) for value in self._values]
-        sentinels = tuple(_sentinel(kind, i) for i, kind in enumerate(kinds))
+        sentinels = tuple(_sentinel(kind, i, base) for i, kind in enumerate(kinds))
         try:
             queryset = self.queryset(sentinels)
             compiler = queryset.query.get_compiler(self._using)
-            try:
-                sql, params = compiler.as_sql()
-            except EmptyResultSet:
-                return _Compiled("", (), (), empty=True)
+            sql, params = compiler.as_sql()
             converters = compiler.get_converters([col for col, _, _ in compiler.select])
-        except (ValidationError, ValueError, TypeError):
-            return _UNCOMPILABLE  # a sentinel does not fit a column: evaluate this shape plainly
+        except (EmptyResultSet, FullResultSet, ValidationError, ValueError, TypeError):
+            # a sentinel does not fit a column, or decided the WHERE clause by itself
+            return _UNCOMPILABLE
         by_value = {s: i for i, s in enumerate(sentinels)}
         by_int = {int(s): i for i, s in enumerate(sentinels) if kinds[i] == "digits"}
         placed: list[tuple[str, Any, bool]] = []
@@ -280,12 +332,28 @@ class CompiledQuerySet:
         if seen != set(range(len(sentinels))):
             return _UNCOMPILABLE
         query = queryset.query
-        names = tuple(
-            query.selected or (*query.extra_select, *query.values_select, *query.annotation_select)
+        if self._values_rows:
+            names = tuple(
+                query.selected
+                or (*query.extra_select, *query.values_select, *query.annotation_select)
+            )
+            return _Compiled(sql, tuple(placed), names, None, converters)
+        klass_info = compiler.klass_info
+        select_fields = klass_info["select_fields"]
+        start, end = select_fields[0], select_fields[-1] + 1
+        init_list = tuple(f[0].target.attname for f in compiler.select[start:end])
+        model = (
+            klass_info["model"],
+            start,
+            end,
+            init_list,
+            klass_info,
+            compiler.select,
+            dict(compiler.annotation_col_map or {}),
         )
-        return _Compiled(sql, tuple(placed), names, converters)
+        return _Compiled(sql, tuple(placed), (), model, converters)
 
-    def _fetch(self) -> list[dict[str, Any]]:
+    def _fetch(self) -> list[Any]:
         key = (self._using, self.name, self._ops, tuple(_kind(v) for v in self._values))
         with _lock:
             compiled = _cache.get(key)
@@ -310,12 +378,14 @@ class CompiledQuerySet:
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             rows = cursor.fetchall()
-        names = compiled.names
         if compiled.converters:
             rows = [_converted(row, compiled.converters, connection) for row in rows]
-        return [dict(zip(names, row, strict=True)) for row in rows]
+        if compiled.model is None:
+            names = compiled.names
+            return [dict(zip(names, row, strict=True)) for row in rows]
+        return _instances(compiled.model, rows, self._using)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Any]:
         if self._rows is None:
             self._rows = self._fetch()
         return iter(self._rows)
@@ -324,6 +394,21 @@ class CompiledQuerySet:
         if self._rows is None:
             self._rows = self._fetch()
         return len(self._rows)
+
+
+def _instances(model: tuple[Any, ...], rows: list[Any], db: str) -> list[Any]:
+    """Model instances from rows, as Django's ModelIterable builds them (select_related included)."""
+    model_cls, start, end, init_list, klass_info, select, annotation_col_map = model
+    populators = get_related_populators(klass_info, select, db)
+    objects = []
+    for row in rows:
+        obj = model_cls.from_db(db, init_list, row[start:end])
+        for populator in populators:
+            populator.populate(row, obj)
+        for attr_name, position in annotation_col_map.items():
+            setattr(obj, attr_name, row[position])
+        objects.append(obj)
+    return objects
 
 
 def _converted(row: tuple[Any, ...], converters: dict[int, Any], connection: Any) -> list[Any]:

@@ -124,7 +124,8 @@ _ROW_OWN_ATTRS = tuple(
 
 def _related_value(relation: str, column: str) -> Subquery:
     model = Codespace._meta.get_field(relation).related_model
-    assert isinstance(model, type) and issubclass(model, Model)
+    assert isinstance(model, type)
+    assert issubclass(model, Model)
     pk = model._default_manager.filter(pk=OuterRef(f"{relation}_id"))
     return Subquery(pk.values(column)[:1])
 

@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, F, OuterRef, Q, Subquery
 from django.test.utils import CaptureQueriesContext
 
 from portal import compiled_query
@@ -118,8 +119,41 @@ def test_a_transformed_sentinel_is_never_bound_as_a_value() -> None:
     assert [row["slug"] for row in queryset] == ["team-2"]
 
 
-def test_the_template_must_be_a_values_queryset_and_filters_take_q_or_lookups() -> None:
+def test_templates_are_values_or_model_querysets_and_filters_take_q_or_lookups() -> None:
     with pytest.raises(TypeError):
-        CompiledQuerySet("test.bad", Tenant.objects.all())
+        CompiledQuerySet("test.bad", Tenant.objects.values_list("slug"))
+    with pytest.raises(TypeError):
+        CompiledQuerySet("test.bad", Tenant.objects.prefetch_related("memberships"))
     with pytest.raises(TypeError):
         CompiledQuerySet("test.tenants", _template()).filter("slug")
+
+
+def test_int4_and_small_positive_columns_bind_values_not_emptiness() -> None:
+    """Django empties or drops a lookup whose value a column can't hold: sentinels must fit every
+    integer column, or a compiled shape would answer 'nothing' (or 'everything') for every request."""
+    users = [UserFactory() for _ in range(3)]
+    base = CompiledQuerySet("test.users", get_user_model().objects.values("pk", "username"))
+    for user in users:
+        rows = list(base.filter(pk=user.pk).select_for_update())
+        assert rows == [{"pk": user.pk, "username": user.username}]
+
+
+def test_a_template_constant_that_looks_like_a_sentinel_is_not_taken_for_a_value() -> None:
+    teams = _teams()
+    template = _template().filter(id__lt=compiled_query._SENTINEL_BASES[0])
+    queryset = CompiledQuerySet("test.collide", template).filter(id__in=[teams[1].pk])
+    assert queryset._compile() is compiled_query._UNCOMPILABLE
+    assert [row["slug"] for row in queryset] == ["team-1"]
+
+
+def test_model_templates_give_instances_with_related_objects_and_annotations() -> None:
+    teams = _teams()
+    members = Membership.objects.select_related("tenant", "user").annotate(slug=F("tenant__slug"))
+    base = CompiledQuerySet("test.members", members.order_by("pk"))
+    for team in teams[1:3]:
+        found = base.filter(tenant_id=team.pk).first()
+        assert isinstance(found, Membership)
+        assert found.tenant == team
+        assert found.slug == team.slug
+        assert found.user.username == found.user.get_username()
+    assert base.filter(tenant_id=teams[0].pk).first() is None

@@ -243,7 +243,9 @@ def submit_workload(
         priority=priority,
         profile=profile,
     )
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction (a codespace create): nothing here is caught and
+    # retried, a failure aborts the caller's transaction as a whole.
+    with transaction.atomic(savepoint=False):
         w = Workload.objects.create(
             tenant=tenant,
             quota=quota,
