@@ -365,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         "DEBUG": "false",
         "LOG_LEVEL": "WARNING",
         "CELERY_BROKER_URL": args.broker,
+        # as in production: the shared cache (scheduling triggers are deduplicated through it) and
+        # rate-limit counters in Redis
+        "REDIS_URL": args.broker,
         "TESSERA_API_RATE_REDIS_URL": args.broker if args.rate_redis is None else args.rate_redis,
         "TESSERA_API_RATE_PER_TOKEN": str(10**9),
         "TESSERA_API_RATE_PER_TENANT": str(10**9),

@@ -32,6 +32,7 @@ from codespaces.choices import (
 )
 from codespaces.models import MIB_PER_GIB, Codespace, CodespaceTemplate, TemplatePreset
 from portal.compiled_query import CompiledQuerySet
+from portal.db import reserve_id
 from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
@@ -459,7 +460,8 @@ def _create_locked(
                 ]
             },
         )
-    codespace = Codespace.objects.create(
+    codespace = Codespace(
+        pk=reserve_id(Codespace),
         name=name,
         owner=user,
         tenant=tenant,
@@ -478,6 +480,17 @@ def _create_locked(
         state=S.QUEUED,
         last_activity_at=timezone.now(),
     )
+    if codespace.pk is None:
+        codespace.save(force_insert=True)  # no id to reserve (SQLite): the INSERT assigns it
+    # The workload names the home volume after the codespace's id. With a reserved id the codespace
+    # row is written once, already linked (foreign keys are checked at commit); otherwise the new
+    # row, this transaction's alone until commit, is linked by one UPDATE.
+    workload = _submit(codespace)
+    codespace.workload = workload
+    if codespace._state.adding:
+        codespace.save(force_insert=True)
+    else:
+        Codespace.objects.filter(pk=codespace.pk).update(workload=workload)
     lifecycle.record_event(
         codespace,
         EventKind.CREATED,
@@ -486,16 +499,6 @@ def _create_locked(
         actor=user,
         to_state=S.QUEUED,
     )
-    workload = _submit(codespace)
-    # The row is this transaction's alone until commit (no other transaction sees it yet), so link
-    # the workload without lifecycle.update_in_state's compare-and-set and its version re-read.
-    now = timezone.now()
-    Codespace.objects.filter(pk=codespace.pk).update(
-        workload=workload, version=codespace.version + 1, updated_at=now
-    )
-    codespace.workload = workload
-    codespace.version += 1
-    codespace.updated_at = now
     return codespace
 
 

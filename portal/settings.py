@@ -113,6 +113,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
+    "TESSERA_DB_PREPARED_STATEMENTS", True
+):
+    # Server-side parameters, and statements run 5 times on a connection become prepared statements:
+    # PostgreSQL stops parsing and planning the hot queries on every request (bench/api.py: -15 %
+    # server CPU per codespace submit). Off for PgBouncer in transaction mode before 1.21.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"server_side_binding": True, "prepare_threshold": 5}
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

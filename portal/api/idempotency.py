@@ -27,6 +27,7 @@ import json
 import re
 from collections.abc import Callable
 from datetime import timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -206,11 +207,27 @@ def _claim(
 
 def _store(record: IdempotencyRecord, response: HttpResponse) -> None:
     headers = {name: response[name] for name in KEPT_HEADERS if response.has_header(name)}
-    IdempotencyRecord.objects.filter(pk=record.pk).update(
-        state=IdempotencyRecord.STATE_COMPLETED,
-        status_code=response.status_code,
-        response_headers=headers,
-        response_body=bytes(response.content),
+    values: dict[str, Any] = {
+        "state": IdempotencyRecord.STATE_COMPLETED,
+        "status_code": response.status_code,
+        "response_headers": headers,
+        "response_body": bytes(response.content),
+    }
+    if connection.vendor != "postgresql":
+        IdempotencyRecord.objects.filter(pk=record.pk).update(**values)
+        return
+    # Every POST stores its answer: one plain statement, not an ORM UPDATE compiled each time.
+    values["response_headers"] = json.dumps(headers)
+    with connection.cursor() as cursor:
+        cursor.execute(_store_sql(), [*values.values(), record.pk])
+
+
+@cache
+def _store_sql() -> str:
+    table = connection.ops.quote_name(IdempotencyRecord._meta.db_table)
+    return (
+        f"UPDATE {table} SET state = %s, status_code = %s, response_headers = %s::jsonb, "
+        "response_body = %s WHERE id = %s"
     )
 
 

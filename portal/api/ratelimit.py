@@ -81,15 +81,27 @@ def _redis_client(url: str) -> Any:
     return redis.Redis.from_url(url, socket_timeout=2)
 
 
+# Every bucket counted in one round trip and one atomic step: INCR each key, give a new key its expiry.
+_HIT_SCRIPT = """
+local counts = {}
+for i, key in ipairs(KEYS) do
+  local count = redis.call('INCR', key)
+  if count == 1 then redis.call('EXPIRE', key, ARGV[1]) end
+  counts[i] = count
+end
+return counts
+"""
+
+
+@cache
+def _hit_script(url: str) -> Any:
+    return _redis_client(url).register_script(_HIT_SCRIPT)
+
+
 def _hit_redis(buckets: list[Bucket], window_start: int, window_seconds: int) -> dict[str, int]:
-    client = _redis_client(settings.TESSERA_API_RATE_REDIS_URL)
-    pipe = client.pipeline(transaction=True)
     keys = [f"tessera:rate:{bucket.name}:{window_start}" for bucket in buckets]
-    for key in keys:
-        pipe.incr(key)
-        pipe.expire(key, window_seconds * 2)
-    results = pipe.execute()
-    return {bucket.name: int(results[2 * i]) for i, bucket in enumerate(buckets)}
+    counts = _hit_script(settings.TESSERA_API_RATE_REDIS_URL)(keys=keys, args=[window_seconds * 2])
+    return {bucket.name: int(count) for bucket, count in zip(buckets, counts, strict=True)}
 
 
 def hit(buckets: list[Bucket], *, now: float | None = None) -> tuple[dict[str, int], int]:
