@@ -4,7 +4,7 @@
 
 What it does (everything on loopback, bounded in time and count):
 1. (Re)creates the PostgreSQL database named by --database-url (default tessera_bench_api), migrates it
-   and seeds two teams: bench-a (8 members with tokens, a CPU quota, a template allowing many codespaces,
+   and seeds two teams: bench-a (64 members with tokens, a CPU quota, a template allowing 100 codespaces per user,
    --rows codespaces) and bench-b (the same number of codespaces, which bench-a must never see).
 2. Starts gunicorn (`--workers` sync workers, DEBUG off) on 127.0.0.1 with the real settings plus one
    trivial DRF endpoint `/bench/ping/` (bench/api_urls.py) as the baseline.
@@ -45,7 +45,7 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 TARGETS = {"list": (450.0, 50.0), "submit": (300.0, None)}
-MEMBERS = 8
+MEMBERS = 64  # engineers of team bench-a, each with a token; submits rotate over them
 
 
 def seed(rows: int) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def seed(rows: int) -> dict[str, Any]:
         defaults={
             "display_name": "Bench",
             "image": "python:3.11",
-            "max_per_user": 32000,
+            "max_per_user": 100,
             "allow_custom": True,
         },
     )

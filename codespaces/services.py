@@ -17,7 +17,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from codespaces import lifecycle, pools
@@ -186,8 +186,7 @@ _QUOTAS = CompiledQuerySet(
     "codespaces.quotas", Quota.objects.select_related("group").order_by("group__name", "pk")
 )
 _LIVE_OF_TEMPLATE = CompiledQuerySet(
-    "codespaces.live-of-template",
-    Codespace.objects.order_by().values("owner_id").annotate(live=Count("pk")),
+    "codespaces.live-of-template", Codespace.objects.order_by().values("pk")
 )
 _LOCKED_USER = CompiledQuerySet("codespaces.locked-user", get_user_model().objects.values("pk"))
 
@@ -444,12 +443,12 @@ def _create_locked(
     same statement (two concurrent creates cannot both pass the per-user limit), the codespace, its
     timeline entry and its workload."""
     list(_LOCKED_USER.filter(pk=user.pk).select_for_update())
-    counted = list(
+    # Count no further than the limit: the check costs the same for a user with 3 or 300 codespaces.
+    live = len(
         _LIVE_OF_TEMPLATE.filter(owner_id=user.pk, template_id=template.pk).exclude(
             state__in=[S.DELETING, S.DELETED]
-        )
+        )[: template.max_per_user]
     )
-    live = counted[0]["live"] if counted else 0
     if live >= template.max_per_user:
         raise InvalidInput(
             f"template: you already have {live} codespaces from {template.name} "

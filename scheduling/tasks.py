@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import shared_task
-from django.core.cache import cache
 
 from quotas.models import QuotaGroup
 from scheduling.backends.base import BackendError
@@ -17,8 +16,7 @@ from scheduling.queues import queue_for_group
 from scheduling.services import reconcile
 from scheduling.services.cycle import run_cycle
 from scheduling.services.workloads import (
-    cycle_queued_key,
-    dedupe_triggers,
+    clear_cycle_queued,
     expire_gangs,
     fail_workloads,
 )
@@ -29,8 +27,7 @@ logger = logging.getLogger(__name__)
 @shared_task(acks_late=True)
 def run_cycle_task(group_id: int) -> dict[str, Any]:
     """One scheduling cycle of a shard (routed to the shard's queue). Idempotent."""
-    if dedupe_triggers():
-        cache.delete(cycle_queued_key(group_id))
+    clear_cycle_queued(group_id)
     report = run_cycle(group_id)
     return {
         "group_id": report.group_id,

@@ -14,6 +14,7 @@ from rest_framework import serializers
 from codespaces import display
 from codespaces.choices import CodespaceState, GpuMode
 from codespaces.models import Codespace, CodespaceEvent, CodespaceTemplate, TemplatePreset
+from portal.api.serializers import InputSerializer
 
 
 class TemplatePresetSerializer(serializers.ModelSerializer):
@@ -318,7 +319,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
         return obj.ssh_command() if obj.state == CodespaceState.RUNNING else None
 
 
-class SizeSerializer(serializers.Serializer):
+class SizeSerializer(InputSerializer):
     """A custom size (ignored when `preset` is given). Ranges are checked by the service."""
 
     gpu_mode = serializers.ChoiceField(choices=GpuMode.choices, default=GpuMode.SLICE)

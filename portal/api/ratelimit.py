@@ -30,6 +30,7 @@ from rest_framework.throttling import BaseThrottle
 
 from portal.errors import RateLimited
 from portal.models import ApiToken, Membership, RateLimitCounter
+from portal.redis_clients import redis_client
 from portal.scoping import tenant_ids_for
 
 
@@ -74,13 +75,6 @@ def _hit_database(buckets: list[Bucket], window_start: int) -> dict[str, int]:
         return {row[0]: int(row[1]) for row in cursor.fetchall()}
 
 
-@cache
-def _redis_client(url: str) -> Any:
-    import redis
-
-    return redis.Redis.from_url(url, socket_timeout=2)
-
-
 # Every bucket counted in one round trip and one atomic step: INCR each key, give a new key its expiry.
 _HIT_SCRIPT = """
 local counts = {}
@@ -95,7 +89,7 @@ return counts
 
 @cache
 def _hit_script(url: str) -> Any:
-    return _redis_client(url).register_script(_HIT_SCRIPT)
+    return redis_client(url).register_script(_HIT_SCRIPT)
 
 
 def _hit_redis(buckets: list[Bucket], window_start: int, window_seconds: int) -> dict[str, int]:

@@ -1,8 +1,29 @@
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 from rest_framework import serializers
 
 from portal.models import ApiToken, Membership, Tenant
+
+_NESTED = (serializers.BaseSerializer, serializers.ListField, serializers.DictField)
+
+
+class InputSerializer(serializers.Serializer):
+    """A request-body serializer that copies its declared fields shallowly per instance.
+
+    DRF deep-copies every declared field (validators, choices, defaults) for every serializer
+    instance; on a codespace submit that was the largest cost DRF added. A field's per-instance state
+    is what `bind()` sets on the copy, so a shallow copy is enough for flat fields; nested serializers
+    and list/dict fields (whose child is bound to its parent) are still deep-copied."""
+
+    def get_fields(self) -> dict[str, Any]:
+        declared: dict[str, Any] = self._declared_fields  # type: ignore[attr-defined]
+        return {
+            name: copy.deepcopy(field) if isinstance(field, _NESTED) else copy.copy(field)
+            for name, field in declared.items()
+        }
 
 
 class TenantSerializer(serializers.ModelSerializer):

@@ -10,12 +10,12 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from portal.errors import Conflict, InvalidInput, NotFoundError
 from portal.models import Tenant
+from portal.redis_clients import redis_client
 from quotas.models import Quota
 from scheduling import observers
 from scheduling.choices import (
@@ -43,10 +43,10 @@ _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 def trigger_cycle(group_id: int) -> None:
     """Run the shard's scheduling cycle after the current transaction commits.
 
-    Deduplicated through a shared cache (Redis): while a cycle of the group is queued and has not
-    started, further triggers add nothing (the task clears the key when it starts; the key expires after a
-    few intervals in case the task was lost). With a per-process cache every trigger is sent: an idle
-    cycle costs one locked query.
+    Deduplicated through Redis (`REDIS_URL`): while a cycle of the group is queued and has not started,
+    further triggers add nothing (the task clears the key when it starts; the key expires after a few
+    intervals in case the task was lost). Without Redis every trigger is sent: an idle cycle costs one
+    locked query.
     """
 
     def send() -> None:
@@ -54,7 +54,9 @@ def trigger_cycle(group_id: int) -> None:
         from scheduling.tasks import run_cycle_task
 
         ttl = max(2, int(3 * float(settings.TESSERA_CYCLE_INTERVAL_SECONDS)))
-        if not dedupe_triggers() or cache.add(cycle_queued_key(group_id), 1, timeout=ttl):
+        if not dedupe_triggers() or redis_client(settings.REDIS_URL).set(
+            cycle_queued_key(group_id), 1, nx=True, ex=ttl
+        ):
             run_cycle_task.apply_async((group_id,), queue=queue_for_group(group_id))
 
     transaction.on_commit(send)
@@ -65,11 +67,14 @@ def cycle_queued_key(group_id: int) -> str:
 
 
 def dedupe_triggers() -> bool:
-    """Triggers are deduplicated only through a cache every process shares (not locmem)."""
-    backend = str(settings.CACHES.get("default", {}).get("BACKEND", ""))
-    return (
-        not settings.CELERY_TASK_ALWAYS_EAGER and "locmem" not in backend and "dummy" not in backend
-    )
+    """Triggers are deduplicated only through a Redis every process shares."""
+    return bool(settings.REDIS_URL) and not settings.CELERY_TASK_ALWAYS_EAGER
+
+
+def clear_cycle_queued(group_id: int) -> None:
+    """A cycle of the group starts: the next trigger must be sent again."""
+    if dedupe_triggers():
+        redis_client(settings.REDIS_URL).delete(cycle_queued_key(group_id))
 
 
 def release_on_backend(workloads: Iterable[Workload], *, delete_home: bool = False) -> None:
