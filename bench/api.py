@@ -342,7 +342,13 @@ def main(argv: list[str] | None = None) -> int:
         help="TESSERA_API_RATE_REDIS_URL of the server (default: the broker, as in CI and production;\n"
         "'' counts rate limits in PostgreSQL instead)",
     )
-    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (one per core)")
+    parser.add_argument(
+        "--worker-class",
+        default="sync",
+        help="gunicorn worker class: sync (one request at a time, no keep-alive) or gthread",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="threads per gthread worker")
     parser.add_argument("--duration", type=int, default=10, help="seconds per scenario (max 60)")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rows", type=int, default=200, help="codespaces per team before the run")
@@ -389,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     url = f"http://127.0.0.1:{port}"
     gunicorn = subprocess.Popen(
         [str(Path(PYTHON).parent / "gunicorn"), "portal.wsgi:application", "-b", f"127.0.0.1:{port}",
-         "-w", str(args.workers), "--worker-class", "sync", "--log-level", "warning",
+         "-w", str(args.workers), "--worker-class", args.worker_class, "--threads", str(args.threads), "--log-level", "warning",
          "--keep-alive", "30", "--backlog", "256"],
         cwd=ROOT, env=env,
     )  # fmt: skip

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from codespaces.choices import TRANSITIONS, CodespaceState, EventKind
 from codespaces.models import Codespace, CodespaceEvent
+from portal.db import insert
 from portal.errors import Conflict
 
 ACTION_NEEDS = {
@@ -66,7 +67,7 @@ def record_event(
     data: dict[str, Any] | None = None,
 ) -> CodespaceEvent:
     """Append one entry to the codespace's timeline."""
-    return CodespaceEvent.objects.create(
+    event = CodespaceEvent(
         codespace=codespace,
         kind=kind,
         message=message,
@@ -75,6 +76,8 @@ def record_event(
         to_state=to_state,
         data=data or {},
     )
+    insert(event)
+    return event
 
 
 @transaction.atomic

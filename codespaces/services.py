@@ -32,7 +32,7 @@ from codespaces.choices import (
 )
 from codespaces.models import MIB_PER_GIB, Codespace, CodespaceTemplate, TemplatePreset
 from portal.compiled_query import CompiledQuerySet
-from portal.db import reserve_id
+from portal.db import insert, reserve_id
 from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
@@ -480,14 +480,14 @@ def _create_locked(
         last_activity_at=timezone.now(),
     )
     if codespace.pk is None:
-        codespace.save(force_insert=True)  # no id to reserve (SQLite): the INSERT assigns it
+        insert(codespace)  # no id to reserve (SQLite): the INSERT assigns it
     # The workload names the home volume after the codespace's id. With a reserved id the codespace
     # row is written once, already linked (foreign keys are checked at commit); otherwise the new
     # row, this transaction's alone until commit, is linked by one UPDATE.
     workload = _submit(codespace)
     codespace.workload = workload
     if codespace._state.adding:
-        codespace.save(force_insert=True)
+        insert(codespace)
     else:
         Codespace.objects.filter(pk=codespace.pk).update(workload=workload)
     lifecycle.record_event(

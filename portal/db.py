@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Model
+from django.db.models import Model, signals
 
 
 def reserve_id(model: type[Model], using: str = DEFAULT_DB_ALIAS) -> int | None:
@@ -29,3 +29,47 @@ def _sequence(using: str, table: str, column: str) -> str:
     with connections[using].cursor() as cursor:
         cursor.execute("SELECT pg_get_serial_sequence(%s, %s)", [table, column])
         return str(cursor.fetchone()[0])
+
+
+def insert(obj: Model, using: str = DEFAULT_DB_ALIAS) -> None:
+    """`obj.save(force_insert=True)` for a new row, with its INSERT statement built once per model and
+    column set instead of compiled by the ORM on every call (three of them cost a codespace submit
+    more CPU than PostgreSQL spent on them). Same field preparation (`pre_save`, auto_now_add,
+    `get_db_prep_save`), the primary key read back with RETURNING. Models with parents, with save
+    signal receivers, or with database-side defaults or expressions go through `save()`."""
+    model = type(obj)
+    meta = model._meta
+    if (
+        meta.parents
+        or signals.pre_save.has_listeners(model)
+        or signals.post_save.has_listeners(model)
+        or not obj._state.adding
+    ):
+        obj.save(force_insert=True, using=using)
+        return
+    connection = connections[using]
+    fields = [f for f in meta.local_concrete_fields if not (f.primary_key and obj.pk is None)]
+    values = [f.pre_save(obj, True) for f in fields]
+    if any(hasattr(value, "resolve_expression") for value in values):
+        obj.save(force_insert=True, using=using)
+        return
+    params = [
+        f.get_db_prep_save(value, connection) for f, value in zip(fields, values, strict=True)
+    ]
+    sql = _insert_sql(using, model, tuple(f.column for f in fields))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if obj.pk is None:
+            obj.pk = meta.pk.to_python(cursor.fetchone()[0])
+    obj._state.adding = False
+    obj._state.db = using
+
+
+@cache
+def _insert_sql(using: str, model: type[Model], columns: tuple[str, ...]) -> str:
+    quote = connections[using].ops.quote_name
+    meta = model._meta
+    return (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(c) for c in columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))}) RETURNING {quote(meta.pk.column)}"
+    )

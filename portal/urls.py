@@ -7,11 +7,12 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from portal import views
 
+# Django tries patterns in order on every request: the API comes first, its busiest routes first.
 api_v1: list[URLPattern | URLResolver] = [
+    path("", include("codespaces.api.urls")),
     path("", include("portal.api.urls")),
     path("", include("quotas.api.urls")),
     path("", include("scheduling.api.urls")),
-    path("", include("codespaces.api.urls")),
     path("", include("scheduling.telemetry.api.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
@@ -19,6 +20,7 @@ api_v1: list[URLPattern | URLResolver] = [
 ]
 
 urlpatterns = [
+    re_path(r"^api/(?P<version>v1)/", include(api_v1)),
     path("", views.home, name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -41,5 +43,4 @@ urlpatterns = [
     path("dashboards/", include("portal.dashboards.urls")),
     path("", include("portal.dashboards.metrics_urls")),
     path("admin/", admin.site.urls),
-    re_path(r"^api/(?P<version>v1)/", include(api_v1)),
 ]

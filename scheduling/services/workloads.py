@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from portal.db import insert
 from portal.errors import Conflict, InvalidInput, NotFoundError
 from portal.models import Tenant
 from portal.redis_clients import redis_client
@@ -251,7 +252,7 @@ def submit_workload(
     # No savepoint inside a caller's transaction (a codespace create): nothing here is caught and
     # retried, a failure aborts the caller's transaction as a whole.
     with transaction.atomic(savepoint=False):
-        w = Workload.objects.create(
+        w = Workload(
             tenant=tenant,
             quota=quota,
             owner=owner,
@@ -266,6 +267,7 @@ def submit_workload(
             pending_code="queued",
             **res,
         )
+        insert(w)
         trigger_cycle(quota.group_id)
     return w
 
