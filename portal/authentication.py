@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from portal.models import TOKEN_PREFIX, ApiToken, Membership, hash_token
+from portal.models import TOKEN_PREFIX, ApiToken, Membership, Tenant, hash_token
 
 # last_used_at is informational: write it at most once a minute per token, not on every request.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -23,17 +23,20 @@ _USER_FIELDS = [f.attname for f in get_user_model()._meta.concrete_fields]
 
 
 def _tenant_ids_select(vendor: str) -> str | None:
-    """SQL of a column with the token user's tenant ids (a correlated subquery on the membership
-    table's user index), or None on backends without one: PostgreSQL returns an int array, SQLite a
-    comma-separated string (NULL without memberships)."""
+    """SQL of a column with the token user's teams (a correlated subquery on the membership table's
+    user index), or None on backends without one: PostgreSQL returns a text array of "id:slug", SQLite
+    a comma-separated string of ids (NULL without memberships)."""
     quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
-    source = (
-        f"SELECT m.tenant_id FROM {quote(Membership._meta.db_table)} m "
-        f"WHERE m.user_id = {quote(ApiToken._meta.db_table)}.user_id"
-    )
+    members = quote(Membership._meta.db_table)
+    tokens = quote(ApiToken._meta.db_table)
     if vendor == "postgresql":
-        return f"ARRAY({source})"
+        tenants = quote(Tenant._meta.db_table)
+        return (
+            f"ARRAY(SELECT m.tenant_id::text || ':' || t.slug FROM {members} m "
+            f"JOIN {tenants} t ON t.id = m.tenant_id WHERE m.user_id = {tokens}.user_id)"
+        )
     if vendor == "sqlite":
+        source = f"SELECT m.tenant_id FROM {members} m WHERE m.user_id = {tokens}.user_id"
         return f"(SELECT group_concat(s.tenant_id) FROM ({source}) s)"
     return None
 
@@ -59,12 +62,17 @@ def _token_sql(alias: str, vendor: str) -> str | None:
     return sql
 
 
-def _tenant_id_set(value: Any) -> set[int]:
+def _remember_teams(user: Any, value: Any) -> None:
+    """Leave the user's team ids (and, from PostgreSQL, {slug: id}) where `portal.scoping` reads them,
+    so rate limiting, scoping and `tenant_for_request` do not query memberships again."""
     if value is None:
-        return set()
-    if isinstance(value, str):
-        return {int(part) for part in value.split(",") if part}
-    return {int(part) for part in value}
+        user._tessera_tenant_ids = set()
+    elif isinstance(value, str):
+        user._tessera_tenant_ids = {int(part) for part in value.split(",") if part}
+    else:
+        pairs = [item.split(":", 1) for item in value]
+        user._tessera_tenant_ids = {int(tenant_id) for tenant_id, _ in pairs}
+        user._tessera_tenant_slugs = {slug: int(tenant_id) for tenant_id, slug in pairs}
 
 
 def _token_with_user(prefix: str) -> ApiToken | None:
@@ -76,7 +84,7 @@ def _token_with_user(prefix: str) -> ApiToken | None:
     if sql is None:
         token = _token_query(connection.vendor).filter(prefix=prefix).first()
         if token is not None and hasattr(token, "_tenant_ids"):
-            token.user._tessera_tenant_ids = _tenant_id_set(token._tenant_ids)
+            _remember_teams(token.user, token._tenant_ids)
         return token
     with connection.cursor() as cursor:
         cursor.execute(sql, [prefix])
@@ -89,7 +97,7 @@ def _token_with_user(prefix: str) -> ApiToken | None:
     token = ApiToken.from_db(connection.alias, _TOKEN_FIELDS, row[extra:split])
     user: Any = get_user_model().from_db(connection.alias, _USER_FIELDS, row[split:])
     if extra:
-        user._tessera_tenant_ids = _tenant_id_set(row[0])
+        _remember_teams(user, row[0])
     token.user = user
     return token
 

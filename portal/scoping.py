@@ -12,6 +12,7 @@ from typing import Any, TypeVar, cast
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Model, QuerySet
 from django.http import Http404
 
@@ -72,19 +73,32 @@ _TENANTS = CompiledQuerySet("portal.scoping.tenants", Tenant.objects.all())
 def tenant_for_request(user: Any, slug: str | None, *, thing: str) -> Tenant:
     """The team a request acts in: the one named by `slug` (it must be one of the user's), or the user's
     only team when no slug is given. Raises InvalidInput naming the `tenant` field otherwise."""
+    operator = is_operator(user)
+    known: dict[str, int] | None = getattr(user, "_tessera_tenant_slugs", None)
     # Compiled once (portal.compiled_query): this runs on every API create.
-    tenants = (
-        _TENANTS if is_operator(user) else _TENANTS.filter(pk__in=sorted(tenant_ids_for(user)))
-    )
+    tenants = _TENANTS if operator else _TENANTS.filter(pk__in=sorted(tenant_ids_for(user)))
     if slug:
-        tenant = tenants.filter(slug=slug).first()
+        if known is not None and not operator:
+            # The token lookup read the user's teams with their slugs: no query (other fields of
+            # the team load when first used).
+            tenant_id = known.get(slug)
+            tenant = (
+                None
+                if tenant_id is None
+                else Tenant.from_db(DEFAULT_DB_ALIAS, ["id", "slug"], [tenant_id, slug])
+            )
+        else:
+            tenant = tenants.filter(slug=slug).first()
         if tenant is None:
             raise InvalidInput(
                 f"tenant: you are not a member of team {slug}.",
                 fields={"tenant": [f"Unknown team {slug}."]},
             )
         return tenant
-    mine = list(tenants[:2])
+    if known is not None and not operator:
+        mine = [Tenant.from_db(DEFAULT_DB_ALIAS, ["id", "slug"], [i, s]) for s, i in known.items()]
+    else:
+        mine = list(tenants[:2])
     if len(mine) != 1:
         raise InvalidInput(
             f"tenant: name the team (slug) the {thing} belongs to.",

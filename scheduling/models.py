@@ -99,7 +99,10 @@ class Workload(models.Model):
     """The schedulable unit: a codespace, or one pod of a job. Charged to `quota` (GPU side when it uses a
     GPU, CPU side otherwise). `pending_reason` and `queue_position` tell a waiting user why and where."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="workloads")
+    # indexed by (tenant, state) below
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, related_name="workloads", db_index=False
+    )
     quota = models.ForeignKey(Quota, on_delete=models.PROTECT, related_name="workloads")
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,

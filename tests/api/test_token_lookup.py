@@ -57,3 +57,33 @@ def test_lookup_reads_several_tenants_and_none(bob: Any) -> None:
     found = _token_with_user(issue_token(loner, name="none").token.prefix)
     assert found is not None
     assert found.user._tessera_tenant_ids == set()
+
+
+def test_teams_named_by_slug_resolve_without_a_query(
+    bob: Any, django_assert_num_queries: Any
+) -> None:
+    """On PostgreSQL the token lookup also reads the teams' slugs: naming one of your teams costs no
+    query, naming another team is refused as before, and the team's other fields load when used."""
+    from portal.errors import InvalidInput
+    from portal.scoping import tenant_for_request
+
+    second = TenantFactory(slug="second", name="Second team")
+    MembershipFactory(user=bob, tenant=second)
+    TenantFactory(slug="not-mine")
+    found = _token_with_user(issue_token(bob, name="slugs").token.prefix)
+    assert found is not None
+    user = found.user
+    if connection.vendor != "postgresql":
+        assert tenant_for_request(user, "second", thing="job").pk == second.pk
+        return
+    assert user._tessera_tenant_slugs == {
+        "team-a": bob.memberships.get(tenant__slug="team-a").tenant_id,
+        "second": second.pk,
+    }
+    with django_assert_num_queries(0):
+        tenant = tenant_for_request(user, "second", thing="job")
+    assert (tenant.pk, tenant.slug) == (second.pk, "second")
+    assert tenant.name == "Second team"  # loaded on use
+    with django_assert_num_queries(0), pytest.raises(InvalidInput) as refused:
+        tenant_for_request(user, "not-mine", thing="job")
+    assert refused.value.fields == {"tenant": ["Unknown team not-mine."]}
