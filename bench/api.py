@@ -30,6 +30,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -274,38 +275,18 @@ def _wait_ready(url: str, timeout: float = 120) -> None:
         raise RuntimeError("gunicorn workers did not answer in time")
 
 
-def _cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of these processes (Linux /proc), in seconds."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+def _machine_cpu_seconds() -> float:
+    """Busy CPU time of the whole machine (Linux /proc/stat: user, nice, system, irq, softirq)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
-def _server_pids(master: int, database_url: str) -> list[int]:
-    """The gunicorn workers and the PostgreSQL backends serving the bench database."""
-    import psycopg
-
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(stat[1]) == master:
-                pids.append(int(entry.name))
-    name = urlparse(database_url).path.lstrip("/")
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            (name,),
-        ).fetchall()
-    return pids + [int(row[0]) for row in rows]
+def _loadgen_cpu_seconds() -> float:
+    """CPU of the load generator: wrk (a reaped child) or this process (the Python threads)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return children.ru_utime + children.ru_stime + own.ru_utime + own.ru_stime
 
 
 def _recreate_database(database_url: str) -> None:
@@ -416,14 +397,15 @@ def main(argv: list[str] | None = None) -> int:
             drive(url, path, mode, tokens, 2, args.connections, 1000 + index)  # warm-up
             runs = []
             for repeat in range(args.repeat):
-                pids = _server_pids(gunicorn.pid, args.database_url)
-                cpu_before = _cpu_seconds(pids)
+                machine, loadgen = _machine_cpu_seconds(), _loadgen_cpu_seconds()
                 run = drive(
                     url, path, mode, tokens, duration, args.connections, index * 100 + repeat
                 )
-                cpu = _cpu_seconds(pids) - cpu_before
-                # Server CPU per request (gunicorn workers + PostgreSQL backends): it depends less
-                # than req/s on what else runs on the machine; 2 idle cores serve ~2000 / cpu_ms req/s.
+                loadgen = _loadgen_cpu_seconds() - loadgen
+                # Server CPU per request: everything the machine did but the load generator
+                # (gunicorn, PostgreSQL, Redis, the kernel's share), robust to processes that come
+                # and go (a recycled database connection). 2 idle cores serve ~2000 / cpu_ms req/s.
+                cpu = _machine_cpu_seconds() - machine - loadgen
                 run["server_cpu_ms"] = cpu * 1000 / max(1, run["requests"])
                 runs.append(run)
             # This machine is a VM whose speed drifts by +-15 % between runs: report the median run

@@ -12,6 +12,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from portal.db import fast_datetimes
 from portal.models import TOKEN_PREFIX, ApiToken, Membership, Tenant, hash_token
 
 # last_used_at is informational: write it at most once a minute per token, not on every request.
@@ -87,6 +88,7 @@ def _token_with_user(prefix: str) -> ApiToken | None:
             _remember_teams(token.user, token._tenant_ids)
         return token
     with connection.cursor() as cursor:
+        fast_datetimes(cursor)
         cursor.execute(sql, [prefix])
         row = cursor.fetchone()
     if row is None:

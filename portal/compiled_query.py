@@ -34,6 +34,8 @@ from django.db.models.query import (  # type: ignore[attr-defined]
     get_related_populators,
 )
 
+from portal.db import fast_datetimes
+
 # Two sets of sentinel numbers, inside every integer column's range (Django drops or empties lookups
 # whose value a column cannot hold, and that would not be this request's query). A shape is compiled
 # with both and kept only if both agree: a constant that happens to equal a sentinel is caught.
@@ -376,6 +378,7 @@ class CompiledQuerySet:
         ]
         connection = connections[self._using]
         with connection.cursor() as cursor:
+            fast_datetimes(cursor)
             cursor.execute(compiled.sql, params)
             rows = cursor.fetchall()
         if compiled.converters:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from functools import cache
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model, signals
@@ -73,3 +75,32 @@ def _insert_sql(using: str, model: type[Model], columns: tuple[str, ...]) -> str
         f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(c) for c in columns)}) "
         f"VALUES ({', '.join(['%s'] * len(columns))}) RETURNING {quote(meta.pk.column)}"
     )
+
+
+def fast_datetimes(cursor: Any) -> Any:
+    """Let this cursor (a Django cursor of a PostgreSQL connection) load `timestamptz` columns with
+    psycopg's C loader, when that gives exactly what Django's loader gives: the session time zone
+    is UTC and Django wants `datetime.timezone.utc`. Django registers its own loader (a Python
+    subclass that re-parses every value in Python and then sets tzinfo): on a 20-row list page that
+    was a tenth of the request's CPU. Returns the cursor."""
+    connection = cursor.db
+    if (
+        connection.vendor != "postgresql"
+        or connection.timezone is not dt.UTC
+        or connection.connection.info.parameter_status("TimeZone") != "UTC"
+    ):
+        return cursor
+    loader = _c_timestamptz_loader()
+    if loader is not None:
+        cursor.cursor.adapters.register_loader("timestamptz", loader)
+    return cursor
+
+
+@cache
+def _c_timestamptz_loader() -> Any:
+    """psycopg's own (C, when psycopg[binary] is installed) text loader for timestamptz, or None."""
+    import psycopg
+    from psycopg.pq import Format
+
+    oid = psycopg.adapters.types["timestamptz"].oid
+    return psycopg.adapters.get_loader(oid, Format.TEXT)

@@ -245,7 +245,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
         queued_on_workload = state == CodespaceState.QUEUED and row["workload"] is not None
         running = state == CodespaceState.RUNNING
         name, username, slug = row["name"], row["owner_username"], row["tenant_slug"]
-        zone = timezone.get_current_timezone()
+        zone = self._zone()
         return {
             "id": row["id"],
             "name": name,
@@ -303,6 +303,13 @@ class CodespaceSerializer(serializers.ModelSerializer):
             "updated_at": _datetime(row["updated_at"], zone),
             "version": row["version"],
         }
+
+    def _zone(self) -> tzinfo:
+        """The current time zone, looked up once per serializer (a list renders many rows with one)."""
+        zone: tzinfo | None = self.__dict__.get("_current_zone")
+        if zone is None:
+            zone = self.__dict__["_current_zone"] = timezone.get_current_timezone()
+        return zone
 
     def get_gpu_percent(self, obj: Codespace) -> float:
         return display.gpu_percent(obj.gpu_mode, obj.gpu_milli)
