@@ -397,15 +397,15 @@ def main(argv: list[str] | None = None) -> int:
             drive(url, path, mode, tokens, 2, args.connections, 1000 + index)  # warm-up
             runs = []
             for repeat in range(args.repeat):
-                machine, loadgen = _machine_cpu_seconds(), _loadgen_cpu_seconds()
+                machine, loadgen_cpu = _machine_cpu_seconds(), _loadgen_cpu_seconds()
                 run = drive(
                     url, path, mode, tokens, duration, args.connections, index * 100 + repeat
                 )
-                loadgen = _loadgen_cpu_seconds() - loadgen
+                loadgen_cpu = _loadgen_cpu_seconds() - loadgen_cpu
                 # Server CPU per request: everything the machine did but the load generator
                 # (gunicorn, PostgreSQL, Redis, the kernel's share), robust to processes that come
                 # and go (a recycled database connection). 2 idle cores serve ~2000 / cpu_ms req/s.
-                cpu = _machine_cpu_seconds() - machine - loadgen
+                cpu = _machine_cpu_seconds() - machine - loadgen_cpu
                 run["server_cpu_ms"] = cpu * 1000 / max(1, run["requests"])
                 runs.append(run)
             # This machine is a VM whose speed drifts by +-15 % between runs: report the median run
