@@ -443,21 +443,17 @@ def _create_locked(
     same statement (two concurrent creates cannot both pass the per-user limit), the codespace, its
     timeline entry and its workload."""
     list(_LOCKED_USER.filter(pk=user.pk).select_for_update())
-    # Count no further than the limit: the check costs the same for a user with 3 or 300 codespaces.
-    live = len(
-        _LIVE_OF_TEMPLATE.filter(owner_id=user.pk, template_id=template.pk).exclude(
-            state__in=[S.DELETING, S.DELETED]
-        )[: template.max_per_user]
+    # At the limit when the user's limit-th live codespace of this template exists: the database walks
+    # at most `max_per_user` index entries and returns at most one row.
+    limit = template.max_per_user
+    live = _LIVE_OF_TEMPLATE.filter(owner_id=user.pk, template_id=template.pk).exclude(
+        state__in=[S.DELETING, S.DELETED]
     )
-    if live >= template.max_per_user:
+    if limit <= 0 or list(live[limit - 1 : limit]):
         raise InvalidInput(
-            f"template: you already have {live} codespaces from {template.name} "
-            f"(limit {template.max_per_user} per user); delete one first.",
-            fields={
-                "template": [
-                    f"Limit reached: {live} of {template.max_per_user} codespaces per user."
-                ]
-            },
+            f"template: you already have {limit} codespaces from {template.name} "
+            f"(limit {limit} per user); delete one first.",
+            fields={"template": [f"Limit reached: {limit} of {limit} codespaces per user."]},
         )
     codespace = Codespace(
         pk=reserve_id(Codespace),
