@@ -388,15 +388,16 @@ class CompiledQuerySet:
             return [dict(zip(names, row, strict=True)) for row in rows]
         return _instances(compiled.model, rows, self._using)
 
-    def __iter__(self) -> Iterator[Any]:
+    def _evaluated(self) -> list[Any]:
         if self._rows is None:
             self._rows = self._fetch()
-        return iter(self._rows)
+        return self._rows
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._evaluated())
 
     def __len__(self) -> int:
-        if self._rows is None:
-            self._rows = self._fetch()
-        return len(self._rows)
+        return len(self._evaluated())
 
 
 def _instances(model: tuple[Any, ...], rows: list[Any], db: str) -> list[Any]:

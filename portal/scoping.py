@@ -74,31 +74,26 @@ def tenant_for_request(user: Any, slug: str | None, *, thing: str) -> Tenant:
     """The team a request acts in: the one named by `slug` (it must be one of the user's), or the user's
     only team when no slug is given. Raises InvalidInput naming the `tenant` field otherwise."""
     operator = is_operator(user)
-    known: dict[str, int] | None = getattr(user, "_tessera_tenant_slugs", None)
-    # Compiled once (portal.compiled_query): this runs on every API create.
-    tenants = _TENANTS if operator else _TENANTS.filter(pk__in=sorted(tenant_ids_for(user)))
+    known: dict[str, int] | None = (
+        None if operator else getattr(user, "_tessera_tenant_slugs", None)
+    )
+    if known is not None:
+        # The token lookup read the user's teams with their slugs: no query (other fields of a team
+        # load when first used).
+        pairs = ([(slug, known[slug])] if slug in known else []) if slug else list(known.items())
+        mine = [Tenant.from_db(DEFAULT_DB_ALIAS, ["id", "slug"], [i, s]) for s, i in pairs]
+    else:
+        # Compiled once (portal.compiled_query): this runs on every API create.
+        tenants = _TENANTS if operator else _TENANTS.filter(pk__in=sorted(tenant_ids_for(user)))
+        found = tenants.filter(slug=slug).first() if slug else None
+        mine = ([found] if found is not None else []) if slug else list(tenants[:2])
     if slug:
-        if known is not None and not operator:
-            # The token lookup read the user's teams with their slugs: no query (other fields of
-            # the team load when first used).
-            tenant_id = known.get(slug)
-            tenant = (
-                None
-                if tenant_id is None
-                else Tenant.from_db(DEFAULT_DB_ALIAS, ["id", "slug"], [tenant_id, slug])
-            )
-        else:
-            tenant = tenants.filter(slug=slug).first()
-        if tenant is None:
+        if not mine:
             raise InvalidInput(
                 f"tenant: you are not a member of team {slug}.",
                 fields={"tenant": [f"Unknown team {slug}."]},
             )
-        return tenant
-    if known is not None and not operator:
-        mine = [Tenant.from_db(DEFAULT_DB_ALIAS, ["id", "slug"], [i, s]) for s, i in known.items()]
-    else:
-        mine = list(tenants[:2])
+        return mine[0]
     if len(mine) != 1:
         raise InvalidInput(
             f"tenant: name the team (slug) the {thing} belongs to.",
