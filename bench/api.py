@@ -338,6 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=200, help="codespaces per team before the run")
     parser.add_argument("--loadgen", choices=("auto", "wrk", "python"), default="auto")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("me", "list", "submit"),
+        help="run only these scenarios besides the baseline (repeatable); default: all",
+    )
     args = parser.parse_args(argv)
     duration = max(1, min(args.duration, 60))
     loadgen = args.loadgen
@@ -394,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             ("submit", "/api/v1/codespaces/", "submit"),
         ]
         for index, (name, path, mode) in enumerate(scenarios):
+            if args.only and name != "baseline" and name not in args.only:
+                continue
             drive(url, path, mode, tokens, 2, args.connections, 1000 + index)  # warm-up
             runs = []
             for repeat in range(args.repeat):
@@ -446,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     verdicts = []
     for name, (min_rps, max_p99) in TARGETS.items():
+        if name not in results:
+            continue
         row = results[name]
         ok = row["rps"] >= min_rps and (max_p99 is None or row["p99_ms"] <= max_p99)
         ok = ok and row["non_2xx"] == 0

@@ -65,9 +65,12 @@ def record_event(
     from_state: str = "",
     to_state: str = "",
     data: dict[str, Any] | None = None,
+    pk: int | None = None,
 ) -> CodespaceEvent:
-    """Append one entry to the codespace's timeline."""
+    """Append one entry to the codespace's timeline (with the primary key `pk` when one was
+    reserved: then nothing is read back)."""
     event = CodespaceEvent(
+        pk=pk,
         codespace=codespace,
         kind=kind,
         message=message,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -14,15 +16,70 @@ def reserve_id(model: type[Model], using: str = DEFAULT_DB_ALIAS) -> int | None:
     """The next primary key of `model`'s table, taken from its sequence before the INSERT (PostgreSQL),
     so rows that must name each other can be written once each; None where there is no sequence
     (SQLite): save the row to get its id."""
+    ids = reserve_ids([model], using=using)
+    return None if ids is None else ids[0]
+
+
+def reserve_ids(
+    models: Sequence[type[Model]], *, lock: Model | None = None, using: str = DEFAULT_DB_ALIAS
+) -> list[int] | None:
+    """The next primary key of each of `models`' tables (PostgreSQL sequences), in one statement that
+    also locks `lock`'s row (`SELECT ... FOR UPDATE`) when one is given: a transaction that serialises
+    on a row and writes new rows naming each other pays one round trip for both. None where there are
+    no sequences (SQLite, which serialises writers anyway): the lock is then a plain read of the row,
+    and the INSERTs assign the ids."""
     connection = connections[using]
     if connection.vendor != "postgresql":
+        if lock is not None:
+            lock._meta.model._default_manager.using(using).filter(
+                pk=lock.pk
+            ).select_for_update().exists()
         return None
+    sql = _reserve_sql(using, tuple(models), None if lock is None else lock._meta.model)
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT nextval(%s::regclass)",
-            [_sequence(using, model._meta.db_table, model._meta.pk.column)],
+        cursor.execute(sql, [] if lock is None else [lock.pk])
+        row = cursor.fetchone()
+    if row is None:  # only with a lock: the locked row is gone
+        assert lock is not None
+        raise lock._meta.model.DoesNotExist(  # type: ignore[attr-defined]
+            f"{lock._meta.model.__name__} {lock.pk} no longer exists."
         )
-        return int(cursor.fetchone()[0])
+    return [int(value) for value in row]
+
+
+@cache
+def _reserve_sql(using: str, models: tuple[type[Model], ...], lock: type[Model] | None) -> str:
+    quote = connections[using].ops.quote_name
+    ids = ", ".join(
+        "nextval('"
+        + _sequence(using, m._meta.db_table, m._meta.pk.column).replace("'", "''")
+        + "')"
+        for m in models
+    )
+    if lock is None:
+        return f"SELECT {ids}"
+    table, pk = quote(lock._meta.db_table), quote(lock._meta.pk.column)
+    return f"SELECT {ids} FROM {table} WHERE {pk} = %s FOR UPDATE"
+
+
+@contextmanager
+def pipeline(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """Send the block's statements to PostgreSQL without waiting for each one (psycopg pipeline mode):
+    a statement whose result is not read (an INSERT of a row whose id was reserved) costs no round
+    trip of its own; reading a result, and the end of the block, wait for everything sent so far. So
+    an error of a queued statement (a unique violation, ...) can surface at the end of the block; it
+    is raised as Django's exception and aborts the transaction like any other. Only inside
+    `transaction.atomic()` (outside one, the queued statements would commit together at the end).
+    A plain block on other databases."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        yield
+        return
+    if not connection.in_atomic_block:
+        raise RuntimeError("portal.db.pipeline() must run inside transaction.atomic().")
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
 
 
 @cache

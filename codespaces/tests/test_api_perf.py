@@ -142,13 +142,14 @@ def test_cpu_submit_query_budget(
     # API layer (idempotency claim in a savepoint 3, token with memberships and team slugs, rate
     # upsert, stored answer 1), validation (template with its allow-list flag, quota with its pool:
     # 2; the team comes from the token lookup on PostgreSQL, a query elsewhere; a name clash is the
-    # unique constraint's), the create transaction (savepoint 2, owner lock, per-user count, reserved
-    # id on PostgreSQL, workload, codespace and event INSERTs: 8, or 7 plus the workload link
-    # UPDATE); the answer is rendered without a re-read. No nodes query: a CPU-only size needs no GPU
-    # model check. (Outside the tests' transaction the savepoints are BEGIN/COMMIT.)
+    # unique constraint's), the create transaction (savepoint 2; on PostgreSQL the owner lock with
+    # the three new rows' ids, the per-user count, then the workload, codespace and event INSERTs sent
+    # together: 7; elsewhere the owner read, the count, four writes with the workload link UPDATE: 8);
+    # the answer is rendered without a re-read. No nodes query: a CPU-only size needs no GPU model
+    # check. (Outside the tests' transaction the savepoints are BEGIN/COMMIT.)
     with (
         django_capture_on_commit_callbacks() as callbacks,
-        django_assert_num_queries(16 if connection.vendor == "postgresql" else 17) as ctx,
+        django_assert_num_queries(15 if connection.vendor == "postgresql" else 17) as ctx,
     ):
         response = api.post(
             "/api/v1/codespaces/",

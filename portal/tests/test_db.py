@@ -1,11 +1,14 @@
-"""`reserve_id`: an id taken before the INSERT is the row's, and the sequence moves past it."""
+"""`portal.db`: reserved ids (alone, or with a row lock in the same statement), pipelined INSERTs,
+INSERTs built once per model, and the fast timestamp loader."""
 
 from __future__ import annotations
 
-import pytest
-from django.db import connection
+from typing import Any
 
-from portal.db import reserve_id
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from portal.db import insert, pipeline, reserve_id, reserve_ids
 from portal.models import Tenant
 from portal.tests.factories import TenantFactory
 
@@ -24,12 +27,78 @@ def test_a_reserved_id_is_used_once_and_never_handed_out_again() -> None:
     assert reserve_id(Tenant) > later.pk
 
 
+def test_ids_reserved_with_a_row_lock_come_in_one_statement_and_lock_the_row(
+    django_assert_num_queries: Any,
+) -> None:
+    from django.contrib.auth import get_user_model
+
+    from portal.models import IdempotencyRecord
+
+    user = get_user_model().objects.create(username="locker")
+    if connection.vendor != "postgresql":
+        assert reserve_ids([Tenant, IdempotencyRecord], lock=user) is None
+        return
+    reserve_ids([Tenant, IdempotencyRecord])  # the sequences' names are looked up once per process
+    with transaction.atomic(), django_assert_num_queries(1) as ctx:
+        ids = reserve_ids([Tenant, IdempotencyRecord], lock=user)
+    assert ids is not None
+    assert len(ids) == 2
+    assert "FOR UPDATE" in ctx.captured_queries[0]["sql"]
+    tenant_id, _ = ids
+    Tenant.objects.create(pk=tenant_id, slug="locked", name="Locked")
+    assert TenantFactory().pk > tenant_id  # the sequence moved past the reserved id
+
+
+def test_reserving_ids_under_the_lock_of_a_deleted_row_raises_does_not_exist() -> None:
+    from django.contrib.auth import get_user_model
+
+    user_model = get_user_model()
+    gone = user_model.objects.create(username="gone")
+    user_model.objects.filter(pk=gone.pk).delete()
+    if connection.vendor != "postgresql":
+        assert reserve_ids([Tenant], lock=gone) is None
+        return
+    with pytest.raises(user_model.DoesNotExist):
+        reserve_ids([Tenant], lock=gone)
+
+
+def test_pipelined_inserts_are_written_and_a_clash_rolls_them_all_back() -> None:
+    with transaction.atomic(), pipeline():
+        first, second = Tenant(slug="p-one", name="One"), Tenant(slug="p-two", name="Two")
+        ids = reserve_ids([Tenant, Tenant])
+        first.pk, second.pk = ids if ids is not None else (None, None)
+        insert(first)
+        insert(second)
+    assert set(Tenant.objects.values_list("slug", flat=True)) >= {"p-one", "p-two"}
+
+    # a unique violation of a queued INSERT surfaces (at the latest when the block ends) as Django's
+    # IntegrityError and takes the whole transaction with it
+    def clash() -> None:
+        with transaction.atomic(), pipeline():
+            ids = reserve_ids([Tenant, Tenant])
+            insert(Tenant(pk=ids[0] if ids else None, slug="p-three", name="Three"))
+            insert(Tenant(pk=ids[1] if ids else None, slug="p-one", name="Clash"))
+
+    with pytest.raises(IntegrityError):
+        clash()
+    assert not Tenant.objects.filter(slug="p-three").exists()
+
+
+@pytest.mark.django_db(transaction=True)  # the test's own transaction would be the atomic block
+def test_a_pipeline_outside_a_transaction_is_refused() -> None:
+    if connection.vendor != "postgresql":
+        with pipeline():  # a plain block elsewhere
+            pass
+        return
+    with pytest.raises(RuntimeError, match="inside transaction.atomic"), pipeline():
+        pass
+
+
 def test_insert_writes_what_save_would() -> None:
     from datetime import timedelta
 
     from django.utils import timezone
 
-    from portal.db import insert
     from portal.models import IdempotencyRecord
 
     tenant = Tenant(slug="fast", name="Fast")

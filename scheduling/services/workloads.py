@@ -215,8 +215,10 @@ def submit_workload(
     gang: Gang | None = None,
     home_volume: str = "",
     home_volume_gib: int = 0,
+    pk: int | None = None,
 ) -> Workload:
-    """Validate and queue one workload (PENDING); its shard's cycle runs after commit.
+    """Validate and queue one workload (PENDING); its shard's cycle runs after commit. `pk` is a
+    primary key reserved with `portal.db.reserve_ids` (the caller's other rows already name it).
 
     `home_volume` names a persistent volume of `home_volume_gib` that outlives the workload: the next
     workload with the same name mounts it again (a codespace stopped and started keeps its home).
@@ -253,6 +255,7 @@ def submit_workload(
     # retried, a failure aborts the caller's transaction as a whole.
     with transaction.atomic(savepoint=False):
         w = Workload(
+            pk=pk,
             tenant=tenant,
             quota=quota,
             owner=owner,
