@@ -36,8 +36,8 @@ from codespaces.models import (
     CodespaceTemplate,
     TemplatePreset,
 )
-from portal.compiled_query import CompiledQuerySet
-from portal.db import insert, pipeline, reserve_ids
+from portal.compiled_query import CompiledQuerySet, evaluate_together
+from portal.db import insert, pipeline, reserve_ids, reserve_ids_statement, reserved_ids
 from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
@@ -196,16 +196,25 @@ _LIVE_OF_TEMPLATE = CompiledQuerySet(
 )
 
 
+def _templates_named(template: CodespaceTemplate | int | str) -> CompiledQuerySet:
+    """The (at most one) template a caller names, by instance, id or name, with its allow-list flag."""
+    lookup = {"pk": template.pk} if isinstance(template, CodespaceTemplate) else _lookup(template)
+    return _TEMPLATES.filter(**lookup).head()
+
+
 def _resolve_template(
-    template: CodespaceTemplate | int | str | None, tenant: Tenant
+    template: CodespaceTemplate | int | str | None,
+    tenant: Tenant,
+    named: CompiledQuerySet | None = None,
 ) -> CodespaceTemplate:
+    """The active template a caller names, if `tenant` may use it (`named`: its query, if the caller
+    already evaluated it together with others); InvalidInput naming the field otherwise."""
     if template is None or template == "":
         raise InvalidInput(
             "template: choose a template.", fields={"template": ["Choose a template."]}
         )
     # The template and whether it has an allow-list, then (only if it has) whether the team is on it.
-    lookup = {"pk": template.pk} if isinstance(template, CodespaceTemplate) else _lookup(template)
-    found = _TEMPLATES.filter(**lookup).first()
+    found = next(iter(named if named is not None else _templates_named(template)), None)
     if found is None or not found.active:
         raise InvalidInput(
             f"template: there is no template {_shown(template)}.",
@@ -223,8 +232,15 @@ def _resolve_template(
     return found
 
 
-def _resolve_quota(quota: Quota | int | None, tenant: Tenant, gpu_model: str) -> Quota:
-    quotas = list(quotas_for_tenant(tenant))
+def _resolve_quota(
+    quota: Quota | int | None,
+    tenant: Tenant,
+    gpu_model: str,
+    quotas_of_team: CompiledQuerySet | None = None,
+) -> Quota:
+    """The quota a caller names, or the team's first one able to run `gpu_model` (`quotas_of_team`:
+    `quotas_for_tenant(tenant)`, if the caller already evaluated it together with others)."""
+    quotas = list(quotas_of_team if quotas_of_team is not None else quotas_for_tenant(tenant))
     if not quotas:
         raise InvalidInput(
             f"quota: team {tenant.slug} has no quota to run codespaces; ask a platform operator.",
@@ -393,7 +409,12 @@ def create_codespace(
             "name",
             "Use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit.",
         )
-    template_obj = _resolve_template(template, tenant)
+    # The template and the team's quotas in one round trip.
+    named = _templates_named(template) if template is not None and template != "" else None
+    quotas_of_team = quotas_for_tenant(tenant)
+    if named is not None:
+        evaluate_together(named, quotas_of_team)
+    template_obj = _resolve_template(template, tenant, named)
     preset_obj: TemplatePreset | None = None
     if preset not in (None, ""):
         if isinstance(preset, TemplatePreset):
@@ -416,7 +437,7 @@ def create_codespace(
             f"preset: template {template_obj.name} only offers its listed sizes.",
             fields={"preset": [f"Template {template_obj.name} has no custom sizes; pick one."]},
         )
-    quota_obj = _resolve_quota(quota, tenant, size.gpu_model)
+    quota_obj = _resolve_quota(quota, tenant, size.gpu_model, quotas_of_team)
     resources = validate_size(template_obj, quota_obj, size, errors)
     errors.raise_if_any()
 
@@ -437,6 +458,15 @@ def create_codespace(
     return codespace
 
 
+def _per_user_limit(template: CodespaceTemplate) -> InvalidInput:
+    limit = template.max_per_user
+    return InvalidInput(
+        f"template: you already have {limit} codespaces from {template.name} "
+        f"(limit {limit} per user); delete one first.",
+        fields={"template": [f"Limit reached: {limit} of {limit} codespaces per user."]},
+    )
+
+
 def _create_locked(
     user: Any,
     tenant: Tenant,
@@ -449,24 +479,31 @@ def _create_locked(
     """The create transaction: the owner's row locked (two concurrent creates cannot both pass the
     per-user limit), the per-user limit, then the codespace, its workload and its timeline entry.
 
-    On PostgreSQL the lock and the three new rows' ids are one statement, and the three INSERTs go out
-    together (`portal.db.pipeline`): each row is written once, already linked (foreign keys are checked
-    at commit), and nothing is read back. Five round trips with BEGIN and COMMIT, where one statement
-    each took eight."""
-    ids = reserve_ids([Codespace, Workload, CodespaceEvent], lock=user)
-    codespace_id, workload_id, event_id = ids if ids is not None else (None, None, None)
+    On PostgreSQL four round trips with BEGIN and COMMIT, where one statement each took eight: the
+    lock (which also reserves the three new rows' ids) and the limit's query travel together, the
+    limit's query running once the lock is held and seeing what the previous holder committed; the
+    three INSERTs go out together (`portal.db.pipeline`), each row written once, already linked
+    (foreign keys are checked at commit), nothing read back."""
+    limit = template.max_per_user
+    if limit <= 0:
+        raise _per_user_limit(template)
     # At the limit when the user's limit-th live codespace of this template exists: the database walks
     # at most `max_per_user` index entries and returns at most one row.
-    limit = template.max_per_user
-    live = _LIVE_OF_TEMPLATE.filter(owner_id=user.pk, template_id=template.pk).exclude(
+    limit_th = _LIVE_OF_TEMPLATE.filter(owner_id=user.pk, template_id=template.pk).exclude(
         state__in=[S.DELETING, S.DELETED]
-    )
-    if limit <= 0 or list(live[limit - 1 : limit]):
-        raise InvalidInput(
-            f"template: you already have {limit} codespaces from {template.name} "
-            f"(limit {limit} per user); delete one first.",
-            fields={"template": [f"Limit reached: {limit} of {limit} codespaces per user."]},
-        )
+    )[limit - 1 : limit]
+    new_rows = [Codespace, Workload, CodespaceEvent]
+    lock_and_ids = reserve_ids_statement(new_rows, lock=user)
+    if lock_and_ids is None:  # no sequences (SQLite): the INSERTs assign the ids
+        reserve_ids(new_rows, lock=user)
+        codespace_id = workload_id = event_id = None
+        at_limit = bool(list(limit_th))
+    else:
+        id_rows, limit_rows = evaluate_together(lock_and_ids, limit_th)
+        codespace_id, workload_id, event_id = reserved_ids(id_rows, lock=user)
+        at_limit = bool(limit_rows)
+    if at_limit:
+        raise _per_user_limit(template)
     codespace = Codespace(
         pk=codespace_id,
         name=name,

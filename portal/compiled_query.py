@@ -34,7 +34,7 @@ from django.db.models.query import (  # type: ignore[attr-defined]
     get_related_populators,
 )
 
-from portal.db import fast_datetimes
+from portal.db import Statement, run_together
 
 # Two sets of sentinel numbers, inside every integer column's range (Django drops or empties lookups
 # whose value a column cannot hold, and that would not be this request's query). A shape is compiled
@@ -246,11 +246,13 @@ class CompiledQuerySet:
 
     def first(self) -> Any:
         """The first row (by primary key unless ordered), or None, as `QuerySet.first()`."""
+        return next(iter(self.head()), None)
+
+    def head(self) -> CompiledQuerySet:
+        """The queryset of `first()`'s row (at most one): to evaluate together with others."""
         ordered = self.template.ordered or any(op == "order_by" for op, _ in self._ops)
         queryset = self if ordered else self.order_by("pk")
-        for row in queryset[:1]:
-            return row
-        return None
+        return queryset[:1]
 
     def none(self) -> CompiledQuerySet:
         return CompiledQuerySet(
@@ -355,7 +357,8 @@ class CompiledQuerySet:
         )
         return _Compiled(sql, tuple(placed), (), model, converters)
 
-    def _fetch(self) -> list[Any]:
+    def _statement(self) -> tuple[_Compiled, list[Any]] | None:
+        """The compiled shape and this request's parameters, or None: evaluate it with the ORM."""
         key = (self._using, self.name, self._ops, tuple(_kind(v) for v in self._values))
         with _lock:
             compiled = _cache.get(key)
@@ -368,25 +371,32 @@ class CompiledQuerySet:
                 while len(_cache) > _MAX_SHAPES:
                     _cache.popitem(last=False)
         if compiled is _UNCOMPILABLE:
-            return list(self.queryset())
+            return None
         assert isinstance(compiled, _Compiled)
-        if compiled.empty:
-            return []
         params = [
             (int(self._values[ref]) if to_int else self._values[ref]) if where == "value" else ref
             for where, ref, to_int in compiled.params
         ]
-        connection = connections[self._using]
-        with connection.cursor() as cursor:
-            fast_datetimes(cursor)
-            cursor.execute(compiled.sql, params)
-            rows = cursor.fetchall()
+        return compiled, params
+
+    def _finish(self, compiled: _Compiled, rows: list[Any]) -> list[Any]:
+        """Rows as iterating this queryset returns them: dicts or model instances."""
         if compiled.converters:
+            connection = connections[self._using]
             rows = [_converted(row, compiled.converters, connection) for row in rows]
         if compiled.model is None:
             names = compiled.names
             return [dict(zip(names, row, strict=True)) for row in rows]
         return _instances(compiled.model, rows, self._using)
+
+    def _fetch(self) -> list[Any]:
+        prepared = self._statement()
+        if prepared is None:
+            return list(self.queryset())
+        compiled, params = prepared
+        if compiled.empty:
+            return []
+        return self._finish(compiled, run_together([(compiled.sql, params)], self._using)[0])
 
     def _evaluated(self) -> list[Any]:
         if self._rows is None:
@@ -398,6 +408,41 @@ class CompiledQuerySet:
 
     def __len__(self) -> int:
         return len(self._evaluated())
+
+
+def evaluate_together(*items: CompiledQuerySet | Statement) -> list[list[Any]]:
+    """Evaluate compiled querysets and plain statements (SQL, parameters) in this order, in one round
+    trip where possible (`portal.db.run_together`): each queryset's rows as iterating it returns them,
+    each statement's as tuples. Items run one after the other, each seeing what the ones before it
+    did (a statement that locks a row can come first); if a queryset's shape does not compile, they
+    all run one at a time, still in order. One database alias for all of them."""
+    using = next((i._using for i in items if isinstance(i, CompiledQuerySet)), DEFAULT_DB_ALIAS)
+    prepared = [item._statement() if isinstance(item, CompiledQuerySet) else None for item in items]
+    if any(
+        p is None for i, p in zip(items, prepared, strict=True) if isinstance(i, CompiledQuerySet)
+    ):
+        return [
+            list(item) if isinstance(item, CompiledQuerySet) else run_together([item], using)[0]
+            for item in items
+        ]
+    statements: list[Statement] = []
+    for item, ready in zip(items, prepared, strict=True):
+        if ready is None:
+            statements.append(cast(Statement, item))
+        elif not ready[0].empty:
+            statements.append((ready[0].sql, ready[1]))
+    rows = iter(run_together(statements, using))
+    results: list[list[Any]] = []
+    for item, ready in zip(items, prepared, strict=True):
+        if ready is None:
+            results.append(next(rows))
+        elif ready[0].empty:
+            results.append([])
+        else:
+            assert isinstance(item, CompiledQuerySet)
+            item._rows = item._finish(ready[0], next(rows))
+            results.append(item._rows)
+    return results
 
 
 def _instances(model: tuple[Any, ...], rows: list[Any], db: str) -> list[Any]:

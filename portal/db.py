@@ -20,6 +20,10 @@ def reserve_id(model: type[Model], using: str = DEFAULT_DB_ALIAS) -> int | None:
     return None if ids is None else ids[0]
 
 
+# A statement to run with others in one round trip: its SQL and parameters.
+Statement = tuple[str, Sequence[Any]]
+
+
 def reserve_ids(
     models: Sequence[type[Model]], *, lock: Model | None = None, using: str = DEFAULT_DB_ALIAS
 ) -> list[int] | None:
@@ -27,24 +31,79 @@ def reserve_ids(
     also locks `lock`'s row (`SELECT ... FOR UPDATE`) when one is given: a transaction that serialises
     on a row and writes new rows naming each other pays one round trip for both. None where there are
     no sequences (SQLite, which serialises writers anyway): the lock is then a plain read of the row,
-    and the INSERTs assign the ids."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
+    and the INSERTs assign the ids. `reserve_ids_statement` is the same statement, to send with
+    others (`run_together`)."""
+    statement = reserve_ids_statement(models, lock=lock, using=using)
+    if statement is None:
         if lock is not None:
             lock._meta.model._default_manager.using(using).filter(
                 pk=lock.pk
             ).select_for_update().exists()
         return None
+    return reserved_ids(run_together([statement], using=using)[0], lock)
+
+
+def reserve_ids_statement(
+    models: Sequence[type[Model]], *, lock: Model | None = None, using: str = DEFAULT_DB_ALIAS
+) -> Statement | None:
+    """`reserve_ids`' statement (read its rows with `reserved_ids`), or None without sequences."""
+    if connections[using].vendor != "postgresql":
+        return None
     sql = _reserve_sql(using, tuple(models), None if lock is None else lock._meta.model)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [] if lock is None else [lock.pk])
-        row = cursor.fetchone()
-    if row is None:  # only with a lock: the locked row is gone
+    return sql, [] if lock is None else [lock.pk]
+
+
+def reserved_ids(rows: Sequence[Sequence[Any]], lock: Model | None = None) -> list[int]:
+    """The ids from the rows of a `reserve_ids_statement`; DoesNotExist if the locked row is gone."""
+    if not rows:  # only with a lock: the locked row is gone
         assert lock is not None
         raise lock._meta.model.DoesNotExist(  # type: ignore[attr-defined]
             f"{lock._meta.model.__name__} {lock.pk} no longer exists."
         )
-    return [int(value) for value in row]
+    return [int(value) for value in rows[0]]
+
+
+def run_together(
+    statements: Sequence[Statement], using: str = DEFAULT_DB_ALIAS
+) -> list[list[tuple[Any, ...]]]:
+    """Run the statements in order and return each one's rows (none for a statement that returns
+    none). On PostgreSQL they travel together
+    (pipeline mode, one round trip): the server still runs them one after the other, each with its
+    own snapshot, so a statement that waits for a row lock makes the ones after it wait and then see
+    what the lock holder committed. Outside a transaction they form one (reads, typically)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql" or (len(statements) < 2 and not _pipelining(connection)):
+        results = []
+        for sql, params in statements:
+            with connection.cursor() as cursor:
+                fast_datetimes(cursor)
+                cursor.execute(sql, params)
+                results.append(_rows(cursor))
+        return results
+    connection.ensure_connection()
+    cursors = []
+    try:
+        # (inside a caller's pipeline this nests: its end waits for these results too)
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            for sql, params in statements:
+                cursor = fast_datetimes(connection.cursor())
+                cursors.append(cursor)
+                cursor.execute(sql, params)
+        # the end of the pipeline brought every result back
+        return [_rows(cursor) for cursor in cursors]
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+def _pipelining(connection: Any) -> bool:
+    """Whether this PostgreSQL connection is in pipeline mode (`pipeline()`)."""
+    return connection.connection is not None and bool(connection.connection.pgconn.pipeline_status)
+
+
+def _rows(cursor: Any) -> list[tuple[Any, ...]]:
+    """A statement's rows; none for one that returns no rows (an UPDATE without RETURNING)."""
+    return cursor.fetchall() if cursor.description is not None else []
 
 
 @cache

@@ -157,3 +157,33 @@ def test_model_templates_give_instances_with_related_objects_and_annotations() -
         assert found.slug == team.slug
         assert found.user.username == found.user.get_username()
     assert base.filter(tenant_id=teams[0].pk).first() is None
+
+
+def test_evaluated_together_querysets_give_their_own_rows_and_are_not_read_again() -> None:
+    teams = _teams()
+    names = CompiledQuerySet("test.together-names", Tenant.objects.values("slug"))
+    wanted = names.filter(pk__in=[teams[0].pk, teams[2].pk]).order_by("slug")
+    first = (
+        CompiledQuerySet("test.together-first", Tenant.objects.all()).filter(slug="team-4").head()
+    )
+    nothing = names.none()
+    rows = compiled_query.evaluate_together(wanted, first, nothing)
+    assert rows == [[{"slug": "team-0"}, {"slug": "team-2"}], [teams[4]], []]
+    with CaptureQueriesContext(connection) as ctx:
+        assert list(wanted) == rows[0]
+        assert list(first) == [teams[4]]
+    assert len(ctx.captured_queries) == 0
+
+
+def test_items_evaluated_together_run_in_order_each_seeing_the_ones_before() -> None:
+    team = TenantFactory(slug="renamed", name="Before")
+    table = connection.ops.quote_name(Tenant._meta.db_table)
+    rename = (f"UPDATE {table} SET name = %s WHERE id = %s", ["After", team.pk])
+    name = CompiledQuerySet("test.together-name", Tenant.objects.values("name")).filter(pk=team.pk)
+    _, rows = compiled_query.evaluate_together(rename, name)
+    assert rows == [{"name": "After"}]
+    # a shape that does not compile (a transformed value) still runs after the statement
+    again = (f"UPDATE {table} SET name = %s WHERE id = %s", ["Again", team.pk])
+    contains = CompiledQuerySet("test.together-contains", Tenant.objects.values("name"))
+    _, rows = compiled_query.evaluate_together(again, contains.filter(name__icontains="again"))
+    assert rows == [{"name": "Again"}]
