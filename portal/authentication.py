@@ -8,11 +8,12 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.http import HttpRequest
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from portal.db import fast_datetimes
+from portal.db import Statement, run_together
 from portal.models import TOKEN_PREFIX, ApiToken, Membership, Tenant, hash_token
 
 # last_used_at is informational: write it at most once a minute per token, not on every request.
@@ -76,10 +77,27 @@ def _remember_teams(user: Any, value: Any) -> None:
         user._tessera_tenant_slugs = {slug: int(tenant_id) for tenant_id, slug in pairs}
 
 
-def _token_with_user(prefix: str) -> ApiToken | None:
+def token_statement(raw: str) -> Statement | None:
+    """The lookup of a raw bearer token as a statement to send with others (`portal.db.run_together`;
+    read its rows with `authenticate_token(raw, rows)`), or None: a malformed token, or a backend
+    where the ORM runs the lookup."""
+    prefix = _prefix(raw)
+    connection = connections[DEFAULT_DB_ALIAS]
+    sql = _token_sql(connection.alias, connection.vendor)
+    return None if prefix is None or sql is None else (sql, [prefix])
+
+
+def _prefix(raw: str) -> str | None:
+    if not raw.startswith(TOKEN_PREFIX) or raw.count("_") < 2:
+        return None
+    return raw[len(TOKEN_PREFIX) :].split("_", 1)[0]
+
+
+def _token_with_user(prefix: str, rows: list[Any] | None = None) -> ApiToken | None:
     """The token with this prefix, its user and the user's tenant ids (one indexed query; prefixes
     are unique), or None. The tenant ids are left where `portal.scoping.tenant_ids_for` caches them,
-    so rate limiting and tenant scoping do not read the memberships again."""
+    so rate limiting and tenant scoping do not read the memberships again. `rows`: the rows of
+    `token_statement`, when the caller already ran it."""
     connection = connections[DEFAULT_DB_ALIAS]
     sql = _token_sql(connection.alias, connection.vendor)
     if sql is None:
@@ -87,12 +105,11 @@ def _token_with_user(prefix: str) -> ApiToken | None:
         if token is not None and hasattr(token, "_tenant_ids"):
             _remember_teams(token.user, token._tenant_ids)
         return token
-    with connection.cursor() as cursor:
-        fast_datetimes(cursor)
-        cursor.execute(sql, [prefix])
-        row = cursor.fetchone()
-    if row is None:
+    if rows is None:
+        rows = run_together([(sql, [prefix])])[0]
+    if not rows:
         return None
+    row = rows[0]
     # extra select columns come first in Django's SELECT list, then the token's, then the user's
     extra = 1 if _tenant_ids_select(connection.vendor) is not None else 0
     split = extra + len(_TOKEN_FIELDS)
@@ -104,14 +121,15 @@ def _token_with_user(prefix: str) -> ApiToken | None:
     return token
 
 
-def authenticate_token(raw: str) -> ApiToken:
+def authenticate_token(raw: str, rows: list[Any] | None = None) -> ApiToken:
     """Return the usable token for a raw value or raise AuthenticationFailed (one message for every
-    failure, so a caller cannot tell a revoked token from a wrong one)."""
+    failure, so a caller cannot tell a revoked token from a wrong one). `rows`: those of
+    `token_statement(raw)`, when the caller sent it with other statements."""
     invalid = exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
-    if not raw.startswith(TOKEN_PREFIX) or raw.count("_") < 2:
+    prefix = _prefix(raw)
+    if prefix is None:
         raise invalid
-    prefix = raw[len(TOKEN_PREFIX) :].split("_", 1)[0]
-    token = _token_with_user(prefix)
+    token = _token_with_user(prefix, rows)
     if token is None or token.key_hash != hash_token(raw) or not token.is_active:
         raise invalid
     if not token.user.is_active:
@@ -121,6 +139,12 @@ def authenticate_token(raw: str) -> ApiToken:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
     return token
+
+
+def remember_token_rows(request: HttpRequest, raw: str, rows: list[Any]) -> None:
+    """Leave the rows of `token_statement(raw)` on the request for `BearerTokenAuthentication` (the
+    idempotency claim sends the lookup with its own statement: one round trip for both)."""
+    request._tessera_token_rows = (raw, rows)  # type: ignore[attr-defined]
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -135,7 +159,9 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(parts) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'.")
-        token = authenticate_token(parts[1])
+        looked_up = getattr(request._request, "_tessera_token_rows", None)
+        rows = looked_up[1] if looked_up is not None and looked_up[0] == parts[1] else None
+        token = authenticate_token(parts[1], rows)
         return token.user, token
 
     def authenticate_header(self, request: Request) -> str:

@@ -36,6 +36,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
 from portal.api.errors import error_body
+from portal.authentication import remember_token_rows, token_statement
+from portal.db import run_together
 from portal.models import IdempotencyRecord, hash_token
 
 HEADER = "Idempotency-Key"
@@ -78,18 +80,21 @@ def caller_scope(request: HttpRequest) -> str | None:
     """Who the key belongs to, without a database query for bearer tokens: the token's own hash.
 
     None for anonymous callers (the API answers them 401 anyway; nothing to remember)."""
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    if header:
-        parts = header.split()
-        if len(parts) == 2 and parts[0] == "Bearer":
-            return f"token:{hash_token(parts[1])}"
-        return None
+    if request.META.get("HTTP_AUTHORIZATION", ""):
+        raw = _bearer(request)
+        return None if raw is None else f"token:{hash_token(raw)}"
     user = getattr(
         request, "user", None
     )  # the session user (AuthenticationMiddleware runs before us)
     if user is not None and user.is_authenticated:
         return f"user:{user.pk}"
     return None
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    """The raw bearer token of the request, if it sends one."""
+    parts = request.META.get("HTTP_AUTHORIZATION", "").split()
+    return parts[1] if len(parts) == 2 and parts[0] == "Bearer" else None
 
 
 def _replay(record: IdempotencyRecord) -> HttpResponse:
@@ -101,13 +106,16 @@ def _replay(record: IdempotencyRecord) -> HttpResponse:
 
 
 def _claim_postgresql(
-    lookup: dict[str, str], fingerprint: str, now: Any, expires: Any
+    request: HttpRequest, lookup: dict[str, str], fingerprint: str, now: Any, expires: Any
 ) -> int | None:
     """The claim as ONE autocommitted statement (PostgreSQL, outside any transaction): the INSERT,
     `ON CONFLICT DO NOTHING` on the unique key, and its own commit without waiting for the WAL flush —
     if it is lost in a crash, so is everything the view did after it (WAL is ordered), and the retry
     simply runs; the stored response is committed synchronously. Returns the new row's id, or None
-    when the key is already claimed. (BEGIN, SET LOCAL, INSERT, COMMIT were four round trips.)"""
+    when the key is already claimed. (BEGIN, SET LOCAL, INSERT, COMMIT were four round trips.)
+
+    The bearer token's lookup travels with it (`portal.db.run_together`): authentication then reads
+    its rows instead of querying again, one round trip for both."""
     table = connection.ops.quote_name(IdempotencyRecord._meta.db_table)
     sql = (
         f"INSERT INTO {table} (scope, method, path, key, fingerprint, state, status_code, "
@@ -118,10 +126,12 @@ def _claim_postgresql(
     )
     params = [lookup["scope"], lookup["method"], lookup["path"], lookup["key"], fingerprint]
     params += [IdempotencyRecord.STATE_IN_PROGRESS, now, expires]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return None if row is None else int(row[0])
+    raw = _bearer(request)
+    token_lookup = None if raw is None else token_statement(raw)
+    rows = run_together([(sql, params)] + ([token_lookup] if token_lookup else []))
+    if raw is not None and token_lookup is not None:
+        remember_token_rows(request, raw, rows[1])
+    return int(rows[0][0][0]) if rows[0] else None
 
 
 def _claim(
@@ -133,7 +143,7 @@ def _claim(
     lookup = {"scope": scope, "method": request.method or "POST", "path": request.path, "key": key}
     ttl = timedelta(hours=settings.TESSERA_IDEMPOTENCY_TTL_HOURS)
     if not connection.in_atomic_block and connection.vendor == "postgresql":
-        claimed = _claim_postgresql(lookup, fingerprint, now, now + ttl)
+        claimed = _claim_postgresql(request, lookup, fingerprint, now, now + ttl)
         if claimed is not None:
             record = IdempotencyRecord(
                 pk=claimed, **lookup, fingerprint=fingerprint, created_at=now, expires_at=now + ttl

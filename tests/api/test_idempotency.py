@@ -268,12 +268,17 @@ def test_outside_a_transaction_the_claim_is_one_statement_that_stores_and_replay
         pytest.skip("the one-statement claim is PostgreSQL's")
     client = api_as(alice)
     client.get("/api/v1/me/")  # the token's last-used write happens once a minute
-    # the claim (one statement; it was BEGIN, SET LOCAL, INSERT, COMMIT), token with memberships, rate
-    # upsert, the view's own transaction (BEGIN, INSERT, COMMIT), storing the response
+    # the claim (one statement; it was BEGIN, SET LOCAL, INSERT, COMMIT) sent together with the token
+    # lookup (with memberships), rate upsert, the view's own transaction (BEGIN, INSERT, COMMIT),
+    # storing the response
     with django_assert_num_queries(7) as ctx:
         first = _post(client, {"name": "ci"}, "one")
     assert first.status_code == 201
-    assert "ON CONFLICT (scope, method, path, key) DO NOTHING" in ctx.captured_queries[0]["sql"]
+    sqls = [query["sql"] for query in ctx.captured_queries]
+    assert "ON CONFLICT (scope, method, path, key) DO NOTHING" in sqls[0]
+    # authentication read the lookup's rows instead of querying again
+    token_lookups = [i for i, sql in enumerate(sqls) if 'FROM "portal_apitoken"' in sql]
+    assert token_lookups == [1]
     record = IdempotencyRecord.objects.get()
     assert (record.state, record.status_code, bytes(record.response_body)) == (
         IdempotencyRecord.STATE_COMPLETED,
