@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Model, signals
+from django.db import DEFAULT_DB_ALIAS, connections, models
+from django.db.models import Field, Model, signals
 
 
 def reserve_id(model: type[Model], using: str = DEFAULT_DB_ALIAS) -> int | None:
@@ -153,8 +153,9 @@ def insert(obj: Model, using: str = DEFAULT_DB_ALIAS) -> None:
     """`obj.save(force_insert=True)` for a new row, with its INSERT statement built once per model and
     column set instead of compiled by the ORM on every call (three of them cost a codespace submit
     more CPU than PostgreSQL spent on them). Same field preparation (`pre_save`, auto_now_add,
-    `get_db_prep_save`), the primary key read back with RETURNING. Models with parents, with save
-    signal receivers, or with database-side defaults or expressions go through `save()`."""
+    `get_db_prep_save`), except where it provably changes nothing (`_passthrough`); the primary key
+    read back with RETURNING. Models with parents, with save signal receivers, or with database-side
+    defaults or expressions go through `save()`."""
     model = type(obj)
     meta = model._meta
     if (
@@ -166,21 +167,68 @@ def insert(obj: Model, using: str = DEFAULT_DB_ALIAS) -> None:
         obj.save(force_insert=True, using=using)
         return
     connection = connections[using]
-    fields = [f for f in meta.local_concrete_fields if not (f.primary_key and obj.pk is None)]
-    values = [f.pre_save(obj, True) for f in fields]
-    if any(hasattr(value, "resolve_expression") for value in values):
-        obj.save(force_insert=True, using=using)
-        return
-    params = [
-        f.get_db_prep_save(value, connection) for f, value in zip(fields, values, strict=True)
-    ]
-    sql = _insert_sql(using, model, tuple(f.column for f in fields))
+    sql, plan = _insert_plan(using, model, obj.pk is None)
+    params = []
+    for field, plain_read, passthrough in plan:
+        value = getattr(obj, field.attname) if plain_read else field.pre_save(obj, True)
+        if passthrough is not None and (
+            isinstance(value, str) if passthrough is str else type(value) is passthrough
+        ):
+            params.append(value)
+            continue
+        if hasattr(value, "resolve_expression"):
+            obj.save(force_insert=True, using=using)
+            return
+        params.append(field.get_db_prep_save(value, connection))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         if obj.pk is None:
             obj.pk = meta.pk.to_python(cursor.fetchone()[0])
     obj._state.adding = False
     obj._state.db = using
+
+
+# Django's own field classes whose `get_db_prep_save` returns a value of this type unchanged (ints:
+# exactly int, not bool or IntEnum; strings: any str, enum members of TextChoices included, which
+# CharField.to_python returns as they are). Subclasses may override preparation: not listed.
+_PASSTHROUGH: dict[type[Field[Any, Any]], type] = {
+    **dict.fromkeys(
+        (
+            models.AutoField,
+            models.BigAutoField,
+            models.SmallAutoField,
+            models.IntegerField,
+            models.BigIntegerField,
+            models.SmallIntegerField,
+            models.PositiveIntegerField,
+            models.PositiveBigIntegerField,
+            models.PositiveSmallIntegerField,
+        ),
+        int,
+    ),
+    **dict.fromkeys((models.CharField, models.TextField, models.SlugField), str),
+    models.BooleanField: bool,
+}
+
+
+def _passthrough(field: Any) -> type | None:
+    """The type of the values this field sends to the database as they are, or None."""
+    if type(field) in (models.ForeignKey, models.OneToOneField):
+        field = field.target_field
+    return _PASSTHROUGH.get(type(field))
+
+
+@cache
+def _insert_plan(
+    using: str, model: type[Model], pk_from_database: bool
+) -> tuple[str, tuple[tuple[Any, bool, type | None], ...]]:
+    """The INSERT of `model` and, per column, (field, whether `pre_save` is a plain attribute read,
+    the type sent unchanged)."""
+    fields = [
+        f for f in model._meta.local_concrete_fields if not (f.primary_key and pk_from_database)
+    ]
+    plan = tuple((f, type(f).pre_save is Field.pre_save, _passthrough(f)) for f in fields)
+    return _insert_sql(using, model, tuple(f.column for f in fields)), plan
 
 
 @cache

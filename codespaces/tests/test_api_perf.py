@@ -235,3 +235,81 @@ def test_compiled_list_pages_equal_the_plain_orm_pages(
     assert seen == (
         {"team-a", "team-b"} if who == "operator" else {users[who].memberships.get().tenant.slug}
     )
+
+
+def test_rows_written_by_the_fast_insert_equal_what_save_writes(
+    bob: Any, team_a: Any, quota_a: Any, template: Any
+) -> None:
+    """`portal.db.insert` sends str/int/bool values of Django's own fields as they are: the stored
+    rows (enums, booleans, foreign keys, JSON, timestamps) must be exactly what save() stores."""
+    from codespaces.choices import GpuMode
+    from codespaces.models import Codespace, CodespaceEvent
+    from portal.db import insert
+    from scheduling.models import Workload
+
+    def build(name: str) -> tuple[Codespace, Workload]:
+        workload = Workload(
+            tenant=team_a,
+            quota=quota_a,
+            owner=bob,
+            kind="codespace",
+            name=name,
+            cpu_milli=1500,
+            memory_mib=2048,
+            gpu_models=["H100"],
+            node_labels={"zone": "a"},
+            preemptible=True,
+            home_volume=name,
+            home_volume_gib=10,
+        )
+        codespace = Codespace(
+            name=name,
+            owner=bob,
+            tenant=team_a,
+            quota=quota_a,
+            template=template,
+            image="python:3.11",
+            gpu_mode=GpuMode.SLICE,
+            gpu_count=1,
+            gpu_milli=250,
+            gpu_memory_mib=20480,
+            gpu_model="H100",
+            cpu_milli=1500,
+            memory_mib=2048,
+            home_gib=10,
+            state=S.QUEUED,
+            last_activity_at=timezone.now(),
+        )
+        return codespace, workload
+
+    rows = []
+    for name, write in (("fast", insert), ("saved", lambda o: o.save(force_insert=True))):
+        codespace, workload = build(name)
+        write(workload)
+        codespace.workload = workload
+        write(codespace)
+        event = CodespaceEvent(
+            codespace=codespace, kind="created", message="m", actor=bob, to_state=S.QUEUED
+        )
+        write(event)
+        rows.append(
+            [
+                _comparable(model.objects.filter(pk=pk).values().get())
+                for model, pk in (
+                    (Workload, workload.pk),
+                    (Codespace, codespace.pk),
+                    (CodespaceEvent, event.pk),
+                )
+            ]
+        )
+    assert rows[0] == rows[1]
+
+
+def _comparable(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored row without what differs between two writes by design (ids, names, timestamps)."""
+    skipped = ("id", "name", "home_volume", "workload_id", "codespace_id")
+    return {
+        key: value
+        for key, value in row.items()
+        if key not in skipped and not key.endswith("_at") and not key.startswith("created")
+    }
