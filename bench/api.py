@@ -49,8 +49,9 @@ TARGETS = {"list": (450.0, 50.0), "submit": (300.0, None)}
 MEMBERS = 64  # engineers of team bench-a, each with a token; submits rotate over them
 
 
-def seed(rows: int) -> dict[str, Any]:
-    """Runs inside Django (bench settings): teams, members, tokens, quota, template, codespaces."""
+def seed(rows: int, max_per_user: int = 150) -> dict[str, Any]:
+    """Runs inside Django (bench settings): teams, members, tokens, quota, template (allowing
+    `max_per_user` codespaces per engineer), codespaces."""
     import django
 
     django.setup()
@@ -69,7 +70,7 @@ def seed(rows: int) -> dict[str, Any]:
         defaults={
             "display_name": "Bench",
             "image": "python:3.11",
-            "max_per_user": 150,
+            "max_per_user": max_per_user,
             "allow_custom": True,
         },
     )
