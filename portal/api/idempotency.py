@@ -109,10 +109,15 @@ def _claim_postgresql(
     request: HttpRequest, lookup: dict[str, str], fingerprint: str, now: Any, expires: Any
 ) -> int | None:
     """The claim as ONE autocommitted statement (PostgreSQL, outside any transaction): the INSERT,
-    `ON CONFLICT DO NOTHING` on the unique key, and its own commit without waiting for the WAL flush —
-    if it is lost in a crash, so is everything the view did after it (WAL is ordered), and the retry
-    simply runs; the stored response is committed synchronously. Returns the new row's id, or None
-    when the key is already claimed. (BEGIN, SET LOCAL, INSERT, COMMIT were four round trips.)
+    `ON CONFLICT DO NOTHING` on the unique key. Returns the new row's id, or None when the key is
+    already claimed. (BEGIN, SET LOCAL, INSERT, COMMIT were four round trips.)
+
+    One WAL flush per request: the statement also switches the session to commits that do not wait
+    for the flush, until the stored answer's commit switches it back and waits for it (`_store`; the
+    middleware restores the setting on every other way out). WAL is written in order, so when the
+    client gets its answer, the claim and everything the view committed are on disk with it; a crash
+    before that loses them together and the retry simply runs. Another session may see the view's
+    rows in the milliseconds before the flush; whatever it commits after them flushes them first.
 
     The bearer token's lookup travels with it (`portal.db.run_together`): authentication then reads
     its rows instead of querying again, one round trip for both."""
@@ -121,13 +126,14 @@ def _claim_postgresql(
         f"INSERT INTO {table} (scope, method, path, key, fingerprint, state, status_code, "
         "response_headers, response_body, created_at, expires_at) "
         "SELECT %s, %s, %s, %s, %s, %s, NULL, '{}'::jsonb, ''::bytea, %s, %s "
-        "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit "
+        "FROM (SELECT set_config('synchronous_commit', 'off', false)) AS flush_at_store "
         "ON CONFLICT (scope, method, path, key) DO NOTHING RETURNING id"
     )
     params = [lookup["scope"], lookup["method"], lookup["path"], lookup["key"], fingerprint]
     params += [IdempotencyRecord.STATE_IN_PROGRESS, now, expires]
     raw = _bearer(request)
     token_lookup = None if raw is None else token_statement(raw)
+    request._tessera_flush_deferred = True  # type: ignore[attr-defined]
     rows = run_together([(sql, params)] + ([token_lookup] if token_lookup else []))
     if raw is not None and token_lookup is not None:
         remember_token_rows(request, raw, rows[1])
@@ -235,10 +241,20 @@ def _store(record: IdempotencyRecord, response: HttpResponse) -> None:
 @cache
 def _store_sql() -> str:
     table = connection.ops.quote_name(IdempotencyRecord._meta.db_table)
+    # set_config(..., NULL, false) is RESET: the configured commit mode again, for this commit too
     return (
         f"UPDATE {table} SET state = %s, status_code = %s, response_headers = %s::jsonb, "
-        "response_body = %s WHERE id = %s"
+        "response_body = %s FROM (SELECT set_config('synchronous_commit', NULL, false)) AS durable "
+        "WHERE id = %s"
     )
+
+
+def _restore_commit_mode(request: HttpRequest) -> None:
+    """After a request whose claim deferred the WAL flush (`_claim_postgresql`) ended without storing
+    an answer: the session's configured commit mode again (RESET)."""
+    if getattr(request, "_tessera_flush_deferred", False):
+        with connection.cursor() as cursor:
+            cursor.execute("RESET synchronous_commit")
 
 
 class IdempotencyMiddleware:
@@ -260,24 +276,30 @@ class IdempotencyMiddleware:
         scope = caller_scope(request)
         if scope is None:
             return self.get_response(request)
-        record, early = _claim(request, scope, key, request_fingerprint(request))
-        if early is not None:
-            return early
-        assert record is not None
+        stored = False
         try:
-            response = self.get_response(request)
-        except BaseException:
-            IdempotencyRecord.objects.filter(pk=record.pk).delete()
-            raise
-        if (
-            response.streaming
-            or response.status_code >= 500
-            or response.status_code in NOT_STORED_STATUSES
-        ):
-            IdempotencyRecord.objects.filter(pk=record.pk).delete()
-        else:
-            _store(record, response)
-        return response
+            record, early = _claim(request, scope, key, request_fingerprint(request))
+            if early is not None:
+                return early
+            assert record is not None
+            try:
+                response = self.get_response(request)
+            except BaseException:
+                IdempotencyRecord.objects.filter(pk=record.pk).delete()
+                raise
+            if (
+                response.streaming
+                or response.status_code >= 500
+                or response.status_code in NOT_STORED_STATUSES
+            ):
+                IdempotencyRecord.objects.filter(pk=record.pk).delete()
+            else:
+                _store(record, response)
+                stored = True
+            return response
+        finally:
+            if not stored:
+                _restore_commit_mode(request)
 
 
 def prune_expired(now: Any = None) -> int:

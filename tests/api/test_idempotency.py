@@ -296,3 +296,53 @@ def test_outside_a_transaction_the_claim_is_one_statement_that_stores_and_replay
     )
     assert _post(client, {"name": "other"}, "one").status_code == 422
     assert ApiToken.objects.filter(name="ci").count() == 1
+
+
+def _commit_mode() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claimed_request_flushes_its_commits_once_with_the_stored_answer() -> None:
+    """The view's commits do not wait for the WAL flush; the stored answer's commit waits for all of
+    them (WAL is ordered). Every way out leaves the session in its configured commit mode."""
+    if connection.vendor != "postgresql":
+        pytest.skip("commit modes are PostgreSQL's")
+    from django.http import HttpRequest, JsonResponse
+    from django.test import RequestFactory
+
+    from portal.api.idempotency import IdempotencyMiddleware
+
+    seen: list[str] = []
+
+    def view(request: HttpRequest) -> JsonResponse:
+        seen.append(_commit_mode())
+        return JsonResponse({"ok": True}, status=201)
+
+    def failing(request: HttpRequest) -> JsonResponse:
+        raise RuntimeError("boom")
+
+    def post(key: str) -> HttpRequest:
+        return RequestFactory().post(
+            "/api/v1/things/",
+            data=b"{}",
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY=key,
+            HTTP_AUTHORIZATION="Bearer tsr_abc_def",
+        )
+
+    assert IdempotencyMiddleware(view)(post("one")).status_code == 201
+    assert seen == ["off"]  # the view ran with the flush deferred to the stored answer
+    assert _commit_mode() == "on"
+    stored = IdempotencyRecord.objects.get(key="one")
+    assert stored.state == IdempotencyRecord.STATE_COMPLETED
+    replay = IdempotencyMiddleware(view)(post("one"))  # the key is taken: no view, no store
+    assert replay["Idempotent-Replayed"] == "true"
+    assert seen == ["off"]
+    assert _commit_mode() == "on"
+    with pytest.raises(RuntimeError, match="boom"):
+        IdempotencyMiddleware(failing)(post("two"))
+    assert _commit_mode() == "on"
+    assert not IdempotencyRecord.objects.filter(key="two").exists()
