@@ -14,15 +14,20 @@ from codespaces import services
 from codespaces.models import Codespace
 from portal.errors import InvalidInput
 from scheduling.models import Workload
+from scheduling.services import workloads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_creates_queued_behind_the_owner_lock_never_pass_the_per_user_limit(
-    bob: Any, team_a: Any, quota_a: Any, template: Any
+    bob: Any, team_a: Any, quota_a: Any, template: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("row locks: PostgreSQL (SQLite serialises whole writes)")
+    # No scheduling cycles from these threads: the tests run Celery tasks eagerly, and eager tasks
+    # in concurrent threads leave Celery's process-wide "inside a task" flag set behind them, which
+    # breaks later tests that wait for a real worker's result.
+    monkeypatch.setattr(workloads, "trigger_cycle", lambda group_id: None)
     assert template.max_per_user == 2
     outcomes: list[str] = []
 

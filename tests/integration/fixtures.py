@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+from celery._state import _set_task_join_will_block
 from django.db import connection
 from kombu import pools as kombu_pools
 
@@ -155,6 +156,9 @@ def start_celery_worker(transactional_db: Any) -> Iterator[Any]:
     celery_app.conf.update(
         task_always_eager=False, broker_url=url, result_backend=url, broker_transport_options={}
     )
+    # Eager tasks mark "inside a task" in a process-wide flag that they save and restore; eager tasks
+    # in concurrent threads (an earlier test) can leave it set, and then result.get() here refuses.
+    _set_task_join_will_block(False)
     _reset_connections()
     with celery_app.connection_for_write() as conn:  # start from an empty test broker
         conn.default_channel.client.flushdb()  # type: ignore[attr-defined]
