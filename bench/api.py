@@ -107,6 +107,54 @@ def seed(rows: int, max_per_user: int = 150) -> dict[str, Any]:
     return {"tokens": tokens}
 
 
+def server_environ(
+    database_url: str, redis_url: str, rate_redis_url: str, var_dir: Path
+) -> dict[str, str]:
+    """The bench server's settings: the real ones with DEBUG off and, as in production, the shared
+    Redis cache (scheduling triggers are deduplicated through it) and rate-limit counters in Redis
+    (`rate_redis_url`; '' counts them in PostgreSQL), with limits no bench reaches."""
+    return {
+        "DJANGO_SETTINGS_MODULE": "bench.api_server",
+        "DATABASE_URL": database_url,
+        "TESSERA_VAR_DIR": str(var_dir),
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+        "CELERY_BROKER_URL": redis_url,
+        "REDIS_URL": redis_url,
+        "TESSERA_API_RATE_REDIS_URL": rate_redis_url,
+        "TESSERA_API_RATE_PER_TOKEN": str(10**9),
+        "TESSERA_API_RATE_PER_TENANT": str(10**9),
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+def prepare_database(
+    database_url: str, env: dict[str, str], rows: int, max_per_user: int = 150
+) -> list[str]:
+    """Recreate, migrate and seed the bench database (`seed`), gather planner statistics; returns
+    the tokens of team bench-a's engineers."""
+    print(f"database {database_url}: recreating, migrating, seeding {rows} rows per team")
+    _recreate_database(database_url)
+    subprocess.run(
+        [PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
+    seeded = subprocess.run(
+        [PYTHON, "-c", "import json, bench.api as b; "
+         f"print(json.dumps(b.seed({rows}, max_per_user={max_per_user})))"],
+        cwd=ROOT, env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    _analyze(database_url)
+    return list(json.loads(seeded.stdout.strip().splitlines()[-1])["tokens"])
+
+
+def submit_body(name: str) -> str:
+    """The JSON of one bench submit: a CPU codespace of template bench for team bench-a."""
+    return json.dumps(
+        {"name": name, "template": "bench", "tenant": "bench-a", "gpu_mode": "none",
+         "cpu_milli": 500, "memory_mib": 1024}
+    )  # fmt: skip
+
+
 # --- load generation ---------------------------------------------------------------------------------
 
 WRK_SCRIPT = r"""
@@ -204,10 +252,7 @@ def run_python(
                 name = f"p{run}-{index}-{counter}"
                 method = "POST"
                 headers.update({"Content-Type": "application/json", "Idempotency-Key": name})
-                body = json.dumps(
-                    {"name": name, "template": "bench", "tenant": "bench-a", "gpu_mode": "none",
-                     "cpu_milli": 500, "memory_mib": 1024}
-                )  # fmt: skip
+                body = submit_body(name)
             start = time.perf_counter()
             conn.request(method, path, body=body, headers=headers)
             response = conn.getresponse()
@@ -354,33 +399,9 @@ def main(argv: list[str] | None = None) -> int:
 
     load_before = os.getloadavg()[0]  # other processes on this machine skew the figures; say so
     var_dir = Path(tempfile.mkdtemp(prefix="tessera-bench-api-"))
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "bench.api_server",
-        "DATABASE_URL": args.database_url,
-        "TESSERA_VAR_DIR": str(var_dir),
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-        "CELERY_BROKER_URL": args.broker,
-        # as in production: the shared cache (scheduling triggers are deduplicated through it) and
-        # rate-limit counters in Redis
-        "REDIS_URL": args.broker,
-        "TESSERA_API_RATE_REDIS_URL": args.broker if args.rate_redis is None else args.rate_redis,
-        "TESSERA_API_RATE_PER_TOKEN": str(10**9),
-        "TESSERA_API_RATE_PER_TENANT": str(10**9),
-        "PYTHONPATH": str(ROOT),
-    }
-    print(f"database {args.database_url}: recreating, migrating, seeding {args.rows} rows per team")
-    _recreate_database(args.database_url)
-    subprocess.run(
-        [PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
-    )
-    seeded = subprocess.run(
-        [PYTHON, "-c", f"import json, bench.api as b; print(json.dumps(b.seed({args.rows})))"],
-        cwd=ROOT, env=env, check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    tokens = json.loads(seeded.stdout.strip().splitlines()[-1])["tokens"]
-    _analyze(args.database_url)
+    rate_redis = args.broker if args.rate_redis is None else args.rate_redis
+    env = {**os.environ, **server_environ(args.database_url, args.broker, rate_redis, var_dir)}
+    tokens = prepare_database(args.database_url, env, args.rows)
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"

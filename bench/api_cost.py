@@ -23,7 +23,6 @@ import io
 import itertools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.api import _analyze, _recreate_database  # noqa: E402
+from bench.api import prepare_database, server_environ, submit_body  # noqa: E402
 
 SCENARIOS = ("baseline", "me", "list", "submit")
 
@@ -91,10 +90,7 @@ def measure(requests: int, tokens: list[str]) -> dict[str, dict[str, Any]]:
                 environ = _environ("GET", "/api/v1/codespaces/", "limit=20", token, b"")
             else:
                 name = f"c{run}-{i}"
-                body = json.dumps(
-                    {"name": name, "template": "bench", "tenant": "bench-a", "gpu_mode": "none",
-                     "cpu_milli": 500, "memory_mib": 1024}
-                ).encode()  # fmt: skip
+                body = submit_body(name).encode()
                 environ = _environ("POST", "/api/v1/codespaces/", "", token, body)
                 environ["HTTP_IDEMPOTENCY_KEY"] = name
             status: list[str] = []
@@ -145,34 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     requests = max(100, min(args.requests, 20000))
     var_dir = Path(tempfile.mkdtemp(prefix="tessera-bench-cost-"))
-    os.environ.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "bench.api_server",
-            "DATABASE_URL": args.database_url,
-            "TESSERA_VAR_DIR": str(var_dir),
-            "DEBUG": "false",
-            "LOG_LEVEL": "WARNING",
-            "CELERY_BROKER_URL": args.redis,
-            "REDIS_URL": args.redis,
-            "TESSERA_API_RATE_REDIS_URL": args.redis,
-            "TESSERA_API_RATE_PER_TOKEN": str(10**9),
-            "TESSERA_API_RATE_PER_TENANT": str(10**9),
-            "PYTHONPATH": str(ROOT),
-        }
-    )
-    print(f"database {args.database_url}: recreating, migrating, seeding {args.rows} rows per team")
-    _recreate_database(args.database_url)
-    python = sys.executable
-    subprocess.run([python, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True)
+    os.environ.update(server_environ(args.database_url, args.redis, args.redis, var_dir))
     # the submit scenario needs room: (warm-up + requests) creates over 64 engineers
     per_user = (200 + requests) // 64 + 10
-    seeded = subprocess.run(
-        [python, "-c", "import json, bench.api as b; "
-         f"print(json.dumps(b.seed({args.rows}, max_per_user={per_user})))"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    tokens = json.loads(seeded.stdout.strip().splitlines()[-1])["tokens"]
-    _analyze(args.database_url)
+    tokens = prepare_database(args.database_url, dict(os.environ), args.rows, per_user)
 
     import django
 

@@ -67,10 +67,10 @@ def run_together(
     statements: Sequence[Statement], using: str = DEFAULT_DB_ALIAS
 ) -> list[list[tuple[Any, ...]]]:
     """Run the statements in order and return each one's rows (none for a statement that returns
-    none). On PostgreSQL they travel together
-    (pipeline mode, one round trip): the server still runs them one after the other, each with its
-    own snapshot, so a statement that waits for a row lock makes the ones after it wait and then see
-    what the lock holder committed. Outside a transaction they form one (reads, typically)."""
+    none). On PostgreSQL they travel together (pipeline mode, one round trip): the server still runs
+    them one after the other, each with its own snapshot, so a statement that waits for a row lock
+    makes the ones after it wait and then see what the lock holder committed. Outside a transaction
+    they form one (reads, typically)."""
     connection = connections[using]
     if connection.vendor != "postgresql" or (len(statements) < 2 and not _pipelining(connection)):
         results = []
@@ -80,11 +80,10 @@ def run_together(
                 cursor.execute(sql, params)
                 results.append(_rows(cursor))
         return results
-    connection.ensure_connection()
     cursors = []
     try:
         # (inside a caller's pipeline this nests: its end waits for these results too)
-        with connection.wrap_database_errors, connection.connection.pipeline():
+        with _psycopg_pipeline(connection):
             for sql, params in statements:
                 cursor = fast_datetimes(connection.cursor())
                 cursors.append(cursor)
@@ -136,6 +135,13 @@ def pipeline(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         return
     if not connection.in_atomic_block:
         raise RuntimeError("portal.db.pipeline() must run inside transaction.atomic().")
+    with _psycopg_pipeline(connection):
+        yield
+
+
+@contextmanager
+def _psycopg_pipeline(connection: Any) -> Iterator[None]:
+    """psycopg's pipeline mode on a Django PostgreSQL connection, its errors raised as Django's."""
     connection.ensure_connection()
     with connection.wrap_database_errors, connection.connection.pipeline():
         yield
