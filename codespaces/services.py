@@ -37,7 +37,13 @@ from codespaces.models import (
     TemplatePreset,
 )
 from portal.compiled_query import CompiledQuerySet, evaluate_together
-from portal.db import insert, pipeline, reserve_ids, reserve_ids_statement, reserved_ids
+from portal.db import (
+    atomic_pipelined,
+    insert,
+    reserve_ids,
+    reserve_ids_statement,
+    reserved_ids,
+)
 from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
@@ -444,7 +450,7 @@ def create_codespace(
     # A name clash is left to the live-name unique constraint (no racy pre-check): the IntegrityError
     # rolls the whole transaction back and names the field.
     try:
-        with transaction.atomic():
+        with atomic_pipelined():
             codespace = _create_locked(
                 user, tenant, template_obj, preset_obj, quota_obj, resources, name
             )
@@ -479,11 +485,11 @@ def _create_locked(
     """The create transaction: the owner's row locked (two concurrent creates cannot both pass the
     per-user limit), the per-user limit, then the codespace, its workload and its timeline entry.
 
-    On PostgreSQL four round trips with BEGIN and COMMIT, where one statement each took eight: the
-    lock (which also reserves the three new rows' ids) and the limit's query travel together, the
-    limit's query running once the lock is held and seeing what the previous holder committed; the
-    three INSERTs go out together (`portal.db.pipeline`), each row written once, already linked
-    (foreign keys are checked at commit), nothing read back."""
+    Runs in `portal.db.atomic_pipelined`: on PostgreSQL three round trips, BEGIN included, where one
+    statement each took eight: the lock (which also reserves the three new rows' ids) and the limit's
+    query travel together, the limit's query running once the lock is held and seeing what the
+    previous holder committed; the three INSERTs and the COMMIT go out together, each row written
+    once, already linked (foreign keys are checked at commit), nothing read back."""
     limit = template.max_per_user
     if limit <= 0:
         raise _per_user_limit(template)
@@ -528,22 +534,21 @@ def _create_locked(
         # No ids to reserve (SQLite): the INSERT assigns the codespace's, which the workload needs (it
         # names the home volume after it), and one UPDATE links the workload afterwards.
         insert(codespace)
-    with pipeline():
-        workload = _submit(codespace, pk=workload_id)
-        codespace.workload = workload
-        if codespace._state.adding:
-            insert(codespace)
-        else:
-            Codespace.objects.filter(pk=codespace.pk).update(workload=workload)
-        lifecycle.record_event(
-            codespace,
-            EventKind.CREATED,
-            f"Created from {template.name} ({codespace.size_label}) on quota {quota}; "
-            f"home volume {codespace.home_gib} GiB.",
-            actor=user,
-            to_state=S.QUEUED,
-            pk=event_id,
-        )
+    workload = _submit(codespace, pk=workload_id)
+    codespace.workload = workload
+    if codespace._state.adding:
+        insert(codespace)
+    else:
+        Codespace.objects.filter(pk=codespace.pk).update(workload=workload)
+    lifecycle.record_event(
+        codespace,
+        EventKind.CREATED,
+        f"Created from {template.name} ({codespace.size_label}) on quota {quota}; "
+        f"home volume {codespace.home_gib} GiB.",
+        actor=user,
+        to_state=S.QUEUED,
+        pk=event_id,
+    )
     return codespace
 
 

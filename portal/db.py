@@ -8,8 +8,9 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections, models
+from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 from django.db.models import Field, Model, signals
+from psycopg.pq import TransactionStatus
 
 
 def reserve_id(model: type[Model], using: str = DEFAULT_DB_ALIAS) -> int | None:
@@ -137,6 +138,31 @@ def pipeline(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         raise RuntimeError("portal.db.pipeline() must run inside transaction.atomic().")
     with _psycopg_pipeline(connection):
         yield
+
+
+@contextmanager
+def atomic_pipelined(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """`transaction.atomic()` + `pipeline()` for a short write transaction whose COMMIT travels with
+    its last statements instead of costing a round trip of its own (PostgreSQL, outermost block).
+
+    The block's statements are sent without waiting (a result read inside the block waits as
+    usual); at its end COMMIT is queued behind them and one round trip brings every result back.
+    Django's own commit then finds the transaction ended and sends nothing, and the on_commit
+    callbacks run as after `atomic()`. An error of any statement, the COMMIT's included (a deferred
+    foreign key), is raised as Django's exception and nothing is committed. The block must end the
+    transaction: nested in another one, or on another database, it is `atomic()` + `pipeline()`."""
+    connection = connections[using]
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        with transaction.atomic(using=using), pipeline(using):
+            yield
+        return
+    with transaction.atomic(using=using), _psycopg_pipeline(connection):
+        yield
+        raw = connection.connection
+        if (
+            raw.pgconn.transaction_status != TransactionStatus.IDLE
+        ):  # IDLE: the block ran no statement
+            raw.cursor().execute(b"COMMIT", prepare=False)
 
 
 @contextmanager

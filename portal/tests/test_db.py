@@ -1,5 +1,6 @@
 """`portal.db`: reserved ids (alone, or with a row lock in the same statement), pipelined INSERTs,
-INSERTs built once per model, and the fast timestamp loader."""
+transactions whose COMMIT travels with their last statements, INSERTs built once per model, and the
+fast timestamp loader."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from portal.db import insert, pipeline, reserve_id, reserve_ids
+from portal.db import atomic_pipelined, insert, pipeline, reserve_id, reserve_ids
 from portal.models import Tenant
 from portal.tests.factories import TenantFactory
 
@@ -92,6 +93,91 @@ def test_a_pipeline_outside_a_transaction_is_refused() -> None:
         return
     with pytest.raises(RuntimeError, match="inside transaction.atomic"), pipeline():
         pass
+
+
+def _psycopg_commits(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The transaction status psycopg's own commit() finds each time Django calls it."""
+    import psycopg
+    from psycopg.pq import TransactionStatus
+
+    seen: list[str] = []
+    original = psycopg.Connection.commit
+
+    def commit(self: Any) -> None:
+        seen.append(TransactionStatus(self.pgconn.transaction_status).name)
+        original(self)
+
+    monkeypatch.setattr(psycopg.Connection, "commit", commit)
+    return seen
+
+
+@pytest.mark.django_db(transaction=True)  # the block must be the outermost transaction
+def test_an_atomic_pipelined_block_commits_with_its_last_statements_then_runs_on_commit_callbacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    commits = _psycopg_commits(monkeypatch)
+    called: list[str] = []
+    with atomic_pipelined():
+        ids = reserve_ids([Tenant, Tenant])
+        first = Tenant(pk=ids[0] if ids else None, slug="ap-one", name="One")
+        insert(first)
+        insert(Tenant(pk=ids[1] if ids else None, slug="ap-two", name="Two"))
+        transaction.on_commit(lambda: called.append("after commit"))
+        assert called == []
+    assert called == ["after commit"]
+    assert set(Tenant.objects.values_list("slug", flat=True)) == {"ap-one", "ap-two"}
+    if connection.vendor == "postgresql":
+        # the COMMIT went out with the INSERTs: Django's commit found the transaction ended
+        assert commits == ["IDLE"]
+    # the connection is usable and back in autocommit mode
+    assert connection.get_autocommit()
+    TenantFactory(slug="ap-after")
+    assert Tenant.objects.filter(slug="ap-after").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_statement_or_commit_of_an_atomic_pipelined_block_commits_nothing() -> None:
+    from django.contrib.auth import get_user_model
+
+    from portal.models import Membership
+
+    called: list[str] = []
+    TenantFactory(slug="ap-taken")
+    with pytest.raises(IntegrityError), atomic_pipelined():  # a unique clash of a queued INSERT
+        insert(Tenant(slug="ap-new", name="New"))
+        insert(Tenant(slug="ap-taken", name="Clash"))
+        transaction.on_commit(lambda: called.append("clash"))
+    tenant = TenantFactory(slug="ap-fk")
+    user = get_user_model().objects.create(username="ap-user")
+    # a foreign key PostgreSQL checks only at COMMIT: the error of the queued COMMIT itself
+    with pytest.raises(IntegrityError), atomic_pipelined():
+        insert(Membership(user=user, tenant=tenant))
+        insert(Membership(user_id=user.pk + 10_000, tenant=tenant))
+        transaction.on_commit(lambda: called.append("fk"))
+    assert called == []
+    assert not Tenant.objects.filter(slug="ap-new").exists()
+    assert not Membership.objects.exists()
+    with atomic_pipelined():  # and the connection works on
+        insert(Membership(user=user, tenant=tenant))
+    assert Membership.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_pipelined_block_inside_a_transaction_is_a_savepoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    commits = _psycopg_commits(monkeypatch)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        with atomic_pipelined():
+            insert(Tenant(slug="ap-inner", name="Inner"))
+        assert Tenant.objects.filter(slug="ap-inner").exists()
+        raise RuntimeError("the outer transaction rolls back")
+    assert not Tenant.objects.filter(slug="ap-inner").exists()
+    assert commits == []
+    with atomic_pipelined():  # a block that runs no statement starts no transaction
+        pass
+    if connection.vendor == "postgresql":
+        assert commits == ["IDLE"]
 
 
 def test_insert_writes_what_save_would() -> None:
