@@ -51,59 +51,80 @@ MEMBERS = 64  # engineers of team bench-a, each with a token; submits rotate ove
 
 def seed(rows: int, max_per_user: int = 150) -> dict[str, Any]:
     """Runs inside Django (bench settings): teams, members, tokens, quota, template (allowing
-    `max_per_user` codespaces per engineer), codespaces."""
+    `max_per_user` codespaces per engineer) and `rows` codespaces per team, created as the API creates
+    them (`create_codespace`: each with its workload and timeline entry) and each with the stored answer
+    of the POST that made it (an idempotency record). A live database has this history: on empty
+    tables PostgreSQL plans a lookup by primary key as a scan of the table's few pages, and a
+    connection keeps such plans (prepared statements, foreign-key checks) while the table grows,
+    unless autovacuum's ANALYZE invalidates them (it is off on this CI machine's PostgreSQL)."""
     import django
 
     django.setup()
-    from django.contrib.auth import get_user_model
+    from datetime import timedelta
 
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from codespaces.api.serializers import CodespaceSerializer
     from codespaces.choices import GpuMode
-    from codespaces.models import Codespace, CodespaceTemplate
-    from portal.models import Membership, Tenant
+    from codespaces.models import CodespaceTemplate
+    from codespaces.services import SizeRequest, create_codespace
+    from portal.models import IdempotencyRecord, Membership, Tenant, hash_token
     from portal.services import issue_token
     from quotas.models import Quota, QuotaGroup
 
     user_model = get_user_model()
-    group, _ = QuotaGroup.objects.get_or_create(name="bench", defaults={"node_selector": {}})
+    QuotaGroup.objects.get_or_create(name="bench", defaults={"node_selector": {}})
+    group = QuotaGroup.objects.get(name="bench")
     template, _ = CodespaceTemplate.objects.get_or_create(
         name="bench",
-        defaults={
-            "display_name": "Bench",
-            "image": "python:3.11",
-            "max_per_user": max_per_user,
-            "allow_custom": True,
-        },
+        defaults={"display_name": "Bench", "image": "python:3.11", "allow_custom": True},
     )
+    # bench-b's single engineer owns all of its team's rows: the limit applies from the run on
+    CodespaceTemplate.objects.filter(pk=template.pk).update(max_per_user=max(rows, max_per_user))
+    template.refresh_from_db()
+    size = SizeRequest(gpu_mode=GpuMode.NONE, gpu_count=0, cpu_milli=500, memory_mib=1024)
     tokens: list[str] = []
+    records: list[IdempotencyRecord] = []
+    now = timezone.now()
     for slug in ("bench-a", "bench-b"):
         tenant, _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": slug})
-        quota, _ = Quota.objects.get_or_create(
+        Quota.objects.get_or_create(
             group=group,
             tenant=tenant,
             defaults={"name": slug, "cpu_max_cpu_milli": 10**9, "cpu_max_memory_mib": 10**9},
         )
-        users = []
+        users, raws = [], []
         for index in range(MEMBERS if slug == "bench-a" else 1):
             user, _ = user_model.objects.get_or_create(username=f"{slug}-u{index}")
             Membership.objects.get_or_create(user=user, tenant=tenant)
             users.append(user)
-            if slug == "bench-a":
-                tokens.append(issue_token(user, name="bench").raw)
-        Codespace.objects.bulk_create(
-            Codespace(
-                name=f"{slug}-seed-{index}",
-                owner=users[index % len(users)],
-                tenant=tenant,
-                quota=quota,
-                template=template,
-                image=template.image,
-                gpu_mode=GpuMode.NONE,
-                cpu_milli=500,
-                memory_mib=1024,
-                home_gib=10,
+            raws.append(issue_token(user, name="bench").raw)
+        if slug == "bench-a":
+            tokens = raws
+        for index in range(rows):
+            owner = index % len(users)
+            codespace = create_codespace(
+                user=users[owner], tenant=tenant, template=template, name=f"{slug}-seed-{index}",
+                size=size,
+            )  # fmt: skip
+            records.append(
+                IdempotencyRecord(
+                    scope=f"token:{hash_token(raws[owner])}",
+                    method="POST",
+                    path="/api/v1/codespaces/",
+                    key=f"seed-{slug}-{index}",
+                    fingerprint="0" * 64,
+                    state=IdempotencyRecord.STATE_COMPLETED,
+                    status_code=201,
+                    response_headers={"Content-Type": "application/json"},
+                    response_body=json.dumps(CodespaceSerializer(codespace).data).encode(),
+                    created_at=now,
+                    expires_at=now + timedelta(hours=24),
+                )  # fmt: skip
             )
-            for index in range(rows)
-        )
+    IdempotencyRecord.objects.bulk_create(records)
+    CodespaceTemplate.objects.filter(pk=template.pk).update(max_per_user=max_per_user)
     return {"tokens": tokens}
 
 

@@ -143,17 +143,28 @@ def test_a_failing_statement_or_commit_of_an_atomic_pipelined_block_commits_noth
 
     called: list[str] = []
     TenantFactory(slug="ap-taken")
-    with pytest.raises(IntegrityError), atomic_pipelined():  # a unique clash of a queued INSERT
-        insert(Tenant(slug="ap-new", name="New"))
-        insert(Tenant(slug="ap-taken", name="Clash"))
-        transaction.on_commit(lambda: called.append("clash"))
+
+    def clash() -> None:  # a unique clash of a queued INSERT
+        with atomic_pipelined():
+            insert(Tenant(slug="ap-new", name="New"))
+            insert(Tenant(slug="ap-taken", name="Clash"))
+            transaction.on_commit(lambda: called.append("clash"))
+
     tenant = TenantFactory(slug="ap-fk")
     user = get_user_model().objects.create(username="ap-user")
-    # a foreign key PostgreSQL checks only at COMMIT: the error of the queued COMMIT itself
-    with pytest.raises(IntegrityError), atomic_pipelined():
-        insert(Membership(user=user, tenant=tenant))
-        insert(Membership(user_id=user.pk + 10_000, tenant=tenant))
-        transaction.on_commit(lambda: called.append("fk"))
+
+    def dangling() -> (
+        None
+    ):  # a foreign key PostgreSQL checks only at COMMIT: the COMMIT's own error
+        with atomic_pipelined():
+            insert(Membership(user=user, tenant=tenant))
+            insert(Membership(user_id=user.pk + 10_000, tenant=tenant))
+            transaction.on_commit(lambda: called.append("fk"))
+
+    with pytest.raises(IntegrityError):
+        clash()
+    with pytest.raises(IntegrityError):
+        dangling()
     assert called == []
     assert not Tenant.objects.filter(slug="ap-new").exists()
     assert not Membership.objects.exists()
@@ -167,11 +178,16 @@ def test_an_atomic_pipelined_block_inside_a_transaction_is_a_savepoint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     commits = _psycopg_commits(monkeypatch)
-    with pytest.raises(RuntimeError), transaction.atomic():
-        with atomic_pipelined():
-            insert(Tenant(slug="ap-inner", name="Inner"))
-        assert Tenant.objects.filter(slug="ap-inner").exists()
-        raise RuntimeError("the outer transaction rolls back")
+
+    def inner_then_fail() -> None:
+        with transaction.atomic():
+            with atomic_pipelined():
+                insert(Tenant(slug="ap-inner", name="Inner"))
+            assert Tenant.objects.filter(slug="ap-inner").exists()
+            raise RuntimeError("the outer transaction rolls back")
+
+    with pytest.raises(RuntimeError, match="outer transaction"):
+        inner_then_fail()
     assert not Tenant.objects.filter(slug="ap-inner").exists()
     assert commits == []
     with atomic_pipelined():  # a block that runs no statement starts no transaction
