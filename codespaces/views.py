@@ -23,6 +23,7 @@ from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm
 from codespaces.models import Codespace, CodespaceTemplate
 from codespaces.utilization import utilization_series
 from portal.errors import DomainError
+from portal.forms import show_domain_error
 from portal.scoping import admin_tenant_ids_for, current_user, is_operator
 
 
@@ -133,12 +134,7 @@ def create(request: HttpRequest) -> HttpResponse:
                 quota=int(data["quota"]),
             )
         except DomainError as exc:
-            for field_name, errors in exc.fields.items():
-                target = SERVICE_FIELD_TO_FORM.get(field_name, field_name)
-                for error in errors if isinstance(errors, list) else [errors]:
-                    form.add_error(target if target in form.fields else None, str(error))
-            if not exc.fields:
-                form.add_error(None, exc.message)
+            show_domain_error(form, exc, SERVICE_FIELD_TO_FORM)
         else:
             messages.success(request, f"Codespace “{codespace.name}” created.")
             return redirect("codespaces:detail", pk=codespace.pk)

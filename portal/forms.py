@@ -1,7 +1,39 @@
+"""Forms of the portal's own pages, and how every page puts a service's refusal on its form."""
+
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from django import forms
 from django.utils import timezone
+
+from portal.errors import DomainError
+
+
+def show_domain_error(
+    form: forms.BaseForm, error: DomainError, field_map: Mapping[str, str | None] | None = None
+) -> None:
+    """Put a service's refusal on the form: each problem under the form field it names (service
+    names renamed through `field_map`; None or a name the form lacks: form-wide), and the refusal's
+    message form-wide when it names no field."""
+    placed = False
+    for name, problems in (error.fields or {}).items():
+        target = (field_map or {}).get(name, name)
+        for problem in problems if isinstance(problems, list) else [problems]:
+            form.add_error(target if target in form.fields else None, str(problem))
+            placed = True
+    if not placed:
+        form.add_error(None, error.message)
+
+
+def stale_edit_message(kind: str, obj: Any) -> str:
+    """The form error of an edit that lost the compare-and-set on `version` to someone else's."""
+    current = type(obj).objects.filter(pk=obj.pk).values_list("version", flat=True).first()
+    return (
+        f"Someone else saved this {kind} first (it is now at version {current}). Your edit was not "
+        "saved: reload the page to see their change, then apply yours again."
+    )
 
 
 class TokenForm(forms.Form):

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 
 from portal.api.errors import error_body
 from portal.errors import DomainError, InvalidInput, PreconditionFailed
+from portal.forms import show_domain_error, stale_edit_message
 from portal.scoping import get_scoped_or_404, is_operator, scope_queryset
 from quotas import services
 from quotas.forms import DIMENSION_LABELS, GroupForm, NewQuotaForm, QuotaForm, resource_rows
@@ -119,17 +120,6 @@ def group_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
 
 
-def _apply_errors(form: Any, error: DomainError) -> None:
-    placed = False
-    for field, problems in (error.fields or {}).items():
-        target = field if field in form.fields else None
-        for problem in problems if isinstance(problems, list) else [problems]:
-            form.add_error(target, str(problem))
-            placed = True
-    if not placed:
-        form.add_error(None, error.message)
-
-
 @login_required
 def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     """Create or edit a group (operators)."""
@@ -159,23 +149,15 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
                     allow_overcommitted_min=data["allow_overcommitted_min"],
                 )
         except PreconditionFailed:
-            form.add_error(None, _stale_message("group", group))
+            form.add_error(None, stale_edit_message("group", group))
         except DomainError as error:
-            _apply_errors(form, error)
+            show_domain_error(form, error)
         else:
             messages.success(request, f"Group {saved.obj.name} saved.")
             for warning in saved.warnings:
                 messages.warning(request, warning)
             return redirect("quotas:group", pk=saved.obj.pk)
     return render(request, "quotas/group_form.html", {"form": form, "group": group})
-
-
-def _stale_message(kind: str, obj: Any) -> str:
-    current = type(obj).objects.filter(pk=obj.pk).values_list("version", flat=True).first()
-    return (
-        f"Someone else saved this {kind} first (it is now at version {current}). Your edit was not "
-        "saved: reload the page to see their change, then apply yours again."
-    )
 
 
 def _what_if_rows(rows: list[Any]) -> list[dict[str, Any]]:
@@ -237,9 +219,9 @@ def _quota_form_page(
                 )
         except PreconditionFailed:
             assert quota is not None
-            form.add_error(None, _stale_message("quota", quota))
+            form.add_error(None, stale_edit_message("quota", quota))
         except DomainError as error:
-            _apply_errors(form, error)
+            show_domain_error(form, error)
         else:
             if preview is None:
                 messages.success(request, f"Quota {saved.obj} saved (version {saved.obj.version}).")
