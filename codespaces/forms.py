@@ -7,7 +7,7 @@ from typing import Any, cast
 from django import forms
 
 from codespaces.choices import GpuMode
-from codespaces.models import CodespaceTemplate
+from codespaces.models import CodespaceTemplate, TemplatePreset
 from quotas.models import Quota
 
 CUSTOM = "custom"
@@ -78,3 +78,180 @@ class CodespaceCreateForm(forms.Form):
             "cpu_milli": int((cores or 0) * 1000),
             "memory_mib": int(data.get("memory_gib") or 0) * 1024,
         }
+
+
+# --- Templates (operators) -------------------------------------------------------------------------
+
+# Service field names → the template form's (the page speaks cores and GiB, the service milli and MiB).
+TEMPLATE_FIELD_TO_FORM = {
+    "min_cpu_milli": "min_cpu_cores",
+    "max_cpu_milli": "max_cpu_cores",
+    "min_memory_mib": "min_memory_gib",
+    "max_memory_mib": "max_memory_gib",
+    "allowed_tenant_slugs": "allowed_tenants",
+    "presets": None,
+}
+
+
+def _cores(**kwargs: Any) -> forms.DecimalField:
+    return forms.DecimalField(min_value=0, max_digits=6, decimal_places=1, **kwargs)
+
+
+class TemplateForm(forms.Form):
+    """What a template offers: image, size ranges, idle policy, the per-user limit, the teams that
+    may use it, and the version the editor read (a concurrent save is refused, not overwritten)."""
+
+    name = forms.SlugField(
+        max_length=63, help_text="Lowercase letters, digits and '-'; developers and the API use it."
+    )
+    display_name = forms.CharField(max_length=120, label="Display name")
+    image = forms.CharField(
+        max_length=255, help_text="The container image, e.g. ghcr.io/org/img:tag"
+    )
+    description = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2}), max_length=2000
+    )
+    home_volume_gib = forms.IntegerField(min_value=1, initial=50, label="Home volume (GiB)")
+    allow_custom = forms.BooleanField(
+        required=False, initial=True, label="Developers may pick their own size in the ranges"
+    )
+    allow_slices = forms.BooleanField(
+        required=False, initial=True, label="GPU slices allowed (off: whole cards only)"
+    )
+    whole_card_models = forms.CharField(
+        required=False,
+        label="Never sliced",
+        help_text="GPU models given only as whole cards, comma-separated, e.g. T4, L4",
+    )
+    min_cpu_cores = _cores(initial=0.5, label="CPU cores, min")
+    max_cpu_cores = _cores(initial=16, label="CPU cores, max")
+    min_memory_gib = forms.IntegerField(min_value=0, initial=1, label="Memory (GiB), min")
+    max_memory_gib = forms.IntegerField(min_value=0, initial=128, label="Memory (GiB), max")
+    max_gpu_count = forms.IntegerField(
+        min_value=0, max_value=16, initial=2, label="Whole GPUs, max"
+    )
+    idle_window_minutes = forms.IntegerField(
+        min_value=1, initial=60, label="Idle warning after (minutes)"
+    )
+    idle_grace_minutes = forms.IntegerField(
+        min_value=1, initial=15, label="Stopped after the warning (minutes)"
+    )
+    idle_threshold_percent = forms.IntegerField(
+        min_value=0, max_value=100, initial=5, label="Idle below GPU utilization (%)"
+    )
+    max_per_user = forms.IntegerField(
+        min_value=1, max_value=1000, initial=3, label="Codespaces per developer, max"
+    )
+    allowed_tenants = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Teams",
+        help_text="None ticked: every team may use it.",
+    )
+    active = forms.BooleanField(
+        required=False, initial=True, label="Offered to developers (off: retired)"
+    )
+    version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
+    def __init__(
+        self,
+        *args: Any,
+        template: CodespaceTemplate | None = None,
+        tenant_slugs: list[str],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        cast(forms.MultipleChoiceField, self.fields["allowed_tenants"]).choices = [
+            (slug, slug) for slug in tenant_slugs
+        ]
+        if template is not None:
+            initial = {
+                name: getattr(template, name) for name in self.fields if hasattr(template, name)
+            }
+            initial.update(
+                whole_card_models=", ".join(template.whole_card_models or []),
+                min_cpu_cores=template.min_cpu_milli / 1000,
+                max_cpu_cores=template.max_cpu_milli / 1000,
+                min_memory_gib=template.min_memory_mib // 1024,
+                max_memory_gib=template.max_memory_mib // 1024,
+                allowed_tenants=[t.slug for t in template.allowed_tenants.all()],
+            )
+            for name, value in initial.items():
+                self.initial.setdefault(name, value)
+
+    def values(self) -> dict[str, Any]:
+        """The template's fields in service units (`services.TEMPLATE_FIELDS`)."""
+        data = self.cleaned_data
+        models = [m.strip() for m in (data.get("whole_card_models") or "").split(",")]
+        plain = (
+            "name", "display_name", "image", "description", "home_volume_gib", "allow_custom",
+            "allow_slices", "max_gpu_count", "idle_window_minutes", "idle_grace_minutes",
+            "idle_threshold_percent", "max_per_user", "active",
+        )  # fmt: skip
+        return {
+            **{name: data[name] for name in plain},
+            "whole_card_models": [m for m in models if m],
+            "min_cpu_milli": int(data["min_cpu_cores"] * 1000),
+            "max_cpu_milli": int(data["max_cpu_cores"] * 1000),
+            "min_memory_mib": data["min_memory_gib"] * 1024,
+            "max_memory_mib": data["max_memory_gib"] * 1024,
+        }
+
+
+class PresetForm(forms.Form):
+    """One named size of a template, in cores and GiB."""
+
+    name = forms.SlugField(max_length=63)
+    label = forms.CharField(max_length=120, help_text='What developers read, e.g. "1/4 H100"')
+    gpu_mode = forms.ChoiceField(choices=GpuMode.choices, initial=GpuMode.SLICE, label="GPU")
+    gpu_percent = forms.IntegerField(
+        required=False, min_value=0, max_value=100, label="Compute (%)"
+    )
+    gpu_memory_gib = forms.IntegerField(required=False, min_value=0, label="GPU memory (GiB)")
+    gpu_count = forms.IntegerField(required=False, min_value=0, max_value=16, label="Cards")
+    gpu_model = forms.CharField(required=False, max_length=63, label="Model")
+    cpu_cores = _cores(initial=2, label="CPU cores")
+    memory_gib = forms.IntegerField(min_value=0, initial=8, label="Memory (GiB)")
+
+    def values(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {
+            "name": data["name"],
+            "label": data["label"],
+            "gpu_mode": data["gpu_mode"],
+            "gpu_percent": data.get("gpu_percent") or 0,
+            "gpu_memory_gib": data.get("gpu_memory_gib") or 0,
+            "gpu_count": data.get("gpu_count") or 0,
+            "gpu_model": data.get("gpu_model") or "",
+            "cpu_milli": int(data["cpu_cores"] * 1000),
+            "memory_mib": data["memory_gib"] * 1024,
+        }
+
+    @staticmethod
+    def initial_for(preset: TemplatePreset) -> dict[str, Any]:
+        return {
+            "name": preset.name,
+            "label": preset.label,
+            "gpu_mode": preset.gpu_mode,
+            "gpu_percent": preset.gpu_percent,
+            "gpu_memory_gib": preset.gpu_memory_gib,
+            "gpu_count": preset.gpu_count,
+            "gpu_model": preset.gpu_model,
+            "cpu_cores": preset.cpu_milli / 1000,
+            "memory_gib": preset.memory_mib // 1024,
+        }
+
+
+PresetFormSet = forms.formset_factory(PresetForm, extra=2, can_delete=True, max_num=30)
+
+
+def preset_values(formset: forms.BaseFormSet) -> list[dict[str, Any]]:
+    """The presets a valid formset keeps, in order: the template's own rows unless ticked for
+    deletion, and the blank rows the operator filled in."""
+    kept = []
+    for index, form in enumerate(formset.forms):
+        if form in formset.deleted_forms:
+            continue
+        if index < formset.initial_form_count() or form.has_changed():
+            kept.append(form.values())
+    return kept

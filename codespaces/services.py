@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from codespaces import lifecycle, pools
@@ -148,6 +148,13 @@ def templates_for_user(user: Any) -> QuerySet[CodespaceTemplate]:
         queryset.filter(allowed_tenants__isnull=True)
         | queryset.filter(allowed_tenants__in=tenant_ids_for(user))
     ).distinct()
+
+
+def templates_overview() -> QuerySet[CodespaceTemplate]:
+    """Every template (operators' page): presets, allowed teams, and `live` codespaces made from it."""
+    return CodespaceTemplate.objects.prefetch_related("presets", "allowed_tenants").annotate(
+        live=Count("codespaces", filter=~Q(codespaces__state__in=[S.DELETING, S.DELETED]))
+    )
 
 
 def quotas_for_tenant(tenant: Tenant) -> CompiledQuerySet:
@@ -1066,7 +1073,11 @@ def _check_template(template: CodespaceTemplate, presets: list[dict[str, Any]] |
         errors.add("min_cpu_milli", "The CPU minimum is above the maximum.")
     if template.min_memory_mib > template.max_memory_mib:
         errors.add("min_memory_mib", "The memory minimum is above the maximum.")
+    seen: set[str] = set()
     for index, preset in enumerate(presets or []):
+        if preset.get("name") in seen:
+            errors.add("presets", f"Preset {index + 1}: the name {preset['name']} is used twice.")
+        seen.add(preset.get("name", ""))
         mode = preset.get("gpu_mode", GpuMode.SLICE)
         percent = preset.get("gpu_percent", 0)
         if mode == GpuMode.SLICE and not (1 <= percent <= 100):

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from codespaces import views
+from codespaces import template_views, views
 
 app_name = "codespaces"
 urlpatterns = [
@@ -13,6 +13,9 @@ urlpatterns = [
     path("team/", views.team_codespaces, name="team"),
     path("all/", views.all_codespaces, name="all"),
     path("savings/", views.savings, name="savings"),
+    path("templates/", template_views.template_list, name="templates"),
+    path("templates/new/", template_views.template_form, name="template-create"),
+    path("templates/<int:pk>/edit/", template_views.template_form, name="template-edit"),
     path("<int:pk>/", views.detail, name="detail"),
     path("<int:pk>/start/", views.start, name="start"),
     path("<int:pk>/stop/", views.stop, name="stop"),

@@ -294,6 +294,14 @@ def test_templates_read_for_members_write_for_operators(
         "presets": ["Preset 1: compute must be 1-100% (got 0%)."]
     }
     assert not CodespaceTemplate.objects.filter(name="bad").exists()
+    twice = ops.post(
+        "/api/v1/templates/",
+        {**new, "name": "twice", "presets": [new["presets"][0], new["presets"][0]]},
+        format="json",
+    )  # the presets' unique name per template: a 400 naming the field, not the database's error
+    assert twice.status_code == 400
+    assert twice.json()["error"]["fields"] == {"presets": ["Preset 2: the name cpu is used twice."]}
+    assert not CodespaceTemplate.objects.filter(name="twice").exists()
 
 
 @pytest.mark.parametrize(

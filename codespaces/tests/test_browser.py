@@ -131,3 +131,34 @@ def test_create_run_stop_start_delete_then_over_quota_user_queues(
     assert page.locator("h1 + [data-testid=state]").get_attribute("data-state") == "queued"
     assert page.inner_text("[data-testid=pending-reason]") == reason
     assert page.inner_text("[data-testid=queue-position]") == "1"
+
+
+def test_an_operator_adds_a_size_and_opens_a_template_to_one_team_then_a_developer_sees_it(
+    demo: None, login: Any, page: Any
+) -> None:
+    login("ops", DEMO_PASSWORD)
+    page.goto("/codespaces/templates/")
+    page.click("[data-template=notebook] >> text=Edit")
+    page.fill("#id_max_per_user", "4")
+    page.check("input[name=allowed_tenants][value=ml-research]")
+    row = page.locator("[data-testid=presets] tbody tr").nth(3)  # the first blank row
+    row.locator("input[name$=-name]").fill("half-l40s")
+    row.locator("input[name$=-label]").fill("1/2 L40S")
+    row.locator("input[name$=-gpu_percent]").fill("50")
+    row.locator("input[name$=-gpu_memory_gib]").fill("22")
+    row.locator("input[name$=-gpu_model]").fill("L40S")
+    with page.expect_navigation():
+        page.click("[data-testid=save]")
+    assert "Template notebook saved (version 2" in page.inner_text(".messages")
+    listed = page.inner_text("[data-template=notebook]")
+    assert "1/2 L40S" in listed
+    assert "ml-research" in listed
+
+    page.context.clear_cookies()  # signed out
+    login("bob", DEMO_PASSWORD)  # ml-research: the new size is on his create page
+    page.goto("/codespaces/new/?template=notebook")
+    assert "1/2 L40S" in page.inner_text("[data-testid=preset-half-l40s]")
+    page.context.clear_cookies()
+    login("carol", DEMO_PASSWORD)  # vision: the notebook template is no longer offered
+    page.goto("/codespaces/new/")
+    assert "notebook" not in page.locator("#id_template").inner_text().lower()
