@@ -93,6 +93,9 @@ TEMPLATE_FIELD_TO_FORM = {
 }
 
 
+MAX_MEMORY_GIB = 64 * 1024  # 64 TiB: far above any node, well inside the MiB columns' range
+
+
 def _cores(**kwargs: Any) -> forms.DecimalField:
     return forms.DecimalField(min_value=0, max_digits=6, decimal_places=1, **kwargs)
 
@@ -111,7 +114,9 @@ class TemplateForm(forms.Form):
     description = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 2}), max_length=2000
     )
-    home_volume_gib = forms.IntegerField(min_value=1, initial=50, label="Home volume (GiB)")
+    home_volume_gib = forms.IntegerField(
+        min_value=1, max_value=1024 * 1024, initial=50, label="Home volume (GiB)"
+    )
     allow_custom = forms.BooleanField(
         required=False, initial=True, label="Developers may pick their own size in the ranges"
     )
@@ -125,8 +130,12 @@ class TemplateForm(forms.Form):
     )
     min_cpu_cores = _cores(initial=0.5, label="CPU cores, min")
     max_cpu_cores = _cores(initial=16, label="CPU cores, max")
-    min_memory_gib = forms.IntegerField(min_value=0, initial=1, label="Memory (GiB), min")
-    max_memory_gib = forms.IntegerField(min_value=0, initial=128, label="Memory (GiB), max")
+    min_memory_gib = forms.IntegerField(
+        min_value=0, max_value=MAX_MEMORY_GIB, initial=1, label="Memory (GiB), min"
+    )
+    max_memory_gib = forms.IntegerField(
+        min_value=0, max_value=MAX_MEMORY_GIB, initial=128, label="Memory (GiB), max"
+    )
     max_gpu_count = forms.IntegerField(
         min_value=0, max_value=16, initial=2, label="Whole GPUs, max"
     )
@@ -207,11 +216,15 @@ class PresetForm(forms.Form):
     gpu_percent = forms.IntegerField(
         required=False, min_value=0, max_value=100, label="Compute (%)"
     )
-    gpu_memory_gib = forms.IntegerField(required=False, min_value=0, label="GPU memory (GiB)")
+    gpu_memory_gib = forms.IntegerField(
+        required=False, min_value=0, max_value=1024, label="GPU memory (GiB)"
+    )
     gpu_count = forms.IntegerField(required=False, min_value=0, max_value=16, label="Cards")
     gpu_model = forms.CharField(required=False, max_length=63, label="Model")
     cpu_cores = _cores(initial=2, label="CPU cores")
-    memory_gib = forms.IntegerField(min_value=0, initial=8, label="Memory (GiB)")
+    memory_gib = forms.IntegerField(
+        min_value=0, max_value=MAX_MEMORY_GIB, initial=8, label="Memory (GiB)"
+    )
 
     def values(self) -> dict[str, Any]:
         data = self.cleaned_data

@@ -138,6 +138,7 @@ def test_an_operator_creates_a_template_with_presets_and_teams(
         ({}, ({**QUARTER, "gpu_percent": 0},), None, "compute must be 1-100%"),
         ({}, (QUARTER, {**WHOLE, "name": "quarter-h100"}), None, "is used twice"),
         ({}, ({**WHOLE, "gpu_count": 0},), None, "count of at least 1"),
+        ({}, ({**WHOLE, "memory_gib": 10**7},), "preset", "less than or equal to 65536"),
     ],
 )
 def test_a_refused_template_shows_why_on_the_form_and_saves_nothing(
@@ -150,9 +151,12 @@ def test_a_refused_template_shows_why_on_the_form_and_saves_nothing(
     data = _form(**overrides) | _presets(*rows)
     response = client_for(operator).post("/codespaces/templates/new/", data)
     assert response.status_code == 200
-    form = response.context["form"]
-    errors = form.errors.get(field if field else "__all__", [])
-    assert any(message in str(error) for error in errors), form.errors
+    form, presets = response.context["form"], response.context["presets"]
+    if field == "preset":  # on the preset row's own field
+        errors = [e for row in presets.errors for messages in row.values() for e in messages]
+    else:
+        errors = form.errors.get(field if field else "__all__", [])
+    assert any(message in str(error) for error in errors), (form.errors, presets.errors)
     assert message in response.content.decode().replace("&#x27;", "'")
     assert not CodespaceTemplate.objects.filter(name__in=["pytorch", "Not A Slug"]).exists()
 
