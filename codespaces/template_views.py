@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from codespaces import services
@@ -26,17 +26,12 @@ from codespaces.models import CodespaceTemplate
 from portal.errors import DomainError, PreconditionFailed
 from portal.forms import show_domain_error, stale_edit_message
 from portal.models import Tenant
-from portal.scoping import is_operator
-
-
-def _operator_only(request: HttpRequest) -> None:
-    if not is_operator(request.user):
-        raise Http404("Not found.")
+from portal.scoping import require_operator
 
 
 @login_required
 def template_list(request: HttpRequest) -> HttpResponse:
-    _operator_only(request)
+    require_operator(request.user)
     return render(
         request,
         "codespaces/template_list.html",
@@ -47,7 +42,7 @@ def template_list(request: HttpRequest) -> HttpResponse:
 @login_required
 def template_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     """Create or edit a template with its presets; every refusal shows on the form, nothing saved."""
-    _operator_only(request)
+    require_operator(request.user)
     template = get_object_or_404(CodespaceTemplate, pk=pk) if pk is not None else None
     data = request.POST if request.method == "POST" else None
     slugs = list(Tenant.objects.order_by("slug").values_list("slug", flat=True))

@@ -24,7 +24,7 @@ from codespaces.models import Codespace, CodespaceTemplate
 from codespaces.utilization import utilization_series
 from portal.errors import DomainError
 from portal.forms import show_domain_error
-from portal.scoping import admin_tenant_ids_for, current_user, is_operator
+from portal.scoping import admin_tenant_ids_for, current_user, is_operator, require_operator
 
 
 def _nav(user: Any, scope: str) -> dict[str, Any]:
@@ -66,8 +66,7 @@ def team_codespaces(request: HttpRequest) -> HttpResponse:
 @login_required
 def all_codespaces(request: HttpRequest) -> HttpResponse:
     user = current_user(request)
-    if not is_operator(user):
-        raise Http404("Not found.")
+    require_operator(user)
     rows = list(services.visible_codespaces(user, scope="all"))
     return render(
         request,
@@ -78,8 +77,7 @@ def all_codespaces(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def savings(request: HttpRequest) -> HttpResponse:
-    if not is_operator(request.user):
-        raise Http404("Not found.")
+    require_operator(request.user)
     return render(
         request,
         "codespaces/savings.html",

@@ -137,6 +137,13 @@ def require_member(user: Any, tenant: Tenant | int) -> None:
         raise Http404("Not found.")
 
 
+def require_operator(user: Any) -> None:
+    """Raise Http404 unless the user is a platform operator (operators' pages do not announce
+    themselves to anyone else)."""
+    if not is_operator(user):
+        raise Http404("Not found.")
+
+
 class TenantScopedQuerysetMixin:
     """For Django class-based views and DRF viewsets: `get_queryset` goes through `scope_queryset`.
 

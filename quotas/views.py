@@ -14,7 +14,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -22,18 +22,13 @@ from django.views.decorators.http import require_POST
 from portal.api.errors import error_body
 from portal.errors import DomainError, InvalidInput, PreconditionFailed
 from portal.forms import show_domain_error, stale_edit_message
-from portal.scoping import get_scoped_or_404, is_operator, scope_queryset
+from portal.scoping import get_scoped_or_404, is_operator, require_operator, scope_queryset
 from quotas import services
 from quotas.forms import DIMENSION_LABELS, GroupForm, NewQuotaForm, QuotaForm, resource_rows
 from quotas.models import Quota, QuotaChange, QuotaGroup
 from quotas.presentation import bar, headroom_sentence
 from quotas.resources import Side, human, human_amount, human_short
 from quotas.usage import GroupSnapshot, QuotaUsage, group_snapshot
-
-
-def _operator_only(request: HttpRequest) -> None:
-    if not is_operator(request.user):
-        raise Http404("Not found.")
 
 
 def _leaf(snapshot: GroupSnapshot, usage: QuotaUsage) -> dict[str, Any]:
@@ -102,7 +97,7 @@ def index(request: HttpRequest) -> HttpResponse:
 @login_required
 def group_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """The quota tree of one group: capacity, allocation, per leaf bars, recent changes (operators)."""
-    _operator_only(request)
+    require_operator(request.user)
     group = get_object_or_404(QuotaGroup, pk=pk)
     snapshot = group_snapshot(group)
     leaves = [_leaf(snapshot, usage) for usage in snapshot.ordered()]
@@ -123,7 +118,7 @@ def group_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     """Create or edit a group (operators)."""
-    _operator_only(request)
+    require_operator(request.user)
     group = get_object_or_404(QuotaGroup, pk=pk) if pk else None
     form = GroupForm(request.POST or None, group=group)
     if request.method == "POST" and form.is_valid():
@@ -255,7 +250,7 @@ def _quota_form_page(
 
 @login_required
 def quota_create(request: HttpRequest, group_pk: int) -> HttpResponse:
-    _operator_only(request)
+    require_operator(request.user)
     group = get_object_or_404(QuotaGroup, pk=group_pk)
     return _quota_form_page(request, group=group, quota=None)
 
@@ -290,7 +285,7 @@ def _what_if_json(request: HttpRequest, group: QuotaGroup, quota: Quota | None) 
 @require_POST
 def quota_what_if(request: HttpRequest, pk: int) -> JsonResponse:
     """JSON preview for the edit page: every sibling's runtime share before/after (nothing saved)."""
-    _operator_only(request)
+    require_operator(request.user)
     quota = get_object_or_404(Quota.objects.select_related("group", "tenant"), pk=pk)
     return _what_if_json(request, quota.group, quota)
 
@@ -299,7 +294,7 @@ def quota_what_if(request: HttpRequest, pk: int) -> JsonResponse:
 @require_POST
 def group_what_if(request: HttpRequest, pk: int) -> JsonResponse:
     """JSON preview for the new-quota page."""
-    _operator_only(request)
+    require_operator(request.user)
     group = get_object_or_404(QuotaGroup, pk=pk)
     return _what_if_json(request, group, None)
 
@@ -350,7 +345,7 @@ def quota_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def quota_delete(request: HttpRequest, pk: int) -> HttpResponse:
-    _operator_only(request)
+    require_operator(request.user)
     quota = get_object_or_404(Quota.objects.select_related("group"), pk=pk)
     group_pk = quota.group_id
     try:
