@@ -7,7 +7,8 @@ from typing import Any, cast
 from django import forms
 
 from codespaces.choices import GpuMode
-from codespaces.models import CodespaceTemplate, TemplatePreset
+from codespaces.models import MIB_PER_GIB, CodespaceTemplate, TemplatePreset
+from codespaces.services import TEMPLATE_FIELDS
 from quotas.models import Quota
 
 CUSTOM = "custom"
@@ -181,29 +182,25 @@ class TemplateForm(forms.Form):
                 whole_card_models=", ".join(template.whole_card_models or []),
                 min_cpu_cores=template.min_cpu_milli / 1000,
                 max_cpu_cores=template.max_cpu_milli / 1000,
-                min_memory_gib=template.min_memory_mib // 1024,
-                max_memory_gib=template.max_memory_mib // 1024,
+                min_memory_gib=template.min_memory_mib // MIB_PER_GIB,
+                max_memory_gib=template.max_memory_mib // MIB_PER_GIB,
                 allowed_tenants=[t.slug for t in template.allowed_tenants.all()],
             )
             for name, value in initial.items():
                 self.initial.setdefault(name, value)
 
     def values(self) -> dict[str, Any]:
-        """The template's fields in service units (`services.TEMPLATE_FIELDS`)."""
+        """The template's fields in service units (`TEMPLATE_FIELDS`: those the form holds as they are,
+        the rest converted)."""
         data = self.cleaned_data
         models = [m.strip() for m in (data.get("whole_card_models") or "").split(",")]
-        plain = (
-            "name", "display_name", "image", "description", "home_volume_gib", "allow_custom",
-            "allow_slices", "max_gpu_count", "idle_window_minutes", "idle_grace_minutes",
-            "idle_threshold_percent", "max_per_user", "active",
-        )  # fmt: skip
         return {
-            **{name: data[name] for name in plain},
+            **{name: data[name] for name in TEMPLATE_FIELDS if name in self.fields},
             "whole_card_models": [m for m in models if m],
             "min_cpu_milli": int(data["min_cpu_cores"] * 1000),
             "max_cpu_milli": int(data["max_cpu_cores"] * 1000),
-            "min_memory_mib": data["min_memory_gib"] * 1024,
-            "max_memory_mib": data["max_memory_gib"] * 1024,
+            "min_memory_mib": data["min_memory_gib"] * MIB_PER_GIB,
+            "max_memory_mib": data["max_memory_gib"] * MIB_PER_GIB,
         }
 
 
@@ -237,7 +234,7 @@ class PresetForm(forms.Form):
             "gpu_count": data.get("gpu_count") or 0,
             "gpu_model": data.get("gpu_model") or "",
             "cpu_milli": int(data["cpu_cores"] * 1000),
-            "memory_mib": data["memory_gib"] * 1024,
+            "memory_mib": data["memory_gib"] * MIB_PER_GIB,
         }
 
     @staticmethod
@@ -251,7 +248,7 @@ class PresetForm(forms.Form):
             "gpu_count": preset.gpu_count,
             "gpu_model": preset.gpu_model,
             "cpu_cores": preset.cpu_milli / 1000,
-            "memory_gib": preset.memory_mib // 1024,
+            "memory_gib": preset.memory_mib // MIB_PER_GIB,
         }
 
 

@@ -159,9 +159,8 @@ def atomic_pipelined(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     with transaction.atomic(using=using), _psycopg_pipeline(connection):
         yield
         raw = connection.connection
-        if (
-            raw.pgconn.transaction_status != TransactionStatus.IDLE
-        ):  # IDLE: the block ran no statement
+        # IDLE: the block ran no statement, there is no transaction to commit
+        if raw.pgconn.transaction_status != TransactionStatus.IDLE:
             raw.cursor().execute(b"COMMIT", prepare=False)
 
 
