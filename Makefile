@@ -1,7 +1,8 @@
 # Tessera: the two commands a newcomer needs.
 #   make run   set up .venv, migrate, load demo data, start web + worker + beat (no external service)
 #   make test  run the whole test suite (SQLite by default; PostgreSQL when DATABASE_URL is set)
-.PHONY: run test lint venv
+#   make services  install (Debian packages) and start PostgreSQL and Redis on 127.0.0.1 for the full suite
+.PHONY: run test lint venv services
 
 PYTHON ?= python3
 VENV := .venv
@@ -27,3 +28,6 @@ lint: venv
 	$(BIN)/mypy .
 	$(BIN)/lint-imports
 	$(BIN)/python manage.py makemigrations --check --dry-run
+
+services:
+	bash scripts/services.sh
