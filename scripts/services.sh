@@ -87,6 +87,10 @@ full_page_writes = off"
     exit 1
   }
 fi
+# The database the README's DATABASE_URL names (tests create their own test_* databases beside it).
+if [ "$(psql "postgres://postgres@127.0.0.1:${PG_PORT}/postgres" -XAtqc "select count(*) from pg_database where datname = 'tessera'")" = 0 ]; then
+  psql "postgres://postgres@127.0.0.1:${PG_PORT}/postgres" -XAtqc 'create database tessera' >/dev/null
+fi
 say "PostgreSQL answers on 127.0.0.1:${PG_PORT} ($(psql "postgres://postgres@127.0.0.1:${PG_PORT}/postgres" -XAtqc 'show server_version'))"
 
 # --- Redis ------------------------------------------------------------------------------------------------
