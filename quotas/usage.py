@@ -23,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Case, F, When
 
 from quotas.models import Quota, QuotaGroup
 from quotas.resources import Resources, Side, total
@@ -55,15 +56,26 @@ def node_matches(labels: dict[str, Any] | None, selector: dict[str, Any] | None)
     return all(str(labels.get(key)) == str(value) for key, value in (selector or {}).items())
 
 
+def _selected(nodes: Any, group: QuotaGroup) -> list[Any]:
+    """The rows of the Node queryset `nodes` whose labels match the group's `node_selector`."""
+    selector = {str(key): str(value) for key, value in (group.node_selector or {}).items()}
+    if selector and connection.vendor == "postgresql":
+        nodes = nodes.filter(labels__contains=selector)  # narrows in SQL; the check below decides
+    return [node for node in nodes if node_matches(node.labels, selector)]
+
+
 def matching_nodes(group: QuotaGroup) -> list[Any]:
     """The Node rows selected by the group's `node_selector` (all of them, cordoned or not)."""
     from scheduling.models import Node
 
-    selector = {str(key): str(value) for key, value in (group.node_selector or {}).items()}
-    nodes = Node.objects.prefetch_related("gpus").order_by("name")
-    if selector and connection.vendor == "postgresql":
-        nodes = nodes.filter(labels__contains=selector)  # narrows in SQL; the check below decides
-    return [node for node in nodes if node_matches(node.labels, selector)]
+    return _selected(Node.objects.prefetch_related("gpus").order_by("name"), group)
+
+
+def matching_node_ids(group: QuotaGroup) -> list[int]:
+    """The primary keys of `matching_nodes(group)`, read without their GPUs."""
+    from scheduling.models import Node
+
+    return [node.pk for node in _selected(Node.objects.only("pk", "labels"), group)]
 
 
 def _default_reservation(node: Any) -> tuple[int, int]:
@@ -154,12 +166,35 @@ def workload_side(workload: Any) -> Side:
     return Side.GPU if int(getattr(workload, "gpu_count", 0) or 0) > 0 else Side.CPU
 
 
+WHOLE_CARD_MILLI = 1000
+"""`gpu_milli` of a whole card: such a request holds every GPU it is given entirely."""
+
+
+def charged_gpu_memory_mib(workload: Any) -> int:
+    """The GPU memory charged per GPU of a workload: the memory of a slice, and for whole cards
+    `whole_card_memory_mib` (the card it holds once placed, the largest card it may be placed on while
+    pending: see scheduling.services.charge). The one rule; `charged_gpu_memory_expression` is it in SQL."""
+    if int(getattr(workload, "gpu_milli", 0) or 0) >= WHOLE_CARD_MILLI:
+        return int(getattr(workload, "whole_card_memory_mib", 0) or 0)
+    return int(getattr(workload, "gpu_memory_mib", 0) or 0)
+
+
+def charged_gpu_memory_expression() -> Case:
+    """`charged_gpu_memory_mib` as a database expression over Workload rows (for GROUP BY sums)."""
+    return Case(
+        When(gpu_milli__gte=WHOLE_CARD_MILLI, then=F("whole_card_memory_mib")),
+        default=F("gpu_memory_mib"),
+    )
+
+
 def workload_resources(workload: Any) -> Resources:
-    """The total request of a workload (per-GPU milli and memory times its GPU count)."""
+    """What a workload is charged to its quota: per-GPU milli and charged memory
+    (`charged_gpu_memory_mib`) times its GPU count, its CPU and memory. Admission, usage, the preview and
+    the API all read it; for a placed workload it equals its placement in every dimension."""
     gpu_count = int(getattr(workload, "gpu_count", 0) or 0)
     return Resources(
         gpu_milli=gpu_count * int(getattr(workload, "gpu_milli", 0) or 0),
-        gpu_memory_mib=gpu_count * int(getattr(workload, "gpu_memory_mib", 0) or 0),
+        gpu_memory_mib=gpu_count * charged_gpu_memory_mib(workload),
         cpu_milli=int(workload.cpu_milli or 0),
         memory_mib=int(workload.memory_mib or 0),
     )

@@ -128,6 +128,11 @@ class Workload(models.Model):
     gpu_count = models.PositiveSmallIntegerField(default=0)
     gpu_milli = models.PositiveIntegerField(default=0, help_text="Per GPU; 1000 = whole card")
     gpu_memory_mib = models.PositiveIntegerField(default=0, help_text="Per GPU")
+    whole_card_memory_mib = models.PositiveIntegerField(
+        default=0,
+        help_text="Whole cards only, per GPU: the memory charged to the quota (the card held once "
+        "placed, the largest card it may be placed on while pending)",
+    )
     gpu_models = models.JSONField(
         default=list, blank=True, help_text="Allowed GPU models; empty = any"
     )

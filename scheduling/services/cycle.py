@@ -33,6 +33,7 @@ from scheduling.engine import GPU_MILLI, Assignment, GangSpec, typical_pods
 from scheduling.engine.planner import plan_in_place
 from scheduling.lock_objects import lock_nodes, lock_shard
 from scheduling.models import Gpu, Placement, PlacementGpu, Shard, Workload
+from scheduling.services.charge import mark_placed_whole_cards
 from scheduling.services.quota_bridge import Admitter, Verdict, plan_reclaim_for, warm_capacity
 from scheduling.services.snapshot import (
     GroupCluster,
@@ -187,6 +188,12 @@ def _persist(
     if updated != len(ids):
         raise StaleSnapshot(f"{len(ids) - updated} workloads left PENDING during the cycle")
     _check_capacity(cluster, assignments)
+    # A whole card is charged the card it got (a pending one was charged the largest it might get).
+    mark_placed_whole_cards(
+        (int(a.request_id), a.gpu_memory_mib)
+        for a in assignments
+        if a.gpu_indices and a.gpu_milli >= GPU_MILLI
+    )
     if connection.vendor == "postgresql":
         _insert_placements_pg(cluster, assignments, by_id, now)
         return ids

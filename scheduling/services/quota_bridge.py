@@ -21,7 +21,13 @@ from quotas.admission import (
 )
 from quotas.reclaim import plan_reclaim
 from quotas.resources import Resources, Side, human_amount, human_number, total
-from quotas.usage import GroupSnapshot, group_snapshot, usage_of, workload_side
+from quotas.usage import (
+    GroupSnapshot,
+    charged_gpu_memory_expression,
+    group_snapshot,
+    usage_of,
+    workload_side,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +248,7 @@ def aggregated_usage(group: Any) -> list[Any]:
         )
         .annotate(
             gm=F("gpu_count") * F("gpu_milli"),
-            gmem=F("gpu_count") * F("gpu_memory_mib"),
+            gmem=F("gpu_count") * charged_gpu_memory_expression(),
         )
         .values("quota_id", "state", "preemptible", "gpu_count")
         .annotate(

@@ -30,6 +30,7 @@ from scheduling.choices import (
 )
 from scheduling.lock_objects import lock_shard, lock_shards
 from scheduling.models import Gang, Placement, Workload
+from scheduling.services.charge import PoolCards, recharge_pending, whole_card_memory_mib
 from scheduling.services.snapshot import bump_shards_for_nodes
 
 logger = logging.getLogger(__name__)
@@ -251,6 +252,12 @@ def submit_workload(
         priority=priority,
         profile=profile,
     )
+    res["whole_card_memory_mib"] = whole_card_memory_mib(
+        PoolCards.of(quota.group),
+        gpu_count=res["gpu_count"],
+        gpu_milli=res["gpu_milli"],
+        gpu_models=res["gpu_models"],
+    )
     # No savepoint inside a caller's transaction (a codespace create): nothing here is caught and
     # retried, a failure aborts the caller's transaction as a whole.
     with transaction.atomic(savepoint=False):
@@ -342,6 +349,14 @@ def submit_gang(
             raise InvalidInput(
                 f"Pod {i} must be an object of resources.", fields={f"members[{i}]": ["An object."]}
             ) from exc
+    cards = PoolCards.of(quota.group)
+    for spec in specs:
+        spec["whole_card_memory_mib"] = whole_card_memory_mib(
+            cards,
+            gpu_count=spec["gpu_count"],
+            gpu_milli=spec["gpu_milli"],
+            gpu_models=spec["gpu_models"],
+        )
     now = timezone.now()
     try:
         with transaction.atomic():
@@ -525,6 +540,7 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
             return []
         now = timezone.now()
         held = _release_placements(workloads, now)
+        recharge_pending([w.pk for w in workloads])
         Workload.objects.filter(pk__in=[w.pk for w in workloads]).update(
             state=WorkloadState.PENDING,
             placed_at=None,
