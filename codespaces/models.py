@@ -77,10 +77,6 @@ class CodespaceTemplate(models.Model):
     def __str__(self) -> str:
         return self.display_name or self.name
 
-    def is_whole_card_only(self, gpu_model: str) -> bool:
-        """True when a slice is not allowed for this GPU model (or for this template at all)."""
-        return (not self.allow_slices) or (bool(gpu_model) and gpu_model in self.whole_card_models)
-
 
 class TemplatePreset(models.Model):
     """A named size of a template: "1/4 H100: 25% compute, 20 GiB", "1 × A100 80GB", "CPU only"."""

@@ -99,6 +99,9 @@ class Resources:
     gpu_model: str
     cpu_milli: int
     memory_mib: int
+    gpu_models: tuple[str, ...] = ()
+    """The models it may be placed on (empty = any): `gpu_model`, or for a slice with none the pool's
+    models that the template and the cluster allow slices on (`slice_models`)."""
 
     def scheduler_kwargs(self) -> dict[str, Any]:
         return {
@@ -107,7 +110,7 @@ class Resources:
             "gpu_count": self.gpu_count,
             "gpu_milli": self.gpu_milli,
             "gpu_memory_mib": self.gpu_memory_mib,
-            "gpu_models": (self.gpu_model,) if self.gpu_model else (),
+            "gpu_models": self.gpu_models,
         }
 
 
@@ -312,6 +315,7 @@ def validate_size(
             f"(got {size.memory_mib / MIB_PER_GIB:g} GiB).",
         )
     gpu_count, gpu_milli, gpu_memory_mib = 0, 0, 0
+    gpu_models: tuple[str, ...] = (size.gpu_model,) if size.gpu_model else ()
     if mode == GpuMode.SLICE:
         if not (1 <= size.gpu_percent <= 100):
             errors.add(
@@ -331,13 +335,18 @@ def validate_size(
                 f"{size.gpu_memory_gib} GiB is more than the largest {which}GPU in pool "
                 f"{pool_name} ({largest_gib} GiB).",
             )
-        if template.is_whole_card_only(size.gpu_model):
-            reason = (
-                f"{size.gpu_model} GPUs can't be shared"
-                if size.gpu_model and size.gpu_model in template.whole_card_models
-                else f"template {template.name} only offers whole cards"
+        if not template.allow_slices:
+            errors.add(
+                "gpu_model",
+                f"template {template.name} only offers whole cards: choose whole cards or another "
+                "model.",
             )
-            errors.add("gpu_model", f"{reason}: choose whole cards or another model.")
+        elif "gpu_model" not in errors.fields:
+            try:
+                gpu_models = slice_models(template, quota, size.gpu_model, pool_models)
+            except InvalidInput as exc:
+                for name, messages in exc.fields.items():
+                    errors.add(name, messages[0])
         gpu_count, gpu_milli, gpu_memory_mib = (
             1,
             size.gpu_percent * 10,
@@ -364,6 +373,30 @@ def validate_size(
         gpu_model=size.gpu_model if mode != GpuMode.NONE else "",
         cpu_milli=size.cpu_milli,
         memory_mib=size.memory_mib,
+        gpu_models=gpu_models if mode != GpuMode.NONE else (),
+    )
+
+
+def slice_models(
+    template: CodespaceTemplate,
+    quota: Quota,
+    gpu_model: str,
+    pool_models: list[pools.PoolGpuModel] | None = None,
+) -> tuple[str, ...]:
+    """The GPU models a slice of `template` in `quota`'s pool may be placed on: `gpu_model`, or with none
+    the pool's models that neither the template (`whole_card_models`) nor the cluster
+    (`TESSERA_WHOLE_CARD_ONLY_GPU_MODELS`) keeps whole. Raises InvalidInput naming `gpu_model`."""
+    if pool_models is None:
+        pool_models = pools.gpu_models_of_group(quota.group)
+    return tuple(
+        scheduling_services.models_for_slice(
+            pool_models=[m.model for m in pool_models],
+            gpu_models=(gpu_model,) if gpu_model else (),
+            whole_card_only=set(template.whole_card_models or ())
+            | scheduling_services.whole_card_only_models(),
+            pool_name=quota.group.name,
+            field="gpu_model",
+        )
     )
 
 
@@ -372,7 +405,11 @@ def validate_size(
 
 def _submit(codespace: Codespace, pk: int | None = None) -> Any:
     """Create the scheduling workload of a codespace (PENDING; the cycle runs on commit), with the
-    primary key `pk` when one was reserved."""
+    primary key `pk` when one was reserved. A slice with no model is restricted to the models that
+    allow slices (`slice_models`, read again: the pool may have changed since the codespace was made)."""
+    gpu_models: tuple[str, ...] = (codespace.gpu_model,) if codespace.gpu_model else ()
+    if codespace.gpu_count == 1 and codespace.gpu_milli < 1000 and not codespace.gpu_model:
+        gpu_models = slice_models(codespace.template, codespace.quota, "")
     return scheduling_services.submit_workload(
         pk=pk,
         tenant=codespace.tenant,
@@ -385,7 +422,7 @@ def _submit(codespace: Codespace, pk: int | None = None) -> Any:
         gpu_count=codespace.gpu_count,
         gpu_milli=codespace.gpu_milli,
         gpu_memory_mib=codespace.gpu_memory_mib,
-        gpu_models=(codespace.gpu_model,) if codespace.gpu_model else (),
+        gpu_models=gpu_models,
         profile="development",
         image=codespace.image,
         preemptible=True,

@@ -12,6 +12,7 @@ from codespaces.choices import EventKind
 from codespaces.models import Codespace
 from codespaces.tests.factories import CodespaceTemplateFactory
 from portal.errors import InvalidInput
+from scheduling import services as scheduling_services
 from scheduling.models import Placement, Workload
 from scheduling.services import reconcile
 
@@ -380,3 +381,59 @@ def test_node_failure_with_nowhere_to_go_requeues_it_with_the_reason(
         "team-a GPU side: request 20 GiB GPU memory is more than the GPU side capacity of group gpu "
         "(16 GiB GPU memory)."
     )
+
+
+# --- issue item 5: a slice with no model never lands on a whole-card-only model --------------------
+
+
+def test_slice_with_no_model_waits_for_a_model_that_allows_slices(
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    quota_b: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # given a template that never slices T4s, and both H100s of the pool taken (the T4 is free)
+    template = CodespaceTemplateFactory(name="notebook", whole_card_models=["T4"])
+    for name in ("h100-0", "h100-1"):
+        scheduling_services.submit_workload(
+            tenant=quota_b.tenant, quota=quota_b, kind="job_pod", name=name, cpu_milli=1000,
+            memory_mib=1024, gpu_count=1, gpu_milli=1000, gpu_models=["H100"],
+        )  # fmt: skip
+    quota_b.gpu_max_gpu_milli = quota_b.gpu_max_gpu_memory_mib = 10**9
+    quota_b.save()
+    scheduling_services.run_cycle(quota_b.group_id)
+    # when bob creates a 25% / 8 GiB codespace without naming a model
+    size = services.SizeRequest(gpu_mode="slice", gpu_percent=25, gpu_memory_gib=8, gpu_model="")
+    codespace = create(
+        bob,
+        team_a,
+        "nb",
+        django_capture_on_commit_callbacks,
+        template=template,
+        preset=None,
+        size=size,
+    )
+    # then it waits for an H100 rather than landing on the T4
+    assert codespace.state == S.QUEUED
+    workload = Workload.objects.get(pk=codespace.workload_id)
+    assert workload.gpu_models == ["H100"]
+    assert not Placement.objects.filter(workload=workload).exists()
+
+
+def test_slice_with_no_model_is_refused_when_no_model_of_the_pool_allows_slices(
+    bob: Any, team_a: Any, quota_a: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a template that slices neither the pool's H100s nor its T4
+    template = CodespaceTemplateFactory(name="notebook", whole_card_models=["H100", "T4"])
+    size = services.SizeRequest(gpu_mode="slice", gpu_percent=25, gpu_memory_gib=8, gpu_model="")
+    # when bob asks for a slice without a model; then the refusal names gpu_model and why
+    with pytest.raises(InvalidInput) as refused:
+        create(
+            bob, team_a, "nb", django_capture_on_commit_callbacks,
+            template=template, preset=None, size=size,
+        )  # fmt: skip
+    assert "gpu_model" in refused.value.fields
+    assert "H100, T4" in refused.value.fields["gpu_model"][0]
+    assert not Codespace.objects.exists()
+    assert not Workload.objects.exists()

@@ -2,7 +2,8 @@
 
 Submodules: `workloads` (submit, release, gangs, requeue), `cycle` (one scheduling cycle per shard),
 `snapshot` (engine snapshots cached per worker), `preview` (what-if), `operator` (cordon, drain, health,
-simulated failures), `reconcile` (beat reconcilers), `quota_bridge` (admission through the quota tree).
+simulated failures), `slicing` (where a slice may go), `charge` (what a whole card is charged),
+`reconcile` (beat reconcilers), `quota_bridge` (admission through the quota tree).
 """
 
 from scheduling.services.cycle import CycleReport, run_cycle
@@ -16,6 +17,7 @@ from scheduling.services.operator import (
     uncordon_node,
 )
 from scheduling.services.preview import Preview, largest_free_slice, preview_request
+from scheduling.services.slicing import models_for_slice, whole_card_only_models
 from scheduling.services.snapshot import GroupCluster, snapshot_for_group
 from scheduling.services.workloads import (
     backend_name,
@@ -42,6 +44,7 @@ __all__ = [
     "fail_node",
     "fail_workloads",
     "largest_free_slice",
+    "models_for_slice",
     "preview_request",
     "release_workload",
     "requeue_workloads",
@@ -53,4 +56,5 @@ __all__ = [
     "submit_workload",
     "trigger_cycle",
     "uncordon_node",
+    "whole_card_only_models",
 ]

@@ -9,10 +9,10 @@ from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadKind, WorkloadState
 from scheduling.engine import plan_placements
 from scheduling.models import Workload
-from scheduling.services.charge import PoolCards, whole_card_memory_mib
+from scheduling.services.charge import PoolCards
 from scheduling.services.quota_bridge import preview_admission
 from scheduling.services.snapshot import snapshot_for_group, workload_request
-from scheduling.services.workloads import _validate_resources
+from scheduling.services.workloads import _validate_resources, fit_to_pool
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,7 @@ def preview_request(quota: Quota, **resources: Any) -> Preview:
         priority=resources.get("priority", 0),
         profile=resources.get("profile", "development"),
     )
-    res["whole_card_memory_mib"] = whole_card_memory_mib(
-        PoolCards.of(quota.group),
-        gpu_count=res["gpu_count"],
-        gpu_milli=res["gpu_milli"],
-        gpu_models=res["gpu_models"],
-    )
+    res = fit_to_pool(res, PoolCards.of(quota.group), quota.group)
     w = Workload(
         tenant_id=quota.tenant_id,
         quota=quota,

@@ -17,7 +17,8 @@ from portal.db import insert
 from portal.errors import Conflict, InvalidInput, NotFoundError
 from portal.models import Tenant
 from portal.redis_clients import redis_client
-from quotas.models import Quota
+from quotas.models import Quota, QuotaGroup
+from quotas.usage import WHOLE_CARD_MILLI
 from scheduling import observers
 from scheduling.choices import (
     ACTIVE_STATES,
@@ -31,6 +32,7 @@ from scheduling.choices import (
 from scheduling.lock_objects import lock_shard, lock_shards
 from scheduling.models import Gang, Placement, Workload
 from scheduling.services.charge import PoolCards, recharge_pending, whole_card_memory_mib
+from scheduling.services.slicing import models_for_slice, whole_card_only_models
 from scheduling.services.snapshot import bump_shards_for_nodes
 
 logger = logging.getLogger(__name__)
@@ -174,6 +176,26 @@ def _validate_resources(
     return out
 
 
+def fit_to_pool(res: dict[str, Any], cards: PoolCards, group: QuotaGroup) -> dict[str, Any]:
+    """The pool-dependent part of a validated request (`_validate_resources`), in place: a slice is
+    restricted to GPU models that can be shared (scheduling.services.slicing), a whole card gets the
+    memory it is charged while pending (scheduling.services.charge). Raises InvalidInput."""
+    if res["gpu_count"] and res["gpu_milli"] < WHOLE_CARD_MILLI:
+        res["gpu_models"] = models_for_slice(
+            pool_models=cards.in_pool,
+            gpu_models=res["gpu_models"],
+            whole_card_only=whole_card_only_models(),
+            pool_name=group.name,
+        )
+    res["whole_card_memory_mib"] = whole_card_memory_mib(
+        cards,
+        gpu_count=res["gpu_count"],
+        gpu_milli=res["gpu_milli"],
+        gpu_models=res["gpu_models"],
+    )
+    return res
+
+
 def _check_quota(tenant: Tenant, quota: Quota) -> None:
     if quota.tenant_id != tenant.pk:
         raise InvalidInput(
@@ -252,12 +274,7 @@ def submit_workload(
         priority=priority,
         profile=profile,
     )
-    res["whole_card_memory_mib"] = whole_card_memory_mib(
-        PoolCards.of(quota.group),
-        gpu_count=res["gpu_count"],
-        gpu_milli=res["gpu_milli"],
-        gpu_models=res["gpu_models"],
-    )
+    res = fit_to_pool(res, PoolCards.of(quota.group), quota.group)
     # No savepoint inside a caller's transaction (a codespace create): nothing here is caught and
     # retried, a failure aborts the caller's transaction as a whole.
     with transaction.atomic(savepoint=False):
@@ -323,20 +340,25 @@ def submit_gang(
             fields={"timeout_seconds": ["Between 1 and 604800."]},
         )
     specs = []
+    cards = PoolCards.of(quota.group)
     for i, m in enumerate(members):
         try:
             specs.append(
-                _validate_resources(
-                    cpu_milli=m.get("cpu_milli"),
-                    memory_mib=m.get("memory_mib"),
-                    gpu_count=m.get("gpu_count", 0),
-                    gpu_milli=m.get("gpu_milli", 0),
-                    gpu_memory_mib=m.get("gpu_memory_mib", 0),
-                    gpu_models=m.get("gpu_models", ()),
-                    node_labels=m.get("node_labels"),
-                    topology=m.get("topology", "none"),
-                    priority=priority,
-                    profile=m.get("profile", UtilizationProfile.TRAINING),
+                fit_to_pool(
+                    _validate_resources(
+                        cpu_milli=m.get("cpu_milli"),
+                        memory_mib=m.get("memory_mib"),
+                        gpu_count=m.get("gpu_count", 0),
+                        gpu_milli=m.get("gpu_milli", 0),
+                        gpu_memory_mib=m.get("gpu_memory_mib", 0),
+                        gpu_models=m.get("gpu_models", ()),
+                        node_labels=m.get("node_labels"),
+                        topology=m.get("topology", "none"),
+                        priority=priority,
+                        profile=m.get("profile", UtilizationProfile.TRAINING),
+                    ),
+                    cards,
+                    quota.group,
                 )
                 | {"image": str(m.get("image", "") or "")}
             )
@@ -349,14 +371,6 @@ def submit_gang(
             raise InvalidInput(
                 f"Pod {i} must be an object of resources.", fields={f"members[{i}]": ["An object."]}
             ) from exc
-    cards = PoolCards.of(quota.group)
-    for spec in specs:
-        spec["whole_card_memory_mib"] = whole_card_memory_mib(
-            cards,
-            gpu_count=spec["gpu_count"],
-            gpu_milli=spec["gpu_milli"],
-            gpu_models=spec["gpu_models"],
-        )
     now = timezone.now()
     try:
         with transaction.atomic():

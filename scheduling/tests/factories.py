@@ -52,6 +52,23 @@ def make_quota(
     )
 
 
+def gpu_node(
+    name: str, model: str, memory_gib: int, gpus: int = 4, pool: str = "training"
+) -> NodeInventory:
+    """One node labelled pool=<pool> with `gpus` cards of `model` and `memory_gib` each."""
+    return NodeInventory(
+        name=name,
+        cpu_milli=64000,
+        memory_mib=512 * 1024,
+        gpu_model=model,
+        labels=(("pool", pool),),
+        gpus=tuple(
+            GpuInventory(index=j, uuid=f"GPU-{name}-{j}", model=model, memory_mib=memory_gib * 1024)
+            for j in range(gpus)
+        ),
+    )
+
+
 def load_demo() -> None:
     sync_inventory_rows(load_demo_inventory())
 

@@ -226,3 +226,70 @@ def test_fail_gpu_via_api_requeues_exactly_its_workloads(
     assert r.json()["requeued"] == on_it
     states = dict(Workload.objects.values_list("pk", "state"))
     assert {pk for pk, s in states.items() if s == WorkloadState.PENDING} == set(on_it)
+
+
+# --- issue item 5: a slice never lands on a whole-card-only model ---------------------------------
+
+
+@pytest.fixture
+def t4_and_l40s_pool(settings: Any) -> None:
+    """Next to the A100s: a T4 node (whole cards only on this cluster) and an L40S node."""
+    from scheduling.inventory import sync_inventory_rows
+    from scheduling.tests.factories import gpu_node
+
+    settings.TESSERA_WHOLE_CARD_ONLY_GPU_MODELS = ["T4"]
+    Node.objects.all().delete()
+    sync_inventory_rows(
+        [gpu_node("t4-a", "T4", 16, gpus=2), gpu_node("l40s-a", "L40S", 48, gpus=1)]
+    )
+
+
+SLICE_JOB: dict[str, Any] = {
+    "name": "tune",
+    "pods": 1,
+    "member": {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 1, "gpu_milli": 500},
+    "timeout_seconds": 120,
+}
+
+
+def test_job_slice_without_model_is_restricted_to_models_that_allow_slices(
+    alice: Any,
+    quota_a: Any,
+    api_as: Any,
+    t4_and_l40s_pool: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # given the only L40S card is taken whole, the two T4s are free
+    services.submit_workload(
+        tenant=quota_a.tenant, quota=quota_a, kind="job_pod", name="hold-l40s",
+        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=1000, gpu_models=["L40S"],
+    )  # fmt: skip
+    services.run_cycle(quota_a.group_id)
+    # when a half-card job with no model is submitted
+    with django_capture_on_commit_callbacks(execute=True):
+        r = api_as(alice).post("/api/v1/jobs/", SLICE_JOB, format="json")
+    # then it is accepted restricted to the L40S, and waits rather than landing on a T4
+    assert r.status_code == 201, r.json()
+    member = Workload.objects.get(gang_id=r.json()["id"])
+    assert member.gpu_models == ["L40S"]
+    assert member.state == WorkloadState.PENDING
+    assert not Placement.objects.filter(workload=member).exists()
+
+
+def test_job_slice_is_refused_when_the_pool_has_no_model_that_allows_slices(
+    alice: Any, quota_a: Any, api_as: Any, t4_and_l40s_pool: None
+) -> None:
+    # given a pool of T4s (whole cards only) and an L40S
+    Node.objects.filter(name="l40s-a").delete()
+    # when a slice job is submitted without a model, or on the T4
+    r_any = api_as(alice).post("/api/v1/jobs/", SLICE_JOB, format="json")
+    on_t4 = {**SLICE_JOB, "member": {**SLICE_JOB["member"], "gpu_models": ["T4"]}}
+    r_t4 = api_as(alice).post("/api/v1/jobs/", on_t4, format="json")
+    # then both are a 400 naming gpu_models and the reason, and nothing is written
+    for r in (r_any, r_t4):
+        assert r.status_code == 400, r.json()
+        reason = str(r.json()["error"]["fields"]["members[0].gpu_models"])
+        assert "T4" in reason
+        assert "whole cards" in reason
+    assert not Gang.objects.exists()
+    assert not Workload.objects.exists()

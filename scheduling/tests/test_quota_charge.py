@@ -15,29 +15,14 @@ from django.db.models import Sum
 from quotas.resources import Resources
 from quotas.usage import group_snapshot
 from scheduling import services
-from scheduling.backends.base import GpuInventory, NodeInventory
 from scheduling.choices import WorkloadState
 from scheduling.inventory import sync_inventory_rows
 from scheduling.models import Placement, PlacementGpu, Workload
-from scheduling.tests.factories import BIG, make_group, make_quota
+from scheduling.tests.factories import BIG, gpu_node, make_group, make_quota
 
 pytestmark = pytest.mark.django_db
 
 GIB = 1024
-
-
-def gpu_node(name: str, model: str, memory_gib: int, gpus: int = 4, pool: str = "training") -> Any:
-    return NodeInventory(
-        name=name,
-        cpu_milli=64000,
-        memory_mib=512 * GIB,
-        gpu_model=model,
-        labels=(("pool", pool),),
-        gpus=tuple(
-            GpuInventory(index=j, uuid=f"GPU-{name}-{j}", model=model, memory_mib=memory_gib * GIB)
-            for j in range(gpus)
-        ),
-    )
 
 
 def submit(quota: Any, name: str, **kw: Any) -> Workload:
