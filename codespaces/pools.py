@@ -1,7 +1,7 @@
 """Read-only facts about a quota group's GPU pool that the create form and its validation need.
 
-Nodes belong to a group when their labels contain every item of the group's `node_selector` (the same
-rule the quota tree uses). Only healthy GPUs of healthy nodes count.
+Nodes belong to a group as the quota tree counts them (`quotas.usage.matching_nodes`: labels contain every
+item of the group's `node_selector`, a node two groups match belongs to the oldest). Only healthy GPUs of healthy nodes count.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quotas.models import QuotaGroup
+from quotas.usage import matching_node_ids
 from scheduling.models import Gpu, Node
 
 
@@ -20,13 +21,8 @@ class PoolGpuModel:
 
 
 def nodes_of_group(group: QuotaGroup) -> list[Node]:
-    """The group's nodes (labels ⊇ node_selector), by name."""
-    selector = dict(group.node_selector or {})
-    return [
-        node
-        for node in Node.objects.order_by("name")
-        if all((node.labels or {}).get(key) == value for key, value in selector.items())
-    ]
+    """The group's nodes (labels ⊇ node_selector, less those an older group claims), by name."""
+    return list(Node.objects.filter(pk__in=matching_node_ids(group)).order_by("name"))
 
 
 def gpu_models_of_group(group: QuotaGroup) -> list[PoolGpuModel]:

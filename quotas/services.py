@@ -10,6 +10,7 @@ QuotaChange row (who, when, before, after, note, warnings). Callers registered w
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -23,6 +24,7 @@ from portal.api.concurrency import version_conflict
 from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
+from quotas.lock_objects import lock_group_selectors
 from quotas.models import (
     EDITABLE_GROUP_FIELDS,
     EDITABLE_QUOTA_FIELDS,
@@ -42,6 +44,8 @@ from quotas.usage import (
     group_capacity,
     group_snapshot,
     matching_nodes,
+    nodes_matching_both,
+    selectors_overlap,
 )
 
 T = TypeVar("T")
@@ -448,6 +452,32 @@ def _clean_selector(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _check_selector_is_disjoint(selector: dict[str, str], group_pk: int | None = None) -> None:
+    """Refuse a selector that could match a node another group matches (docs/quotas.md "Groups never
+    share a node"): it gives no shared key a different value. Names the groups, and the nodes both match
+    now. Call with `lock_group_selectors()` held."""
+    others = (
+        QuotaGroup.objects.all() if group_pk is None else QuotaGroup.objects.exclude(pk=group_pk)
+    )
+    conflicts = [g for g in others.order_by("name") if selectors_overlap(selector, g.node_selector)]
+    if not conflicts:
+        return
+    groups = ", ".join(
+        f"{g.name} {json.dumps(g.node_selector or {}, sort_keys=True)}" for g in conflicts
+    )
+    shared = nodes_matching_both(selector, [g.node_selector or {} for g in conflicts])
+    now = (
+        f"both match {', '.join(shared[:10])}{' …' if len(shared) > 10 else ''} now"
+        if shared
+        else "a node carrying both sets of labels would match both"
+    )
+    message = (
+        f"Selector {json.dumps(selector, sort_keys=True)} can match the same nodes as group {groups} "
+        f"({now}); a node belongs to one group only: add a label value that tells them apart."
+    )
+    raise InvalidInput(f"node_selector: {message}", fields={"node_selector": [message]})
+
+
 def _check_group_mins(group: QuotaGroup, capacity: GroupCapacity, field_name: str) -> None:
     if group.allow_overcommitted_min or not group.pk:
         return
@@ -485,6 +515,8 @@ def create_group(
     if errors:
         raise InvalidInput(_summary(errors), fields=errors)
     with transaction.atomic():
+        lock_group_selectors()
+        _check_selector_is_disjoint(selector)
         try:
             with transaction.atomic():
                 group = QuotaGroup.objects.create(
@@ -552,6 +584,9 @@ def update_group(
     if "description" in cleaned:
         cleaned["description"] = str(cleaned["description"] or "")
     with transaction.atomic():
+        if "node_selector" in cleaned:
+            lock_group_selectors()  # advisory lock first, then the group row
+            _check_selector_is_disjoint(cleaned["node_selector"], group_id)
         locked = _lock_group(group_id)
         _check_version(locked.version, expected_version)
         before = locked.snapshot_fields()

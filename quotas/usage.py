@@ -5,7 +5,8 @@ immutable `GroupSnapshot`; everything after that is pure (`build_snapshot`), so 
 what-if preview recompute runtimes on modified copies without touching the database.
 
 Capacity (docs/quotas.md "Capacity"): only nodes whose labels contain every pair of the group's
-`node_selector`, that are not cordoned and are healthy, count.
+`node_selector` and that no older group claims (a node counts toward one group: docs/quotas.md "Groups
+never share a node"), that are not cordoned and are healthy, count.
 - GPU side: 1000 milli and the memory of every healthy GPU, plus all CPU and memory of GPU nodes (nodes
   with at least one healthy GPU).
 - CPU side: all CPU and memory of CPU-only nodes, plus the CPU and memory of GPU nodes minus the
@@ -15,6 +16,7 @@ Capacity (docs/quotas.md "Capacity"): only nodes whose labels contain every pair
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,8 +30,12 @@ from django.db.models import Case, F, When
 from quotas.models import Quota, QuotaGroup
 from quotas.resources import Resources, Side, total
 from quotas.runtime import QuotaShareInput, ShareInput, runtime_1d, runtime_shares
+from scheduling.choices import ACTIVE_STATES, WorkloadState
+from scheduling.models import Node, Reservation, Workload
 
 SIDES = (Side.GPU, Side.CPU)
+
+logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------- capacity
@@ -45,6 +51,8 @@ class GroupCapacity:
     nodes_excluded: int = 0
     gpus_healthy: int = 0
     gpus_unhealthy: int = 0
+    overlaps: tuple[NodeOverlap, ...] = ()
+    """Nodes the group's selector matches that another group matches too (counted in one of them)."""
 
     def side(self, side: Side | str) -> Resources:
         return self.gpu if Side(side) is Side.GPU else self.cpu
@@ -56,26 +64,107 @@ def node_matches(labels: dict[str, Any] | None, selector: dict[str, Any] | None)
     return all(str(labels.get(key)) == str(value) for key, value in (selector or {}).items())
 
 
-def _selected(nodes: Any, group: QuotaGroup) -> list[Any]:
-    """The rows of the Node queryset `nodes` whose labels match the group's `node_selector`."""
+def selectors_overlap(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """True when one node could match both selectors: they give no key two different values (so a node
+    carrying both sets of labels matches both; an empty selector overlaps every other)."""
+    a, b = a or {}, b or {}
+    return all(str(a[key]) == str(b[key]) for key in a.keys() & b.keys())
+
+
+def claim_order(groups: Iterable[QuotaGroup]) -> list[QuotaGroup]:
+    """Groups in the order they claim a node two of them match: oldest first (`created_at`, then pk; an
+    unsaved group last). A node counts toward the first group of this order that matches it."""
+    return sorted(
+        groups,
+        key=lambda g: (
+            g.created_at is None,
+            g.created_at.timestamp() if g.created_at else 0,
+            g.pk or 0,
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOverlap:
+    """A node that several groups' selectors match: `groups` in claim order, `counted_in` the first."""
+
+    node: str
+    groups: tuple[str, ...]
+    counted_in: str
+
+
+def _claims(group: QuotaGroup, nodes: Any) -> tuple[list[Any], tuple[NodeOverlap, ...]]:
+    """Of the Node queryset `nodes`: the rows `group` counts (its selector matches them and no older group
+    claims them), and every matching row that another group matches too."""
     selector = {str(key): str(value) for key, value in (group.node_selector or {}).items()}
     if selector and connection.vendor == "postgresql":
         nodes = nodes.filter(labels__contains=selector)  # narrows in SQL; the check below decides
-    return [node for node in nodes if node_matches(node.labels, selector)]
+    others = QuotaGroup.objects.exclude(pk=group.pk) if group.pk else QuotaGroup.objects.all()
+    ordered = claim_order([group, *others])
+    owned, overlaps = [], []
+    for node in nodes:
+        if not node_matches(node.labels, selector):
+            continue
+        claimants = [g for g in ordered if g is group or node_matches(node.labels, g.node_selector)]
+        if claimants[0] is group:
+            owned.append(node)
+        if len(claimants) > 1:
+            overlaps.append(
+                NodeOverlap(node.name, tuple(g.name for g in claimants), claimants[0].name)
+            )
+    return owned, tuple(overlaps)
 
 
 def matching_nodes(group: QuotaGroup) -> list[Any]:
-    """The Node rows selected by the group's `node_selector` (all of them, cordoned or not)."""
-    from scheduling.models import Node
-
-    return _selected(Node.objects.prefetch_related("gpus").order_by("name"), group)
+    """The Node rows counted toward the group (all of them, cordoned or not): those its `node_selector`
+    matches, except the ones an older group matches too (a node counts toward one group only)."""
+    return _claims(group, Node.objects.prefetch_related("gpus").order_by("name"))[0]
 
 
 def matching_node_ids(group: QuotaGroup) -> list[int]:
     """The primary keys of `matching_nodes(group)`, read without their GPUs."""
-    from scheduling.models import Node
+    return [node.pk for node in _claims(group, Node.objects.only("pk", "name", "labels"))[0]]
 
-    return [node.pk for node in _selected(Node.objects.only("pk", "labels"), group)]
+
+def node_overlaps(group: QuotaGroup) -> tuple[NodeOverlap, ...]:
+    """The nodes the group's selector matches that another group matches too, by name."""
+    return _claims(group, Node.objects.only("pk", "name", "labels").order_by("name"))[1]
+
+
+def nodes_matching_both(selector: dict[str, Any], others: Sequence[dict[str, Any]]) -> list[str]:
+    """Names of the nodes `selector` matches that one of the `others` selectors matches too."""
+    return [
+        name
+        for name, labels in Node.objects.order_by("name").values_list("name", "labels")
+        if node_matches(labels, selector) and any(node_matches(labels, o) for o in others)
+    ]
+
+
+def all_overlaps(node_names: Iterable[str] | None = None) -> list[NodeOverlap]:
+    """Every node (of `node_names`, when given) that several groups match, by name."""
+    ordered = claim_order(QuotaGroup.objects.all())
+    nodes = Node.objects.order_by("name")
+    if node_names is not None:
+        nodes = nodes.filter(name__in=list(node_names))
+    found = []
+    for name, labels in nodes.values_list("name", "labels"):
+        claimants = [g.name for g in ordered if node_matches(labels, g.node_selector)]
+        if len(claimants) > 1:
+            found.append(NodeOverlap(name, tuple(claimants), claimants[0]))
+    return found
+
+
+def log_overlaps(node_names: Iterable[str] | None = None) -> list[NodeOverlap]:
+    """Warn operators (log) about every node (of `node_names`) that several groups match."""
+    found = all_overlaps(node_names)
+    for overlap in found:
+        logger.warning(
+            "Node %s is selected by several quota groups (%s); it counts toward %s only.",
+            overlap.node,
+            ", ".join(overlap.groups),
+            overlap.counted_in,
+        )
+    return found
 
 
 def _default_reservation(node: Any) -> tuple[int, int]:
@@ -90,10 +179,9 @@ def _default_reservation(node: Any) -> tuple[int, int]:
 
 def group_capacity(group: QuotaGroup, nodes: Sequence[Any] | None = None) -> GroupCapacity:
     """The capacity of `group` per side (see the module docstring for the exact definition)."""
-    from scheduling.models import Node, Reservation
-
+    overlaps: tuple[NodeOverlap, ...] = ()
     if nodes is None:
-        nodes = matching_nodes(group)
+        nodes, overlaps = _claims(group, Node.objects.prefetch_related("gpus").order_by("name"))
     reservations = {
         r.node_id: (int(r.cpu_milli), int(r.memory_mib))
         for r in Reservation.objects.filter(node__in=[n.pk for n in nodes])
@@ -137,6 +225,7 @@ def group_capacity(group: QuotaGroup, nodes: Sequence[Any] | None = None) -> Gro
         nodes_excluded=excluded,
         gpus_healthy=healthy_gpus,
         gpus_unhealthy=unhealthy_gpus,
+        overlaps=overlaps,
     )
 
 
@@ -202,8 +291,6 @@ def workload_resources(workload: Any) -> Resources:
 
 def usage_of(workload: Any) -> WorkloadUsage:
     """A WorkloadUsage for a Workload row (saved or not)."""
-    from scheduling.choices import ACTIVE_STATES
-
     gang = getattr(workload, "gang", None) if getattr(workload, "gang_id", None) else None
     return WorkloadUsage(
         workload_id=int(workload.pk or 0),
@@ -593,9 +680,6 @@ def build_snapshot(
 
 
 def _workload_rows(group: QuotaGroup) -> list[WorkloadUsage]:
-    from scheduling.choices import ACTIVE_STATES, WorkloadState
-    from scheduling.models import Workload
-
     rows = (
         Workload.objects.filter(
             quota__group=group, state__in=[WorkloadState.PENDING, *ACTIVE_STATES]

@@ -89,7 +89,12 @@ def index(request: HttpRequest) -> HttpResponse:
         for group in QuotaGroup.objects.order_by("name"):
             snapshot = group_snapshot(group)
             groups.append(
-                {"group": group, "summary": _group_summary(snapshot), "count": len(snapshot.quotas)}
+                {
+                    "group": group,
+                    "summary": _group_summary(snapshot),
+                    "count": len(snapshot.quotas),
+                    "overlaps": snapshot.capacity.overlaps,
+                }
             )
     return render(request, "quotas/index.html", {"leaves": leaves, "groups": groups})
 

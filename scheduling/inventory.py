@@ -16,6 +16,7 @@ from pathlib import Path
 
 from django.db import transaction
 
+from quotas.usage import log_overlaps
 from scheduling.backends.base import GpuInventory, NodeInventory
 
 logger = logging.getLogger(__name__)
@@ -175,6 +176,7 @@ def sync_inventory_rows(
         for row0 in Gpu.objects.all():
             gpus_by_node.setdefault(row0.node_id, {})[row0.index] = row0
         new_gpus: list[Gpu] = []
+        relabelled: set[str] = set()
         for inv in inventory:
             labels = dict(inv.labels)
             fields = {
@@ -189,8 +191,11 @@ def sync_inventory_rows(
             if node is None:
                 node = Node.objects.create(name=inv.name, cordoned=inv.cordoned, **fields)
                 created_nodes += 1
+                relabelled.add(node.name)
             else:
                 changed = [k for k, v in fields.items() if getattr(node, k) != v]
+                if "labels" in changed:
+                    relabelled.add(node.name)
                 if not keep_operator_state and node.cordoned != inv.cordoned:
                     node.cordoned = inv.cordoned
                     changed.append("cordoned")
@@ -235,6 +240,9 @@ def sync_inventory_rows(
         if report.changed:
             bump_all_shards()
             logger.info("inventory sync: %s", report)
+        if relabelled:
+            # New or relabelled nodes two groups now match: counted in the oldest, operators told.
+            log_overlaps(relabelled)
     return report
 
 

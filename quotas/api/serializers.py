@@ -244,10 +244,21 @@ class GroupAllocationSerializer(serializers.Serializer):
     cpu = GroupAllocationSideSerializer()
 
 
+class NodeOverlapSerializer(serializers.Serializer):
+    """A node that several groups' selectors match: it counts toward `counted_in` (the oldest) only."""
+
+    node = serializers.CharField()
+    groups = serializers.ListField(child=serializers.CharField())
+    counted_in = serializers.CharField()
+
+
 class QuotaGroupSerializer(serializers.ModelSerializer):
-    """A quota group (node pool) with its capacity and how much of it is promised and used."""
+    """A quota group (node pool) with its capacity and how much of it is promised and used.
+    `overlaps`: nodes another group's selector matches too (a misconfiguration to fix; see
+    docs/quotas.md "Groups never share a node")."""
 
     capacity = serializers.SerializerMethodField()
+    overlaps = serializers.SerializerMethodField()
     allocation = serializers.SerializerMethodField()
     quota_count = serializers.SerializerMethodField()
 
@@ -261,6 +272,7 @@ class QuotaGroupSerializer(serializers.ModelSerializer):
             "allow_overcommitted_min",
             "version",
             "capacity",
+            "overlaps",
             "allocation",
             "quota_count",
             "created_at",
@@ -279,6 +291,13 @@ class QuotaGroupSerializer(serializers.ModelSerializer):
             "gpus_healthy": capacity.gpus_healthy,
             "gpus_unhealthy": capacity.gpus_unhealthy,
         }
+
+    @extend_schema_field(NodeOverlapSerializer(many=True))
+    def get_overlaps(self, group: QuotaGroup) -> list[dict[str, Any]]:
+        return [
+            {"node": o.node, "groups": list(o.groups), "counted_in": o.counted_in}
+            for o in _snapshot(self.context, group.pk).capacity.overlaps
+        ]
 
     @extend_schema_field(GroupAllocationSerializer)
     def get_allocation(self, group: QuotaGroup) -> dict[str, Any]:

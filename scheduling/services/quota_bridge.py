@@ -8,6 +8,7 @@ quadratic). Reclaim is delegated to `quotas.reclaim.plan_reclaim` when that modu
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from quotas.admission import (
     guaranteed_dimensions,
     is_within_min,
 )
+from quotas.models import QuotaGroup
 from quotas.reclaim import plan_reclaim
 from quotas.resources import Resources, Side, human_amount, human_number, total
 from quotas.usage import (
@@ -194,7 +196,11 @@ def _inventory_fingerprint(group: Any) -> tuple[Any, ...]:
         off_nodes,
         bad_gpus,
         Gpu.objects.count(),
-        tuple(sorted((group.node_selector or {}).items())),
+        # every group's selector: a node an older group also matches is counted there, not here
+        tuple(
+            (pk, json.dumps(selector or {}, sort_keys=True))
+            for pk, selector in QuotaGroup.objects.order_by("pk").values_list("pk", "node_selector")
+        ),
     )
 
 

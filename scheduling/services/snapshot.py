@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db.models import F
 
 from quotas.models import QuotaGroup
+from quotas.usage import matching_node_ids
 from scheduling.choices import ACTIVE_STATES
 from scheduling.engine import (
     GPU_MILLI,
@@ -61,9 +62,9 @@ def schedulable(node: Node) -> bool:
 
 
 def group_nodes(group: QuotaGroup) -> list[Node]:
-    """The nodes of a group's pool, by name."""
-    selector = group.node_selector or {}
-    return [n for n in Node.objects.order_by("name") if node_matches(n.labels, selector)]
+    """The nodes of a group's pool, by name: the ones counted toward it (quotas.usage.matching_nodes; a
+    node two groups match belongs to the oldest only, so two shards never place on it)."""
+    return list(Node.objects.filter(pk__in=matching_node_ids(group)).order_by("name"))
 
 
 def groups_for_nodes(node_labels: Iterable[Mapping[str, Any]]) -> list[int]:
