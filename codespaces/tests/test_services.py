@@ -437,3 +437,26 @@ def test_slice_with_no_model_is_refused_when_no_model_of_the_pool_allows_slices(
     assert "H100, T4" in refused.value.fields["gpu_model"][0]
     assert not Codespace.objects.exists()
     assert not Workload.objects.exists()
+
+
+# --- issue item 1: a whole card is charged its memory ----------------------------------------------
+
+
+def test_whole_card_codespace_is_charged_its_cards_memory(
+    bob: Any, team_a: Any, quota_a: Any, template: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given team-a may use 2 GPUs but only 40 GiB of GPU memory
+    quota_a.gpu_max_gpu_milli = 2000
+    quota_a.gpu_max_gpu_memory_mib = 40 * 1024
+    quota_a.gpu_min_gpu_memory_mib = 0
+    quota_a.save()
+    # when bob asks for one whole T4 (16 GiB) and, later, one whole H100 (80 GiB) is previewed
+    t4 = create(bob, team_a, "t4", django_capture_on_commit_callbacks, preset="t4")
+    size = services.SizeRequest(gpu_mode="whole", gpu_count=1, gpu_model="H100")
+    h100 = services.preview(quota_a, services.validate_size(template, quota_a, size))
+    # then the T4 runs and is charged its 16 GiB; the H100 would exceed the 40 GiB max
+    assert t4.state == S.RUNNING
+    used = services.usage.group_snapshot(quota_a.group).quota(quota_a.pk).gpu.used
+    assert (used.gpu_milli, used.gpu_memory_mib) == (1000, 16 * 1024)
+    assert (h100.starts_now, h100.code) == (False, "quota_max")
+    assert "GPU memory" in h100.reason

@@ -8,6 +8,7 @@ import pytest
 from django.db.models import Sum
 
 from portal.errors import InvalidInput
+from quotas.models import QuotaGroup
 from scheduling import services
 from scheduling.choices import GangState, WorkloadState
 from scheduling.models import Gpu, Placement, PlacementGpu, Shard, Workload
@@ -334,3 +335,25 @@ def test_non_preemptible_work_runs_within_the_guaranteed_dimensions_only(team_a:
     assert beyond.state == WorkloadState.PENDING
     assert beyond.pending_code == "nonpreemptible_beyond_min"
     assert "non-preemptible work may only run within min 2 GPUs" in beyond.pending_reason
+
+
+def test_group_sharing_nodes_with_an_older_group_places_nothing_on_them() -> None:
+    # given two groups selecting the same 8 GPUs (the second made before overlaps were refused), and in
+    # the second a quota whose min promises all 8
+    small_cluster(gpu_nodes=2, gpus_per_node=4)
+    first = make_group("training")
+    second = QuotaGroup.objects.create(name="second", node_selector={"pool": "training"})
+    qa = make_quota(first, gpu_min_milli=4000, gpu_max_milli=8000)
+    qb = make_quota(second, gpu_min_milli=8000, gpu_max_milli=8000)
+    # when the second group's team submits 8 whole GPUs, then the first's team 4 within its min
+    b_jobs = [submit(qb, f"b{i}", gpu_count=4, gpu_milli=1000) for i in range(2)]
+    services.run_cycle(second.pk)
+    a_job = submit(qa, "a", gpu_count=4, gpu_milli=1000)
+    services.run_cycle(first.pk)
+    # then the nodes count toward the older group only: the second group places nothing, the first's
+    # guaranteed job runs
+    for w in (*b_jobs, a_job):
+        w.refresh_from_db()
+    assert [w.state for w in b_jobs] == [WorkloadState.PENDING, WorkloadState.PENDING]
+    assert a_job.state == WorkloadState.PLACED
+    assert_no_overcommit()
