@@ -7,9 +7,11 @@ every dimension.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.db.models import Sum
 
 from quotas.resources import Resources
@@ -165,3 +167,22 @@ def test_preview_refuses_whole_cards_beyond_the_gpu_memory_max(h100_quota: Any) 
     # then it is refused on the quota max, as the cycle would
     assert (preview.starts_now, preview.code) == (False, "quota_max")
     assert not Workload.objects.exists()
+
+
+def test_migration_charges_live_whole_cards_made_before_the_field() -> None:
+    # given a placed whole card and a pending one written before whole_card_memory_mib existed (0)
+    migration = importlib.import_module("scheduling.migrations.0005_workload_whole_card_memory")
+    sync_inventory_rows([gpu_node("a100-a", "A100", 40), gpu_node("h100-a", "H100", 80)])
+    quota = make_quota(make_group())
+    placed = submit(quota, "placed", gpu_count=2, gpu_milli=1000, gpu_models=["A100"])
+    services.run_cycle(quota.group_id)
+    pending = submit(quota, "pending", gpu_count=1, gpu_milli=1000, gpu_models=["H100", "T4"])
+    Workload.objects.update(whole_card_memory_mib=0)
+    # when the migration's backfill runs
+    migration.charge_live_whole_cards(apps, None)
+    # then the placed one is charged the cards it holds, the pending one the largest it allows
+    placed.refresh_from_db()
+    pending.refresh_from_db()
+    assert placed.state in (WorkloadState.PLACED, WorkloadState.RUNNING)
+    assert placed.whole_card_memory_mib == 40 * GIB
+    assert pending.whole_card_memory_mib == 80 * GIB
