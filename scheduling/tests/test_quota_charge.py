@@ -8,6 +8,7 @@ every dimension.
 from __future__ import annotations
 
 import importlib
+import random
 from typing import Any
 
 import pytest
@@ -186,3 +187,43 @@ def test_migration_charges_live_whole_cards_made_before_the_field() -> None:
     assert placed.state in (WorkloadState.PLACED, WorkloadState.RUNNING)
     assert placed.whole_card_memory_mib == 40 * GIB
     assert pending.whole_card_memory_mib == 80 * GIB
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_used_equals_the_placements_sum_after_any_sequence_of_submits_cycles_and_requeues(
+    seed: int,
+) -> None:
+    # given a pool of A100 40 GiB and H100 80 GiB cards and two quotas
+    rng = random.Random(seed)
+    sync_inventory_rows([gpu_node("a100-a", "A100", 40), gpu_node("h100-a", "H100", 80)])
+    group = make_group()
+    quotas = [make_quota(group, name=f"q{i}") for i in range(2)]
+    for step in range(30):
+        # when slices, whole cards (any model or one), cycles, requeues and releases happen in any order
+        action = rng.choice(["slice", "whole", "whole", "cycle", "requeue", "release"])
+        quota = rng.choice(quotas)
+        if action == "slice":
+            submit(quota, f"s{step}", gpu_count=1, gpu_milli=rng.choice([250, 500]),
+                   gpu_memory_mib=rng.choice([10, 20]) * GIB)  # fmt: skip
+        elif action == "whole":
+            models = rng.choice([[], ["A100"], ["H100"]])
+            submit(quota, f"w{step}", gpu_count=rng.choice([1, 2]), gpu_milli=1000,
+                   gpu_models=models)  # fmt: skip
+        elif action == "cycle":
+            services.run_cycle(group.pk)
+        else:
+            active = list(
+                Workload.objects.filter(state__in=[WorkloadState.PLACED, WorkloadState.RUNNING])
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
+            if active:
+                victim = rng.choice(active)
+                if action == "requeue":
+                    services.requeue_workloads([victim], reason="drain", code="requeued")
+                else:
+                    services.release_workload(victim, reason="done")
+        # then every quota's used equals the sum over its active placements, in every dimension
+        snapshot = group_snapshot(group)
+        for q in quotas:
+            assert snapshot.quota(q.pk).gpu.used == placements_sum(q), (seed, step, action)
