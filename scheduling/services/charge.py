@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from functools import cached_property
 
 from django.db.models import Max, QuerySet
 
@@ -19,26 +19,32 @@ from quotas.usage import WHOLE_CARD_MILLI, matching_node_ids
 from scheduling.models import Gpu, Workload
 
 
-@dataclass(frozen=True)
 class PoolCards:
     """The largest card memory per GPU model, in one group's pool and in the whole inventory (every
-    card, healthy or not: a card's memory does not change with its health)."""
+    card, healthy or not: a card's memory does not change with its health). Read on first use, so a
+    CPU-only request costs no query."""
 
-    in_pool: dict[str, int]
-    anywhere: dict[str, int]
+    def __init__(self, group: QuotaGroup) -> None:
+        self.group = group
 
     @classmethod
     def of(cls, group: QuotaGroup) -> PoolCards:
-        """Read the cards of `group`'s nodes and of the inventory (two aggregate queries)."""
+        return cls(group)
 
-        def largest(gpus: QuerySet[Gpu]) -> dict[str, int]:
-            rows = gpus.values("model").annotate(m=Max("memory_mib")).order_by()
-            return {str(r["model"]): int(r["m"] or 0) for r in rows}
+    @staticmethod
+    def _largest(gpus: QuerySet[Gpu]) -> dict[str, int]:
+        rows = gpus.values("model").annotate(m=Max("memory_mib")).order_by()
+        return {str(r["model"]): int(r["m"] or 0) for r in rows}
 
-        return cls(
-            in_pool=largest(Gpu.objects.filter(node_id__in=matching_node_ids(group))),
-            anywhere=largest(Gpu.objects.all()),
-        )
+    @cached_property
+    def in_pool(self) -> dict[str, int]:
+        """Model → largest memory among the cards of the nodes counted toward the group."""
+        return self._largest(Gpu.objects.filter(node_id__in=matching_node_ids(self.group)))
+
+    @cached_property
+    def anywhere(self) -> dict[str, int]:
+        """Model → largest memory among every card of the inventory."""
+        return self._largest(Gpu.objects.all())
 
     def largest_memory_mib(self, gpu_models: Sequence[str]) -> int:
         """The largest card among `gpu_models` (empty = any) in the pool; when the pool has none of them,

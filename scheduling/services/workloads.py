@@ -180,11 +180,12 @@ def fit_to_pool(res: dict[str, Any], cards: PoolCards, group: QuotaGroup) -> dic
     """The pool-dependent part of a validated request (`_validate_resources`), in place: a slice is
     restricted to GPU models that can be shared (scheduling.services.slicing), a whole card gets the
     memory it is charged while pending (scheduling.services.charge). Raises InvalidInput."""
-    if res["gpu_count"] and res["gpu_milli"] < WHOLE_CARD_MILLI:
+    whole_card_only = whole_card_only_models()
+    if res["gpu_count"] and res["gpu_milli"] < WHOLE_CARD_MILLI and whole_card_only:
         res["gpu_models"] = models_for_slice(
             pool_models=cards.in_pool,
             gpu_models=res["gpu_models"],
-            whole_card_only=whole_card_only_models(),
+            whole_card_only=whole_card_only,
             pool_name=group.name,
         )
     res["whole_card_memory_mib"] = whole_card_memory_mib(
