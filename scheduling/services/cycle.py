@@ -327,9 +327,11 @@ def _run_once(
     group: QuotaGroup, *, limit: int, policy: str
 ) -> tuple[CycleReport, GroupCluster | None]:
     t0 = time.perf_counter()
-    now = timezone.now()
     with transaction.atomic():
         lock_shard(group.pk)
+        # The clock is read once the lock is held: another cycle of the shard may have kept us
+        # waiting, and deadlines, placed_at and last_cycle_at must be the time this cycle acted at.
+        now = timezone.now()
         shard = Shard.objects.get(group_id=group.pk)
         timed_out = expire_gangs(group_id=group.pk, now=now)
         pending = list(
