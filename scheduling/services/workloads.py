@@ -427,7 +427,12 @@ def _gangs_touched(workloads: Iterable[Workload]) -> set[int]:
 
 
 def refresh_gang_states(gang_ids: Iterable[int]) -> None:
-    """Derive each gang's state from its members (placed/running/finished), never undoing a timeout."""
+    """Derive each gang's state from its members (placed/running/finished), never undoing a timeout.
+
+    The deadline bounds gathering only: a PLACED or RUNNING gang that goes back to WAITING (a member
+    was requeued) gets a fresh one, `timeout_seconds` from now, instead of being timed out at once by
+    the deadline it met long ago."""
+    now = timezone.now()
     for gang in Gang.objects.filter(pk__in=set(gang_ids)).prefetch_related("members"):
         if gang.state in (GangState.TIMED_OUT, GangState.CANCELLED):
             continue
@@ -448,8 +453,12 @@ def refresh_gang_states(gang_ids: Iterable[int]) -> None:
             new = GangState.PLACED
         else:
             new = GangState.WAITING
-        if new != gang.state:
-            Gang.objects.filter(pk=gang.pk).update(state=new, updated_at=timezone.now())
+        if new == gang.state:
+            continue
+        changes: dict[str, Any] = {"state": new, "updated_at": now}
+        if new == GangState.WAITING and gang.state in (GangState.PLACED, GangState.RUNNING):
+            changes["deadline_at"] = now + timedelta(seconds=gang.timeout_seconds)
+        Gang.objects.filter(pk=gang.pk).update(**changes)
 
 
 def release_workload(
