@@ -17,6 +17,7 @@ from portal.db import insert
 from portal.errors import Conflict, InvalidInput, NotFoundError
 from portal.models import Tenant
 from portal.redis_clients import redis_client
+from portal.transactions import retry_transaction
 from quotas.models import Quota
 from scheduling import observers
 from scheduling.choices import (
@@ -461,6 +462,7 @@ def refresh_gang_states(gang_ids: Iterable[int]) -> None:
         Gang.objects.filter(pk=gang.pk).update(**changes)
 
 
+@retry_transaction
 def release_workload(
     workload_id: int, *, reason: str, delete_home: bool = False, state: str = WorkloadState.RELEASED
 ) -> Workload:
@@ -489,6 +491,7 @@ def release_workload(
     return w
 
 
+@retry_transaction
 def cancel_gang(gang_id: int, *, reason: str) -> Gang:
     """Cancel a gang job: release every member that is not finished; the gang becomes CANCELLED."""
     gang = Gang.objects.filter(pk=gang_id).select_related("quota").first()
@@ -500,7 +503,9 @@ def cancel_gang(gang_id: int, *, reason: str) -> Gang:
         if gang.state in (GangState.CANCELLED, GangState.SUCCEEDED, GangState.FAILED):
             return gang
         now = timezone.now()
-        members = list(gang.members.exclude(state__in=TERMINAL_STATES).order_by("pk"))
+        members = list(
+            gang.members.select_for_update().exclude(state__in=TERMINAL_STATES).order_by("pk")
+        )
         held = _finish(members, state=WorkloadState.RELEASED, reason=reason, now=now)
         release_on_backend(held)
         if gang.state != GangState.TIMED_OUT:
@@ -513,6 +518,7 @@ def cancel_gang(gang_id: int, *, reason: str) -> Gang:
     return gang
 
 
+@retry_transaction
 def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) -> list[int]:
     """Put active workloads back in the queue (PENDING) with `reason`: their placements close, the backend
     removes their objects, observers hear it, cycles run. Used by GPU/node failures, drains and reclaim.
@@ -552,6 +558,7 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
     return [w.pk for w in workloads]
 
 
+@retry_transaction
 def fail_workloads(workload_ids: Iterable[int], *, reason: str) -> list[int]:
     """Mark active workloads FAILED (a permanent backend error or a pod that failed), releasing them."""
     ids = sorted(set(workload_ids))
