@@ -595,37 +595,46 @@ def expire_gangs(*, group_id: int | None = None, now: Any = None) -> list[int]:
     qs = Gang.objects.filter(state=GangState.WAITING, deadline_at__lte=now)
     if group_id is not None:
         qs = qs.filter(quota__group_id=group_id)
-    timed_out = []
-    for gang in qs.select_related("quota"):
-        with transaction.atomic():
-            lock_shard(gang.quota.group_id)
-            g = Gang.objects.select_for_update().filter(pk=gang.pk, state=GangState.WAITING).first()
-            if g is None:
-                continue
-            members = list(g.members.exclude(state__in=TERMINAL_STATES).order_by("pk"))
-            active = sum(m.state in ACTIVE_STATES for m in members)
-            if active >= g.min_available:
-                continue
-            blocking = next((m.pending_reason for m in members if m.pending_reason), "")
-            reason = (
-                f"Job {g.name} timed out after {g.timeout_seconds} s: it needs {g.min_available} of "
-                f"{g.members.count()} pods placed together and {active} were; everything it held was "
-                f"released. Last reason: {blocking or 'no capacity'}"
-            )
-            held = _finish(
-                members,
-                state=WorkloadState.FAILED,
-                reason=reason,
-                now=now,
-                pending_reason=reason,
-                pending_code="gang_timeout",
-            )
-            release_on_backend(held)
-            Gang.objects.filter(pk=g.pk).update(
-                state=GangState.TIMED_OUT, reason=reason, updated_at=now
-            )
-            observers.notify_on_commit([(m.kind, m.pk) for m in members])
-            trigger_cycle(g.quota.group_id)
-            timed_out.append(g.pk)
-            logger.info("gang %s timed out: %s", g.pk, reason)
-    return timed_out
+    return [
+        gang_id
+        for gang_id, gang_group_id in qs.order_by("pk").values_list("pk", "quota__group_id")
+        if _expire_gang(gang_id, gang_group_id, now)
+    ]
+
+
+@retry_transaction
+def _expire_gang(gang_id: int, group_id: int, now: Any) -> bool:
+    """Time out one gang if, under its shard's lock, it is still gathering past its deadline (it may
+    have been placed, or placed and requeued with a fresh deadline, since it was listed)."""
+    lock_shard(group_id)
+    g = (
+        Gang.objects.select_for_update()
+        .filter(pk=gang_id, state=GangState.WAITING, deadline_at__lte=now)
+        .first()
+    )
+    if g is None:
+        return False
+    members = list(g.members.select_for_update().exclude(state__in=TERMINAL_STATES).order_by("pk"))
+    active = sum(m.state in ACTIVE_STATES for m in members)
+    if active >= g.min_available:
+        return False
+    blocking = next((m.pending_reason for m in members if m.pending_reason), "")
+    reason = (
+        f"Job {g.name} timed out after {g.timeout_seconds} s: it needs {g.min_available} of "
+        f"{g.members.count()} pods placed together and {active} were; everything it held was "
+        f"released. Last reason: {blocking or 'no capacity'}"
+    )
+    held = _finish(
+        members,
+        state=WorkloadState.FAILED,
+        reason=reason,
+        now=now,
+        pending_reason=reason,
+        pending_code="gang_timeout",
+    )
+    release_on_backend(held)
+    Gang.objects.filter(pk=g.pk).update(state=GangState.TIMED_OUT, reason=reason, updated_at=now)
+    observers.notify_on_commit([(m.kind, m.pk) for m in members])
+    trigger_cycle(group_id)
+    logger.info("gang %s timed out: %s", g.pk, reason)
+    return True
