@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import psycopg.errors
 import pytest
-from django.db import IntegrityError, OperationalError, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 
 from portal import transactions
 from portal.errors import Busy
 from portal.models import Tenant
+from portal.tests.locks import start
 from portal.transactions import retry_transaction, run_in_transaction
 
 
@@ -152,3 +155,37 @@ def test_backoff_doubles_is_jittered_and_capped(settings: Any) -> None:
         assert min(pauses) >= base * 0.5
         assert max(pauses) <= base * 1.5
         assert len(pauses) > 1  # jittered: two losers do not wake together
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_transactions_that_deadlock_on_postgresql_both_commit(caplog: Any) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("a real deadlock (40P01) needs PostgreSQL's row locks")
+    caplog.set_level(logging.WARNING)
+    # given two rows, and two transactions that lock them in opposite orders, meeting in the middle
+    first = Tenant.objects.create(slug="first", name="First")
+    second = Tenant.objects.create(slug="second", name="Second")
+    both_hold_one = threading.Barrier(2, timeout=10)
+    attempts: list[str] = []
+
+    def rename(one: Tenant, other: Tenant, name: str) -> None:
+        attempts.append(name)
+        Tenant.objects.filter(pk=one.pk).update(name=name)
+        if attempts.count(name) == 1:
+            both_hold_one.wait()  # only the first attempts meet; the retry goes straight through
+        Tenant.objects.filter(pk=other.pk).update(name=name)
+
+    # when each runs through the helper
+    a, a_done = start(lambda: run_in_transaction(lambda: rename(first, second, "a")))
+    b, b_done = start(lambda: run_in_transaction(lambda: rename(second, first, "b")))
+    a.join(30)
+    b.join(30)
+    # then PostgreSQL aborted one (deadlock), the helper ran it again, and both committed
+    assert a_done.error is None, a_done.error
+    assert b_done.error is None, b_done.error
+    assert sorted(attempts) in (["a", "a", "b"], ["a", "b", "b"])
+    names = set(Tenant.objects.filter(pk__in=[first.pk, second.pk]).values_list("name", flat=True))
+    assert len(names) == 1  # the later commit wrote both rows
+    retries = [r.getMessage() for r in caplog.records if "lost a lock race" in r.getMessage()]
+    assert len(retries) == 1
+    assert "deadlock detected" in retries[0]
