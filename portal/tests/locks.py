@@ -1,5 +1,5 @@
-"""Helpers for tests that race real PostgreSQL transactions in threads (each thread has its own
-connection): run a call in a thread and keep its outcome, and wait until a backend waits on a lock."""
+"""Helpers for tests of lock races: run a call in a thread (its own connection) and keep its outcome,
+wait until a PostgreSQL backend waits on a lock, and the error a transaction that lost a race raises."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db import connection, connections
+from django.db import OperationalError, connection, connections
 
 
 class Outcome:
@@ -51,3 +51,11 @@ def wait_until_blocked_on_a_lock(thread: threading.Thread, timeout: float = 10.0
             return False
         time.sleep(0.02)
     return False
+
+
+def lost_race(cause: BaseException | None, message: str = "deadlock detected") -> OperationalError:
+    """The error Django raises for a database error whose driver exception is `cause` (for example
+    `psycopg.errors.DeadlockDetected()`; None and "database is locked" for SQLite's)."""
+    exc = OperationalError(message)
+    exc.__cause__ = cause
+    return exc

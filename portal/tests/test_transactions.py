@@ -14,16 +14,8 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from portal import transactions
 from portal.errors import Busy
 from portal.models import Tenant
-from portal.tests.locks import start
+from portal.tests.locks import lost_race, start
 from portal.transactions import retry_transaction, run_in_transaction
-
-
-def lost_race(cause: BaseException | None, message: str = "deadlock detected") -> OperationalError:
-    """The error Django raises for a database error whose driver exception is `cause`."""
-    exc = OperationalError(message)
-    exc.__cause__ = cause
-    return exc
-
 
 DEADLOCK = psycopg.errors.DeadlockDetected
 SERIALIZATION = psycopg.errors.SerializationFailure
