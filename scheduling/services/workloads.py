@@ -493,7 +493,9 @@ def release_workload(
 
 @retry_transaction
 def cancel_gang(gang_id: int, *, reason: str) -> Gang:
-    """Cancel a gang job: release every member that is not finished; the gang becomes CANCELLED."""
+    """Cancel a gang job: release every member that is not finished; the gang becomes CANCELLED.
+    Locks the shard, then the gang row, then its members' rows in pk order (docs/adr/0002); a lost
+    lock race is retried, then raises Busy."""
     gang = Gang.objects.filter(pk=gang_id).select_related("quota").first()
     if gang is None:
         raise NotFoundError(f"Job {gang_id} does not exist.")
