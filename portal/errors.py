@@ -58,3 +58,10 @@ class Forbidden(DomainError):
 class RateLimited(DomainError):
     code = "rate_limited"
     http_status = 429
+
+
+class Busy(DomainError):
+    """The database kept losing lock races (deadlocks) for this request: nothing was changed; retry."""
+
+    code = "busy"
+    http_status = 503

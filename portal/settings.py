@@ -122,6 +122,10 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_b
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"server_side_binding": True, "prepare_threshold": 5}
     )
+# A transaction that loses a deadlock or serialization race (40P01/40001, SQLite "database is locked")
+# is run again this many times in all, with jittered exponential backoff (portal.transactions).
+TESSERA_DB_RETRY_ATTEMPTS = env_int("TESSERA_DB_RETRY_ATTEMPTS", 4, minimum=1)
+TESSERA_DB_RETRY_BACKOFF_SECONDS = env_float("TESSERA_DB_RETRY_BACKOFF_SECONDS", 0.05)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -24,6 +24,7 @@ from portal.api.concurrency import version_conflict
 from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
+from portal.transactions import retry_transaction
 from quotas.lock_objects import lock_group_selectors
 from quotas.models import (
     EDITABLE_GROUP_FIELDS,
@@ -235,12 +236,21 @@ def validate_quota(
 
 
 def _lock_group(group_id: int) -> QuotaGroup:
-    return QuotaGroup.objects.select_for_update().get(pk=group_id)
+    """Row-lock the group (the first row lock of a quota change, docs/adr/0002). FOR NO KEY UPDATE:
+    it serializes the group's quota edits without blocking the foreign-key checks of rows that
+    reference the group (telemetry samples, workloads), which would deadlock with them."""
+    return QuotaGroup.objects.select_for_update(no_key=True).get(pk=group_id)
 
 
 def _lock_quota(quota_id: int) -> Quota:
+    """Row-lock the quota row only (`of=("self",)`: its tenant and group come along unlocked; the
+    group is locked before, by `_lock_group`), FOR NO KEY UPDATE like `_lock_group`."""
     try:
-        return Quota.objects.select_for_update().select_related("tenant", "group").get(pk=quota_id)
+        return (
+            Quota.objects.select_for_update(of=("self",), no_key=True)
+            .select_related("tenant", "group")
+            .get(pk=quota_id)
+        )
     except Quota.DoesNotExist as exc:
         raise Conflict(
             f"Quota {quota_id} no longer exists; someone deleted it.", code="gone"
@@ -286,6 +296,7 @@ def _audit(
 # ---------------------------------------------------------------------------------------------- quotas
 
 
+@retry_transaction
 def create_quota(
     *,
     group: QuotaGroup,
@@ -348,6 +359,7 @@ def create_quota(
     return Saved(quota, warnings)
 
 
+@retry_transaction
 def update_quota(
     quota: Quota | int,
     *,
@@ -395,6 +407,7 @@ def update_quota(
     return Saved(saved, warnings)
 
 
+@retry_transaction
 def delete_quota(
     quota: Quota | int, *, expected_version: int | None, actor: Any = None, note: str = ""
 ) -> None:

@@ -1,5 +1,6 @@
-"""Locks of the scheduling service, always taken in this order: the shard's advisory lock, then node rows
-(in pk order), then workload rows. Transaction-scoped only: they end with the transaction (or the process).
+"""Locks of the scheduling service, always taken in the order of docs/adr/0002: the shards' advisory locks
+(ascending group id), then row locks table by table (gang, workload, node rows), each in pk order.
+Transaction-scoped only: they end with the transaction (or the process).
 """
 
 from __future__ import annotations

@@ -50,13 +50,15 @@ _DESCRIPTIONS = {
     "422": "`idempotency_key_reused`: this Idempotency-Key was used with another request body.",
     "428": "If-Match is required for this update (`precondition_required`).",
     "429": "`rate_limited`: per-token or per-tenant limit reached; see Retry-After.",
+    "503": "`busy`: the change kept losing lock races with concurrent ones; nothing was changed; "
+    "retry after Retry-After.",
 }
 _COMMON = ("400", "401", "403", "404", "429")
 _BY_METHOD = {
-    "post": ("409", "422"),
-    "put": ("409", "412", "428"),
-    "patch": ("409", "412", "428"),
-    "delete": ("409", "412"),
+    "post": ("409", "422", "503"),
+    "put": ("409", "412", "428", "503"),
+    "patch": ("409", "412", "428", "503"),
+    "delete": ("409", "412", "503"),
 }
 
 

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from portal.errors import Forbidden, InvalidInput
 from portal.scoping import (
     TenantScopedQuerysetMixin,
+    can_admin_tenant,
     current_user,
     is_operator,
     tenant_for_request,
@@ -249,8 +250,6 @@ class JobViewSet(
     def cancel(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         gang = self.get_object()
         user = current_user(request)
-        from portal.scoping import can_admin_tenant
-
         if not (gang.owner_id == user.pk or can_admin_tenant(user, gang.tenant_id)):
             raise Forbidden("Only the job's owner or a team admin can cancel it.")
         services.cancel_gang(gang.pk, reason=f"Cancelled by {user.get_username()}.")

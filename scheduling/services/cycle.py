@@ -26,6 +26,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from portal.transactions import is_lock_conflict
 from quotas.models import QuotaGroup
 from scheduling import observers
 from scheduling.choices import ACTIVE_STATES, WorkloadState
@@ -334,9 +335,11 @@ def _run_once(
     group: QuotaGroup, *, limit: int, policy: str
 ) -> tuple[CycleReport, GroupCluster | None]:
     t0 = time.perf_counter()
-    now = timezone.now()
     with transaction.atomic():
         lock_shard(group.pk)
+        # The clock is read once the lock is held: another cycle of the shard may have kept us
+        # waiting, and deadlines, placed_at and last_cycle_at must be the time this cycle acted at.
+        now = timezone.now()
         shard = Shard.objects.get(group_id=group.pk)
         timed_out = expire_gangs(group_id=group.pk, now=now)
         pending = list(
@@ -471,12 +474,6 @@ def _materialize_on_commit(workload_ids: Sequence[int]) -> None:
     transaction.on_commit(send)
 
 
-def _is_conflict(exc: OperationalError) -> bool:
-    """A deadlock or serialization failure (PostgreSQL 40P01 / 40001): safe to retry."""
-    code = getattr(exc.__cause__, "sqlstate", None) or getattr(exc.__cause__, "pgcode", None)
-    return code in ("40P01", "40001")
-
-
 def run_cycle(group_id: int, *, limit: int | None = None, policy: str | None = None) -> CycleReport:
     """One scheduling cycle for a shard (quota group): see the module docstring. Idempotent: with nothing
     pending it only records that it ran; run twice (or twice at once) it never places a workload twice."""
@@ -490,7 +487,7 @@ def run_cycle(group_id: int, *, limit: int | None = None, policy: str | None = N
         try:
             report, _ = _run_once(group, limit=limit, policy=policy)
         except (StaleSnapshot, IntegrityError, OperationalError) as exc:
-            if isinstance(exc, OperationalError) and not _is_conflict(exc):
+            if isinstance(exc, OperationalError) and not is_lock_conflict(exc):
                 raise
             logger.warning(
                 "cycle of group %s rolled back (%s); retrying on a fresh snapshot", group, exc

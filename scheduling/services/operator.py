@@ -12,6 +12,7 @@ import logging
 from django.db import transaction
 
 from portal.errors import NotFoundError
+from portal.transactions import retry_transaction
 from scheduling.backends.registry import get_backend
 from scheduling.lock_objects import lock_shards
 from scheduling.models import Gpu, Node, Placement
@@ -36,9 +37,14 @@ def _gpu(gpu_id: int) -> Gpu:
 
 
 def _lock_for(node: Node) -> None:
-    """Take the advisory locks of every shard the node belongs to, before any row is written (the lock
-    order of lock_objects: shards first), so an operator action never deadlocks with a cycle."""
-    lock_shards(groups_for_nodes([node.labels]))
+    """Take the advisory locks of every shard the node belongs to and of every shard whose workloads
+    run on it (a relabelled node keeps its old group's work until requeued), all at once and in
+    ascending id, before any row is written (docs/adr/0002: shards first; taking a lower id later,
+    in requeue_workloads, could deadlock with a cycle), so an operator action never deadlocks."""
+    running = Placement.objects.filter(node_id=node.pk, released_at__isnull=True).values_list(
+        "workload__quota__group_id", flat=True
+    )
+    lock_shards({*groups_for_nodes([node.labels]), *running})
 
 
 def _touch(node: Node) -> None:
@@ -56,6 +62,7 @@ def _workloads_on(*, node_id: int | None = None, gpu_id: int | None = None) -> l
     return sorted(set(qs.values_list("workload_id", flat=True)))
 
 
+@retry_transaction
 def cordon_node(node_id: int) -> Node:
     """Take no new work on the node (what runs there stays). Idempotent."""
     with transaction.atomic():
@@ -67,6 +74,7 @@ def cordon_node(node_id: int) -> Node:
     return _node(node_id)
 
 
+@retry_transaction
 def uncordon_node(node_id: int) -> Node:
     """Accept new work on the node again. Idempotent."""
     with transaction.atomic():
@@ -78,6 +86,7 @@ def uncordon_node(node_id: int) -> Node:
     return _node(node_id)
 
 
+@retry_transaction
 def drain_node(node_id: int, *, reason: str = "") -> list[int]:
     """Cordon the node and requeue every workload on it. Returns the requeued workload ids."""
     with transaction.atomic():
@@ -90,6 +99,7 @@ def drain_node(node_id: int, *, reason: str = "") -> list[int]:
     return requeued
 
 
+@retry_transaction
 def set_gpu_health(gpu_id: int, *, healthy: bool, reason: str = "") -> list[int]:
     """Mark a GPU healthy or unhealthy. An unhealthy GPU takes no new work and the workloads on it are
     requeued (exactly those). Returns the requeued workload ids."""
@@ -110,6 +120,7 @@ def set_gpu_health(gpu_id: int, *, healthy: bool, reason: str = "") -> list[int]
     return requeued
 
 
+@retry_transaction
 def set_node_health(node_id: int, *, healthy: bool, reason: str = "") -> list[int]:
     """Mark a node healthy or unhealthy (an unhealthy node's workloads are requeued)."""
     with transaction.atomic():
@@ -127,6 +138,7 @@ def set_node_health(node_id: int, *, healthy: bool, reason: str = "") -> list[in
     return requeued
 
 
+@retry_transaction
 def fail_gpu(gpu_id: int) -> list[int]:
     """Simulate the failure of a GPU: its simulated pods fail, and exactly the workloads that were on it
     are requeued; the GPU stays unhealthy until an operator marks it healthy."""
@@ -141,6 +153,7 @@ def fail_gpu(gpu_id: int) -> list[int]:
         return set_gpu_health(gpu.pk, healthy=False, reason=why)
 
 
+@retry_transaction
 def fail_node(node_id: int) -> list[int]:
     """Simulate the failure of a whole node: its pods fail and its workloads are requeued."""
     node = _node(node_id)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from portal.transactions import retry_transaction
 from scheduling import observers
 from scheduling.backends.base import (
     GpuBinding,
@@ -22,6 +24,7 @@ from scheduling.backends.base import WorkloadKind as BackendKind
 from scheduling.backends.registry import get_backend
 from scheduling.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
 from scheduling.inventory import SyncReport, sync_inventory_rows
+from scheduling.lock_objects import lock_shards
 from scheduling.models import Placement, Workload
 from scheduling.services.snapshot import bump_shards_for_nodes
 from scheduling.services.workloads import (
@@ -93,19 +96,7 @@ def apply_status_reports(reports: Sequence[StatusReport]) -> StatusSummary:
     for r in reports:
         by_phase.setdefault(r.phase, []).append(r)
     running_ids = [r.workload_id for r in by_phase.get(ObservedPhase.RUNNING, [])]
-    started: list[Workload] = []
-    if running_ids:
-        with transaction.atomic():
-            started = list(
-                Workload.objects.select_for_update().filter(
-                    pk__in=running_ids, state=WorkloadState.PLACED
-                )
-            )
-            Workload.objects.filter(
-                pk__in=[w.pk for w in started], state=WorkloadState.PLACED
-            ).update(state=WorkloadState.RUNNING, started_at=now, updated_at=now)
-            refresh_gang_states({w.gang_id for w in started if w.gang_id})
-            observers.notify_on_commit([(w.kind, w.pk) for w in started])
+    started = _mark_running(running_ids, now) if running_ids else []
     failed = 0
     for r in by_phase.get(ObservedPhase.FAILED, []):
         failed += len(fail_workloads([r.workload_id], reason=r.message or "The pod failed."))
@@ -130,6 +121,32 @@ def apply_status_reports(reports: Sequence[StatusReport]) -> StatusSummary:
     if started or failed or succeeded or requeued:
         logger.info("status sync: %s", summary)
     return summary
+
+
+@retry_transaction
+def _mark_running(workload_ids: Sequence[int], now: Any) -> list[Workload]:
+    """PLACED → RUNNING for the workloads the cluster reports running; returns those moved.
+
+    Locks in the global order (docs/adr/0002): the shards' advisory locks, then the workload rows in
+    pk order, and only then the gangs' rows (refresh_gang_states). Without the shard lock this
+    deadlocked with a job cancel, which holds the gang row and then writes its members' rows."""
+    groups = set(
+        Workload.objects.filter(pk__in=workload_ids)
+        .values_list("quota__group_id", flat=True)
+        .distinct()
+    )
+    lock_shards(groups)
+    started = list(
+        Workload.objects.select_for_update()
+        .filter(pk__in=workload_ids, state=WorkloadState.PLACED)
+        .order_by("pk")
+    )
+    Workload.objects.filter(pk__in=[w.pk for w in started], state=WorkloadState.PLACED).update(
+        state=WorkloadState.RUNNING, started_at=now, updated_at=now
+    )
+    refresh_gang_states({w.gang_id for w in started if w.gang_id})
+    observers.notify_on_commit([(w.kind, w.pk) for w in started])
+    return started
 
 
 def sync_status(batch: int = 500) -> StatusSummary:

@@ -17,6 +17,7 @@ from portal.db import insert
 from portal.errors import Conflict, InvalidInput, NotFoundError
 from portal.models import Tenant
 from portal.redis_clients import redis_client
+from portal.transactions import retry_transaction
 from quotas.models import Quota, QuotaGroup
 from quotas.usage import WHOLE_CARD_MILLI
 from scheduling import observers
@@ -457,7 +458,12 @@ def _gangs_touched(workloads: Iterable[Workload]) -> set[int]:
 
 
 def refresh_gang_states(gang_ids: Iterable[int]) -> None:
-    """Derive each gang's state from its members (placed/running/finished), never undoing a timeout."""
+    """Derive each gang's state from its members (placed/running/finished), never undoing a timeout.
+
+    The deadline bounds gathering only: a PLACED or RUNNING gang that goes back to WAITING (a member
+    was requeued) gets a fresh one, `timeout_seconds` from now, instead of being timed out at once by
+    the deadline it met long ago."""
+    now = timezone.now()
     for gang in Gang.objects.filter(pk__in=set(gang_ids)).prefetch_related("members"):
         if gang.state in (GangState.TIMED_OUT, GangState.CANCELLED):
             continue
@@ -478,10 +484,15 @@ def refresh_gang_states(gang_ids: Iterable[int]) -> None:
             new = GangState.PLACED
         else:
             new = GangState.WAITING
-        if new != gang.state:
-            Gang.objects.filter(pk=gang.pk).update(state=new, updated_at=timezone.now())
+        if new == gang.state:
+            continue
+        changes: dict[str, Any] = {"state": new, "updated_at": now}
+        if new == GangState.WAITING and gang.state in (GangState.PLACED, GangState.RUNNING):
+            changes["deadline_at"] = now + timedelta(seconds=gang.timeout_seconds)
+        Gang.objects.filter(pk=gang.pk).update(**changes)
 
 
+@retry_transaction
 def release_workload(
     workload_id: int, *, reason: str, delete_home: bool = False, state: str = WorkloadState.RELEASED
 ) -> Workload:
@@ -510,8 +521,11 @@ def release_workload(
     return w
 
 
+@retry_transaction
 def cancel_gang(gang_id: int, *, reason: str) -> Gang:
-    """Cancel a gang job: release every member that is not finished; the gang becomes CANCELLED."""
+    """Cancel a gang job: release every member that is not finished; the gang becomes CANCELLED.
+    Locks the shard, then the gang row, then its members' rows in pk order (docs/adr/0002); a lost
+    lock race is retried, then raises Busy."""
     gang = Gang.objects.filter(pk=gang_id).select_related("quota").first()
     if gang is None:
         raise NotFoundError(f"Job {gang_id} does not exist.")
@@ -521,7 +535,9 @@ def cancel_gang(gang_id: int, *, reason: str) -> Gang:
         if gang.state in (GangState.CANCELLED, GangState.SUCCEEDED, GangState.FAILED):
             return gang
         now = timezone.now()
-        members = list(gang.members.exclude(state__in=TERMINAL_STATES).order_by("pk"))
+        members = list(
+            gang.members.select_for_update().exclude(state__in=TERMINAL_STATES).order_by("pk")
+        )
         held = _finish(members, state=WorkloadState.RELEASED, reason=reason, now=now)
         release_on_backend(held)
         if gang.state != GangState.TIMED_OUT:
@@ -534,6 +550,7 @@ def cancel_gang(gang_id: int, *, reason: str) -> Gang:
     return gang
 
 
+@retry_transaction
 def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) -> list[int]:
     """Put active workloads back in the queue (PENDING) with `reason`: their placements close, the backend
     removes their objects, observers hear it, cycles run. Used by GPU/node failures, drains and reclaim.
@@ -574,6 +591,7 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
     return [w.pk for w in workloads]
 
 
+@retry_transaction
 def fail_workloads(workload_ids: Iterable[int], *, reason: str) -> list[int]:
     """Mark active workloads FAILED (a permanent backend error or a pod that failed), releasing them."""
     ids = sorted(set(workload_ids))
@@ -610,37 +628,46 @@ def expire_gangs(*, group_id: int | None = None, now: Any = None) -> list[int]:
     qs = Gang.objects.filter(state=GangState.WAITING, deadline_at__lte=now)
     if group_id is not None:
         qs = qs.filter(quota__group_id=group_id)
-    timed_out = []
-    for gang in qs.select_related("quota"):
-        with transaction.atomic():
-            lock_shard(gang.quota.group_id)
-            g = Gang.objects.select_for_update().filter(pk=gang.pk, state=GangState.WAITING).first()
-            if g is None:
-                continue
-            members = list(g.members.exclude(state__in=TERMINAL_STATES).order_by("pk"))
-            active = sum(m.state in ACTIVE_STATES for m in members)
-            if active >= g.min_available:
-                continue
-            blocking = next((m.pending_reason for m in members if m.pending_reason), "")
-            reason = (
-                f"Job {g.name} timed out after {g.timeout_seconds} s: it needs {g.min_available} of "
-                f"{g.members.count()} pods placed together and {active} were; everything it held was "
-                f"released. Last reason: {blocking or 'no capacity'}"
-            )
-            held = _finish(
-                members,
-                state=WorkloadState.FAILED,
-                reason=reason,
-                now=now,
-                pending_reason=reason,
-                pending_code="gang_timeout",
-            )
-            release_on_backend(held)
-            Gang.objects.filter(pk=g.pk).update(
-                state=GangState.TIMED_OUT, reason=reason, updated_at=now
-            )
-            observers.notify_on_commit([(m.kind, m.pk) for m in members])
-            trigger_cycle(g.quota.group_id)
-            timed_out.append(g.pk)
-            logger.info("gang %s timed out: %s", g.pk, reason)
-    return timed_out
+    return [
+        gang_id
+        for gang_id, gang_group_id in qs.order_by("pk").values_list("pk", "quota__group_id")
+        if _expire_gang(gang_id, gang_group_id, now)
+    ]
+
+
+@retry_transaction
+def _expire_gang(gang_id: int, group_id: int, now: Any) -> bool:
+    """Time out one gang if, under its shard's lock, it is still gathering past its deadline (it may
+    have been placed, or placed and requeued with a fresh deadline, since it was listed)."""
+    lock_shard(group_id)
+    g = (
+        Gang.objects.select_for_update()
+        .filter(pk=gang_id, state=GangState.WAITING, deadline_at__lte=now)
+        .first()
+    )
+    if g is None:
+        return False
+    members = list(g.members.select_for_update().exclude(state__in=TERMINAL_STATES).order_by("pk"))
+    active = sum(m.state in ACTIVE_STATES for m in members)
+    if active >= g.min_available:
+        return False
+    blocking = next((m.pending_reason for m in members if m.pending_reason), "")
+    reason = (
+        f"Job {g.name} timed out after {g.timeout_seconds} s: it needs {g.min_available} of "
+        f"{g.members.count()} pods placed together and {active} were; everything it held was "
+        f"released. Last reason: {blocking or 'no capacity'}"
+    )
+    held = _finish(
+        members,
+        state=WorkloadState.FAILED,
+        reason=reason,
+        now=now,
+        pending_reason=reason,
+        pending_code="gang_timeout",
+    )
+    release_on_backend(held)
+    Gang.objects.filter(pk=g.pk).update(state=GangState.TIMED_OUT, reason=reason, updated_at=now)
+    observers.notify_on_commit([(m.kind, m.pk) for m in members])
+    trigger_cycle(group_id)
+    logger.info("gang %s timed out: %s", g.pk, reason)
+    return True

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from django.db import transaction
 from django.utils import timezone
 
+from portal.transactions import run_in_transaction
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadKind, WorkloadState
 from scheduling.models import Gpu, Node, PlacementGpu, Shard, Workload
@@ -286,7 +286,7 @@ def ingest_minute(
         minute, groups, quotas, nodes, gpus, shares_full, metrics, gpu_allocated, pending_by_quota
     )
 
-    with transaction.atomic():
+    def write() -> None:
         WorkloadSample.objects.filter(ts=minute).delete()
         WorkloadSample.objects.bulk_create(workload_rows)
         GpuSample.objects.filter(ts=minute).delete()
@@ -297,6 +297,9 @@ def ingest_minute(
         PoolSample.objects.bulk_create(pool_rows)
         if rollup:
             rollups.rollup_hour(floor_hour(minute))
+
+    # Replacing the minute's rows is idempotent: a write that lost a lock race runs again.
+    run_in_transaction(write, name="telemetry ingestion")
     return IngestReport(
         minute=minute,
         source=str(source.source),
