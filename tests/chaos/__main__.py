@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=100, help="faults to inject")
     parser.add_argument("--threads", type=int, default=8, help="client threads")
     parser.add_argument("--interval", type=float, default=4.0, help="seconds between faults")
+    parser.add_argument(
+        "--warmup", type=float, default=30.0, help="fault-free seconds before the first fault"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quiesce-timeout", type=float, default=90.0)
     parser.add_argument("--web-workers", type=int, default=3)
@@ -40,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name}: between 0 and 1000000")
     if not 0.5 <= args.interval <= 600:
         parser.error("--interval: between 0.5 and 600 seconds")
+    if not 0 <= args.warmup <= 3600:
+        parser.error("--warmup: between 0 and 3600 seconds")
     report = run_chaos(
         ChaosConfig(
             database_url=args.database_url,
@@ -48,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             kills=args.kills,
             threads=max(1, args.threads),
             interval=args.interval,
+            warmup=args.warmup,
             seed=args.seed,
             quiesce_timeout=args.quiesce_timeout,
             web_workers=max(1, args.web_workers),

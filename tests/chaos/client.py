@@ -22,7 +22,8 @@ REQUEST_TIMEOUT = 20.0
 
 @dataclass
 class Attempt:
-    """One HTTP attempt: when, and either the status or the connection error."""
+    """One HTTP attempt: when, and the status (with the start of the body of a 5xx) or the
+    connection error."""
 
     at: float
     status: int | None
@@ -99,7 +100,8 @@ class ApiClient:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            call.attempts.append(Attempt(at, response.status_code))
+            detail = response.text[:300] if response.status_code >= 500 else ""
+            call.attempts.append(Attempt(at, response.status_code, detail))
             call.status = response.status_code
             try:
                 call.body = response.json() if response.content else None

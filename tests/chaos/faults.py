@@ -17,7 +17,7 @@ import requests
 from tests.chaos.stack import Stack
 
 KINDS = ("worker-scheduling", "worker-default", "beat", "web-worker", "db-session")
-RESTART_AFTER = 1.0  # seconds a supervisor takes to notice and restart a dead process
+RESTART_AFTER = 0.5  # seconds a supervisor takes to notice and restart a dead process
 RECOVERY_TIMEOUT = 60.0
 
 
@@ -61,13 +61,15 @@ def api_answers(stack: Stack) -> bool:
 
 @dataclass
 class FaultInjector:
-    """Runs in its own thread: `kills` faults, one every `interval` seconds, kinds in a shuffled
-    rotation (so every kind is injected about equally often)."""
+    """Runs in its own thread: after `warmup` fault-free seconds, `kills` faults, each `interval`
+    seconds after the previous one recovered, kinds in a shuffled rotation (so every kind is injected
+    about equally often)."""
 
     stack: Stack
     kills: int
     interval: float
     seed: int = 0
+    warmup: float = 0.0  # fault-free seconds before the first fault
     done: threading.Event = field(default_factory=threading.Event)
     stop_requested: threading.Event = field(default_factory=threading.Event)
     history: list[Kill] = field(default_factory=list)
@@ -77,6 +79,8 @@ class FaultInjector:
         rng = random.Random(self.seed)
         rotation: list[str] = []
         try:
+            if self.stop_requested.wait(max(0.0, self.warmup - self.interval)):
+                return
             for _ in range(self.kills):
                 if self.stop_requested.wait(self.interval):
                     break

@@ -95,8 +95,14 @@ class World:
         )
 
     def client_usernames(self) -> list[str]:
-        """Users that act as clients (members of at least one team)."""
-        return sorted(name for name, info in self.users.items() if info["tenants"])
+        """Users that act as random clients (members of a team; not the latency probe)."""
+        return sorted(
+            name for name, info in self.users.items() if info["tenants"] and not info["probe"]
+        )
+
+    @property
+    def probe_username(self) -> str:
+        return next(name for name, info in self.users.items() if info["probe"])
 
 
 def _results(call: Call) -> list[dict[str, Any]]:
@@ -292,3 +298,26 @@ def restore_cluster(world: World) -> list[OpRecord]:
     world.cordoned.clear()
     world.failed_gpus.clear()
     return records
+
+
+def probe_job(world: World, actor: Actor, previous: int | None) -> tuple[OpRecord, int | None]:
+    """The latency probe: cancel the previous probe job, submit a tiny one-pod CPU job to the probe's
+    guaranteed quota (always admitted, always fits), return its id. Its submit->placed time is read
+    from the database afterwards."""
+    if previous is not None:
+        actor.client.call("POST", f"jobs/{previous}/cancel/")
+    tenant = next(iter(actor.tenants))
+    body = {
+        "name": world.next_name("probe"),
+        "tenant": tenant,
+        "quota": actor.tenants[tenant]["training"],
+        "pods": 1,
+        "member": {"cpu_milli": 100, "memory_mib": 128},
+        "timeout_seconds": 600,
+    }
+    call = actor.client.call("POST", "jobs/", json=body)
+    record = OpRecord("probe.submit", actor.username, call, name=body["name"])
+    created = int(call.body["id"]) if call.status == 201 and isinstance(call.body, dict) else None
+    if created is not None:
+        record.created = ("job", created)
+    return record, created

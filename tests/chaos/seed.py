@@ -15,6 +15,12 @@ from typing import Any
 import django
 
 EXTRA_MEMBERS = [("erin", "vision"), ("frank", "inference"), ("grace", "ml-research")]
+PROBE_TENANT = "chaos-probe"
+PROBE_USER = "probe"
+# The latency probe's quota: a small guaranteed CPU side in `training`, so its tiny jobs are always
+# admitted and measure the scheduler, not the competition for capacity.
+PROBE_QUOTA = {"cpu_min_cpu_milli": 2000, "cpu_max_cpu_milli": 2000,
+               "cpu_min_memory_mib": 2048, "cpu_max_memory_mib": 2048}  # fmt: skip
 
 
 def main() -> None:
@@ -26,7 +32,8 @@ def main() -> None:
     from portal.choices import MembershipRole
     from portal.models import Membership, Tenant
     from portal.services import issue_token
-    from quotas.models import Quota
+    from quotas.models import Quota, QuotaGroup
+    from quotas.services import create_quota
 
     call_command("seed_demo", stdout=sys.stderr)
     user_model = get_user_model()
@@ -37,6 +44,19 @@ def main() -> None:
             tenant=Tenant.objects.get(slug=slug),
             defaults={"role": MembershipRole.MEMBER},
         )
+    probe_tenant, _ = Tenant.objects.get_or_create(
+        slug=PROBE_TENANT, defaults={"name": "Chaos latency probe"}
+    )
+    probe, _ = user_model.objects.get_or_create(username=PROBE_USER)
+    Membership.objects.get_or_create(
+        user=probe, tenant=probe_tenant, defaults={"role": MembershipRole.TENANT_ADMIN}
+    )
+    create_quota(
+        group=QuotaGroup.objects.get(name="training"),
+        tenant=probe_tenant,
+        note="chaos latency probe",
+        **PROBE_QUOTA,
+    )
     users: dict[str, Any] = {}
     for user in user_model.objects.order_by("username"):
         tenants = {
@@ -50,6 +70,7 @@ def main() -> None:
         users[user.username] = {
             "token": issue_token(user, name="chaos").raw,
             "operator": bool(user.is_staff),
+            "probe": user.username == PROBE_USER,
             "tenants": tenants,
         }
     sys.stdout.write(json.dumps({"users": users}) + "\n")

@@ -164,6 +164,7 @@ class Stack:
         env.update(
             {
                 "DJANGO_SETTINGS_MODULE": "portal.settings",
+                "DEBUG": "false",  # as in production: JSON error bodies, no query log growing
                 "DATABASE_URL": self.config.database_url,
                 "CELERY_BROKER_URL": self.config.broker_url,
                 "TESSERA_VAR_DIR": str(self.config.log_dir / "var"),
@@ -199,6 +200,9 @@ class Stack:
         """Fresh database and Redis db, migrations, seed; returns what the seed created."""
         recreate_database(self.config.database_url)
         flush_redis(self.config.broker_url)
+        self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        for old in self.config.log_dir.glob("*.log"):
+            old.unlink()
         migrated = self.manage("migrate", "--noinput")
         if migrated.returncode != 0:
             raise StackError(f"migrate failed:\n{migrated.stdout[-2000:]}{migrated.stderr[-3000:]}")

@@ -17,7 +17,9 @@ from tests.chaos.run import ChaosReport, config_from_environment, run_chaos
 
 pytestmark = pytest.mark.chaos
 
-BOUNDED = {"ops": 1500, "kills": 12, "threads": 8, "interval": 5.0, "quiesce_timeout": 45.0}
+BOUNDED = {
+    "ops": 1500, "kills": 12, "threads": 8, "interval": 1.0, "warmup": 12.0, "quiesce_timeout": 45.0
+}  # fmt: skip
 
 
 def _reachable(url: str, default_port: int) -> bool:
