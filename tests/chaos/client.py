@@ -28,6 +28,7 @@ class Attempt:
     at: float
     status: int | None
     error: str = ""
+    done: float = 0.0  # when the answer (or the error) came back
 
 
 @dataclass
@@ -96,12 +97,12 @@ class ApiClient:
                     timeout=REQUEST_TIMEOUT,
                 )
             except RETRYABLE_ERRORS as exc:
-                call.attempts.append(Attempt(at, None, type(exc).__name__))
+                call.attempts.append(Attempt(at, None, type(exc).__name__, time.time()))
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
             detail = response.text[:300] if response.status_code >= 500 else ""
-            call.attempts.append(Attempt(at, response.status_code, detail))
+            call.attempts.append(Attempt(at, response.status_code, detail, time.time()))
             call.status = response.status_code
             try:
                 call.body = response.json() if response.content else None

@@ -349,8 +349,8 @@ def _drive(
 
 
 def server_error_lines(records: list[OpRecord], kills: list[Kill]) -> tuple[int, list[str]]:
-    """How many 5xx attempts fell into a web-worker kill (from 0.5 s before it until WEB_KILL_MARGIN
-    after its recovery), and one line for each other one, naming the fault just before it."""
+    """How many 5xx attempts overlapped a web-worker kill (from 0.5 s before it until WEB_KILL_MARGIN
+    after its recovery), and one line for each other one, naming the fault just before its answer."""
     windows = [
         (k.at - 0.5, (k.recovered_at or k.at + 30) + WEB_KILL_MARGIN)
         for k in kills
@@ -361,13 +361,14 @@ def server_error_lines(records: list[OpRecord], kills: list[Kill]) -> tuple[int,
     for record in records:
         call = record.call
         for attempt in call.server_errors:
-            if any(start <= attempt.at <= end for start, end in windows):
+            answered = attempt.done or attempt.at
+            if any(start <= answered and attempt.at <= end for start, end in windows):
                 during += 1
                 continue
+            final = f"{call.status} {call.error_code}".strip()
             lines.append(
                 f"{record.kind} {call.method} {call.path} -> {attempt.status} "
-                f"{_last_fault(kills, attempt.at)}: {attempt.error[:160]}"
-                f" (final answer {call.status})"
+                f"{_last_fault(kills, answered)}: {attempt.error[:160]} (final answer {final})"
             )
     return during, lines
 

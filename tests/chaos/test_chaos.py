@@ -2,6 +2,7 @@
 then every promise is asserted. Needs TESSERA_CHAOS_DATABASE_URL (PostgreSQL; the database is dropped
 and created again, so its name must contain "chaos") and TESSERA_CHAOS_BROKER_URL (a Redis db that is
 flushed); skipped with the reason otherwise, a failure instead under TESSERA_REQUIRE_CHAOS=1.
+TESSERA_CHAOS_OPS and TESSERA_CHAOS_KILLS change the size (default 1500 and 12).
 The long form: `python -m tests.chaos --ops 10000 --kills 100`."""
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from urllib.parse import urlparse
 
 import pytest
 
+from tests.chaos.faults import KINDS
 from tests.chaos.run import ChaosReport, config_from_environment, run_chaos
 
 pytestmark = pytest.mark.chaos
 
 BOUNDED = {
-    "ops": 1500, "kills": 12, "threads": 8, "interval": 1.0, "warmup": 12.0, "quiesce_timeout": 45.0
+    "ops": int(os.environ.get("TESSERA_CHAOS_OPS", "1500")),
+    "kills": int(os.environ.get("TESSERA_CHAOS_KILLS", "12")),
+    "threads": 8, "interval": 1.0, "warmup": 12.0, "quiesce_timeout": 45.0,
 }  # fmt: skip
 
 
@@ -62,9 +66,8 @@ def report() -> ChaosReport:
 def test_bounded_run_did_the_work_it_was_asked_for(report: ChaosReport) -> None:
     assert len(report.records) >= BOUNDED["ops"]
     assert len(report.kills) == BOUNDED["kills"]
-    assert {k.kind for k in report.kills} == {
-        "worker-scheduling", "worker-default", "beat", "web-worker", "db-session"
-    }  # fmt: skip
+    if BOUNDED["kills"] >= len(KINDS):
+        assert {k.kind for k in report.kills} == set(KINDS)
     assert report.audit, "manage.py audit must have produced its JSON report"
 
 

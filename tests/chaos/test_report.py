@@ -20,7 +20,7 @@ def report(**fields: object) -> ChaosReport:
 
 def call_with_5xx_at(at: float) -> OpRecord:
     call = Call("POST", "codespaces/", started=at, status=201)
-    call.attempts = [Attempt(at, 500, "boom"), Attempt(at + 0.5, 201)]
+    call.attempts = [Attempt(at, 500, "boom", at + 0.2), Attempt(at + 0.5, 201, "", at + 0.6)]
     return OpRecord("codespace.create", "alice", call)
 
 
@@ -52,7 +52,7 @@ def test_a_5xx_counts_only_outside_a_web_worker_kill() -> None:
     inside_count, lines = server_error_lines([during, outside], kills)
     assert inside_count == 1
     assert len(lines) == 1
-    assert "50.0s after web-worker gunicorn worker 7" in lines[0]
+    assert "50.2s after web-worker gunicorn worker 7" in lines[0]
     assert "(final answer 201)" in lines[0]
 
 
