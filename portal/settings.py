@@ -353,6 +353,18 @@ CELERY_BEAT_SCHEDULE["scheduling-reconcile-backend-orphans"] = {
     "schedule": TESSERA_RECONCILE_INTERVAL_SECONDS,
 }
 
+# scheduling: the invariant auditor (scheduling.services.audit): how often beat runs it, how old a
+# transient mismatch must be before it counts, how many findings per invariant a run keeps.
+TESSERA_AUDIT_INTERVAL_SECONDS = env_float("TESSERA_AUDIT_INTERVAL_SECONDS", 60.0)
+TESSERA_AUDIT_GRACE_SECONDS = env_float(
+    "TESSERA_AUDIT_GRACE_SECONDS", 2 * TESSERA_CYCLE_INTERVAL_SECONDS + 30.0
+)
+TESSERA_AUDIT_MAX_FINDINGS = env_int("TESSERA_AUDIT_MAX_FINDINGS", 50, minimum=1)
+CELERY_BEAT_SCHEDULE["scheduling-audit-invariants"] = {
+    "task": "scheduling.tasks.audit_invariants_task",
+    "schedule": TESSERA_AUDIT_INTERVAL_SECONDS,
+}
+
 # telemetry (scheduling.telemetry, portal.dashboards): ingest every minute, prune hourly; prices per GPU-hour.
 CELERY_BEAT_SCHEDULE["ingest-telemetry"] = {
     "task": "scheduling.telemetry.tasks.ingest_telemetry_task",

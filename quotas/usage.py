@@ -167,7 +167,7 @@ def log_overlaps(node_names: Iterable[str] | None = None) -> list[NodeOverlap]:
     return found
 
 
-def _default_reservation(node: Any) -> tuple[int, int]:
+def default_reservation(node: Any) -> tuple[int, int]:
     """CPU and memory of a GPU node kept for GPU work when it has no Reservation row."""
     cpu_fraction = float(settings.TESSERA_GPU_NODE_CPU_RESERVED_FRACTION)
     memory_fraction = float(settings.TESSERA_GPU_NODE_MEMORY_RESERVED_FRACTION)
@@ -212,7 +212,7 @@ def group_capacity(group: QuotaGroup, nodes: Sequence[Any] | None = None) -> Gro
             if node.pk in reservations:
                 cpu_kept, memory_kept = reservations[node.pk]
             else:
-                cpu_kept, memory_kept = _default_reservation(node)
+                cpu_kept, memory_kept = default_reservation(node)
             cpu_side = (
                 cpu_side + (node_cpu - Resources(cpu_milli=cpu_kept, memory_mib=memory_kept)).clip()
             )

@@ -13,6 +13,7 @@ from scheduling import services
 from scheduling.models import (
     Gang,
     Gpu,
+    InvariantAuditRun,
     Node,
     Placement,
     PlacementGpu,
@@ -199,3 +200,18 @@ class SimulatedPodAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return [f.name for f in SimulatedPod._meta.fields]
+
+
+@admin.register(InvariantAuditRun)
+class InvariantAuditRunAdmin(admin.ModelAdmin):
+    """Runs of the invariant auditor: read-only (the operators' page /cluster/audit/ shows the last)."""
+
+    list_display = ("started_at", "violations", "duration_ms")
+    readonly_fields = ("started_at", "duration_ms", "violations", "counts", "errors", "findings")
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:  # runs come from the auditor only
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -274,3 +274,23 @@ class SimulatedPod(models.Model):
 
     def __str__(self) -> str:
         return f"simulated pod {self.name} on {self.node_name}"
+
+
+class InvariantAuditRun(models.Model):
+    """One run of the invariant auditor (scheduling.services.audit): per invariant the number of
+    violating rows (`counts`; an invariant missing from it was not checked) and the first
+    TESSERA_AUDIT_MAX_FINDINGS of them (`findings`); `errors` names invariants whose query failed. The operators' audit page and `/metrics` read the
+    latest run; older runs are pruned."""
+
+    started_at = models.DateTimeField(db_index=True)
+    duration_ms = models.FloatField()
+    violations = models.PositiveIntegerField(default=0)
+    counts = models.JSONField(default=dict)
+    errors = models.JSONField(default=dict, blank=True)
+    findings = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"audit {self.started_at:%Y-%m-%d %H:%M:%S}: {self.violations} violations"

@@ -13,7 +13,7 @@ from quotas.models import QuotaGroup
 from scheduling.backends.base import BackendError
 from scheduling.backends.registry import get_backend
 from scheduling.queues import queue_for_group
-from scheduling.services import reconcile
+from scheduling.services import audit, reconcile
 from scheduling.services.cycle import run_cycle
 from scheduling.services.workloads import (
     clear_cycle_queued,
@@ -142,3 +142,15 @@ def sync_inventory_task(self: Any) -> dict[str, int]:
             raise
         raise self.retry(exc=exc, countdown=30) from exc
     return {"created_nodes": report.created_nodes, "updated_nodes": report.updated_nodes}
+
+
+@shared_task
+def audit_invariants_task() -> dict[str, int]:
+    """Beat: run the invariant auditor and store the run for the operators' page and `/metrics`.
+    Read-only apart from that row; an invariant whose query fails is recorded as an error and the
+    others still run."""
+    report = audit.run_audit()
+    audit.record_audit(report)
+    if report.violations:
+        logger.warning("audit: %s invariant violations: %s", report.violations, report.counts)
+    return report.counts

@@ -15,12 +15,19 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.errors import DomainError
-from portal.scoping import can_admin_tenant, current_user, get_scoped_or_404, is_operator
+from portal.scoping import (
+    can_admin_tenant,
+    current_user,
+    get_scoped_or_404,
+    is_operator,
+    require_operator,
+)
 from quotas.models import Quota
 from scheduling import services
 from scheduling.choices import ACTIVE_STATES, GangState
 from scheduling.forms import JobForm, ReasonForm
 from scheduling.models import Gang, Gpu, Node, Placement, Shard, Workload
+from scheduling.services.audit import invariant_statuses, latest_run
 from scheduling.services.cluster_view import cluster_totals, node_rows
 
 
@@ -220,3 +227,15 @@ def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
         .first()
     )
     return render(request, "scheduling/workload_detail.html", {"w": w, "placement": placement})
+
+
+@login_required
+def audit(request: HttpRequest) -> HttpResponse:
+    """Operators: the last run of the invariant auditor, each invariant's status and its findings."""
+    require_operator(request.user)
+    run = latest_run()
+    return render(
+        request,
+        "scheduling/audit.html",
+        {"run": run, "invariants": invariant_statuses(run)},
+    )

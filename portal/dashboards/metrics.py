@@ -13,7 +13,10 @@ Families:
 * `tessera_scheduling_cycle_seconds{pool}` — histogram of the pool's scheduling-cycle latency as sampled
   each minute by telemetry over the retained 48 hours (a sliding window, so `histogram_quantile` over
   the buckets is meaningful; `rate()` is not);
-* `tessera_placements_total{tenant}` — counter of placements ever made.
+* `tessera_placements_total{tenant}` — counter of placements ever made;
+* `tessera_invariant_violations{invariant}` — violating rows the last invariant audit found
+  (scheduling.services.audit; only invariants it checked), and
+  `tessera_invariant_audit_timestamp_seconds` — when that audit ran.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ def collect() -> list[Family]:
     from quotas.models import Quota, QuotaGroup
     from scheduling.choices import WorkloadState
     from scheduling.models import Placement, Workload
+    from scheduling.services.audit import invariant_statuses, latest_run
     from scheduling.telemetry.ingestion import quota_figures
     from scheduling.telemetry.models import PoolSample, Resolution
 
@@ -186,6 +190,23 @@ def collect() -> list[Family]:
     ):
         placements.add(row["n"], tenant=row["tenant__slug"])
 
+    violations = Family(
+        "tessera_invariant_violations",
+        "Rows violating each scheduler invariant in the last audit (0 = the promise holds).",
+        "gauge",
+    )
+    audited_at = Family(
+        "tessera_invariant_audit_timestamp_seconds",
+        "When the last invariant audit ran (Unix time).",
+        "gauge",
+    )
+    run = latest_run()
+    if run is not None:
+        audited_at.add(run.started_at.timestamp())
+        for status in invariant_statuses(run):
+            if status.status in ("ok", "violated"):
+                violations.add(status.count, invariant=status.name)
+
     return [
         allocated,
         *quota_families.values(),
@@ -194,6 +215,8 @@ def collect() -> list[Family]:
         pool_allocated,
         cycles,
         placements,
+        violations,
+        audited_at,
     ]
 
 

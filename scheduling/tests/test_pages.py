@@ -9,7 +9,8 @@ from django.test import Client
 
 from scheduling import services
 from scheduling.choices import GangState, WorkloadState
-from scheduling.models import Gang, Gpu, Node, Placement, Workload
+from scheduling.models import Gang, Gpu, InvariantAuditRun, Node, Placement, Workload
+from scheduling.tasks import audit_invariants_task
 from scheduling.tests.factories import make_group, make_quota, small_cluster
 
 pytestmark = pytest.mark.django_db
@@ -166,8 +167,11 @@ def test_job_pages_are_tenant_scoped(alice: Any, charlie: Any, quota_a: Any) -> 
 
 @pytest.mark.parametrize(
     "model",
-    ["node", "gpu", "workload", "gang", "placement", "reservation", "shard", "simulatedpod"],
-)
+    [
+        "node", "gpu", "workload", "gang", "placement", "reservation", "shard", "simulatedpod",
+        "invariantauditrun",
+    ],
+)  # fmt: skip
 def test_admin_changelist_and_change_page_load(model: str, operator: Any, quota_a: Any) -> None:
     w = place_slice(quota_a)
     services.submit_gang(
@@ -180,11 +184,13 @@ def test_admin_changelist_and_change_page_load(model: str, operator: Any, quota_
         workload_id=w.pk, defaults={"name": "x", "node_name": "n", "running_after": w.submitted_at}
     )
     Reservation.objects.create(node=Node.objects.first(), cpu_milli=1, memory_mib=1)
+    audit_invariants_task()
     c = login(operator)
     assert c.get(f"/admin/scheduling/{model}/").status_code == 200
     objs = {
         "node": Node, "gpu": Gpu, "workload": Workload, "gang": Gang, "placement": Placement,
         "reservation": Reservation, "shard": Shard, "simulatedpod": SimulatedPod,
+        "invariantauditrun": InvariantAuditRun,
     }  # fmt: skip
     obj = objs[model].objects.first()
     assert c.get(f"/admin/scheduling/{model}/{obj.pk}/change/").status_code == 200

@@ -1,0 +1,667 @@
+"""The invariant auditor: what the scheduler promises, checked against the source of truth.
+
+Each invariant is one named query over the live database that returns the rows violating it, with the
+ids, names and the numbers on both sides an operator needs (docs/operations.md "Invariant auditor"). The
+same module serves `manage.py audit`, the periodic `audit_invariants_task` (its results are stored in
+`InvariantAuditRun` for the operators' page and `/metrics`) and the chaos suite (tests/chaos/): one
+source of truth for "is the state consistent".
+
+Checks that a moving system passes through for a moment (a codespace following its workload, a pod
+being created after its placement commits, a workload waiting for its first cycle) only count rows older
+than `grace`; the accounting checks (over-commit, quota usage, one placement per workload) hold at every
+commit and have no grace.
+
+The codespace check reads the codespaces table through the app registry: scheduling sits below
+codespaces in the layering (.importlinter) and does not import it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.db.models import Count, F, Q, Sum
+from django.utils import timezone
+
+from quotas.models import QuotaGroup
+from quotas.resources import DIMENSIONS, Resources, Side
+from quotas.usage import default_reservation, group_snapshot
+from scheduling.choices import ACTIVE_STATES, WorkloadState
+from scheduling.models import (
+    Gang,
+    Gpu,
+    InvariantAuditRun,
+    Node,
+    Placement,
+    PlacementGpu,
+    Reservation,
+    SimulatedPod,
+    Workload,
+)
+
+logger = logging.getLogger(__name__)
+
+Finding = dict[str, Any]
+"""One violating row: JSON-serializable ids, names and numbers."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditContext:
+    """When the audit runs and how old a transient mismatch must be before it counts."""
+
+    now: datetime
+    grace: timedelta
+    backend: str
+
+    @property
+    def settled_before(self) -> datetime:
+        return self.now - self.grace
+
+
+@dataclass(frozen=True, slots=True)
+class Invariant:
+    """A named promise and the query that lists the rows breaking it."""
+
+    name: str
+    description: str
+    check: Callable[[AuditContext], list[Finding]]
+    backends: tuple[str, ...] = ()  # empty = every backend
+
+
+@dataclass(frozen=True, slots=True)
+class InvariantResult:
+    """One invariant's outcome: `checked=False` when it does not apply to the configured backend."""
+
+    name: str
+    description: str
+    checked: bool
+    findings: tuple[Finding, ...] = ()
+    error: str = ""
+
+    @property
+    def count(self) -> int:
+        return len(self.findings)
+
+    @property
+    def status(self) -> str:
+        if not self.checked:
+            return "skipped"
+        if self.error:
+            return "error"
+        return "violated" if self.findings else "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    """Every invariant's result, in INVARIANTS order."""
+
+    started_at: datetime
+    duration_ms: float
+    results: tuple[InvariantResult, ...] = field(default_factory=tuple)
+
+    @property
+    def violations(self) -> int:
+        return sum(r.count for r in self.results)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Violations per checked invariant (an invariant whose query failed is left out)."""
+        return {r.name: r.count for r in self.results if r.checked and not r.error}
+
+    @property
+    def errors(self) -> dict[str, str]:
+        return {r.name: r.error for r in self.results if r.error}
+
+    def result(self, name: str) -> InvariantResult:
+        return next(r for r in self.results if r.name == name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "started_at": self.started_at.isoformat(),
+            "duration_ms": round(self.duration_ms, 1),
+            "violations": self.violations,
+            "invariants": [
+                {
+                    "name": r.name,
+                    "description": r.description,
+                    "status": r.status,
+                    "count": r.count,
+                    "error": r.error,
+                    "findings": list(r.findings),
+                }
+                for r in self.results
+            ],
+        }
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def _active_placements() -> Any:
+    return Placement.objects.filter(released_at__isnull=True)
+
+
+def _active_shares() -> Any:
+    return PlacementGpu.objects.filter(placement__released_at__isnull=True)
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+
+def gpu_compute_overcommitted(context: AuditContext) -> list[Finding]:
+    """GPUs whose active shares add up to more than 1000 milli."""
+    rows = (
+        _active_shares()
+        .values("gpu_id", "gpu__uuid", "gpu__index", "gpu__node__name")
+        .annotate(used=Sum("gpu_milli"), shares=Count("id"))
+        .filter(used__gt=1000)
+        .order_by("gpu_id")
+    )
+    return [
+        {
+            "gpu_id": r["gpu_id"],
+            "gpu": f"{r['gpu__node__name']}/gpu{r['gpu__index']}",
+            "uuid": r["gpu__uuid"],
+            "shares": r["shares"],
+            "used_milli": int(r["used"]),
+            "capacity_milli": 1000,
+        }
+        for r in rows
+    ]
+
+
+def gpu_memory_overcommitted(context: AuditContext) -> list[Finding]:
+    """GPUs whose active shares hold more memory than the card has."""
+    rows = (
+        _active_shares()
+        .values("gpu_id", "gpu__uuid", "gpu__index", "gpu__node__name", "gpu__memory_mib")
+        .annotate(used=Sum("gpu_memory_mib"), shares=Count("id"))
+        .filter(used__gt=F("gpu__memory_mib"))
+        .order_by("gpu_id")
+    )
+    return [
+        {
+            "gpu_id": r["gpu_id"],
+            "gpu": f"{r['gpu__node__name']}/gpu{r['gpu__index']}",
+            "uuid": r["gpu__uuid"],
+            "shares": r["shares"],
+            "used_memory_mib": int(r["used"]),
+            "capacity_memory_mib": int(r["gpu__memory_mib"]),
+        }
+        for r in rows
+    ]
+
+
+def node_overcommitted(context: AuditContext) -> list[Finding]:
+    """Nodes whose active placements use more CPU or memory than the node has, or whose CPU-only
+    placements reach into the share of a GPU node kept for GPU work."""
+    nodes = {
+        n.pk: n
+        for n in Node.objects.filter(placements__released_at__isnull=True).distinct().order_by()
+    }
+    if not nodes:
+        return []
+    with_gpus = set(
+        Gpu.objects.filter(node_id__in=nodes).values_list("node_id", flat=True).distinct()
+    )
+    reservations = {
+        r.node_id: (int(r.cpu_milli), int(r.memory_mib))
+        for r in Reservation.objects.filter(node_id__in=nodes)
+    }
+    sums = (
+        _active_placements()
+        .filter(node_id__in=nodes)
+        .values("node_id")
+        .annotate(
+            cpu=Sum("cpu_milli"),
+            memory=Sum("memory_mib"),
+            cpu_only_cpu=Sum("cpu_milli", filter=Q(workload__gpu_count=0)),
+            cpu_only_memory=Sum("memory_mib", filter=Q(workload__gpu_count=0)),
+        )
+        .order_by("node_id")
+    )
+    findings: list[Finding] = []
+    for r in sums:
+        node = nodes[r["node_id"]]
+        cpu, memory = int(r["cpu"] or 0), int(r["memory"] or 0)
+        base = {"node_id": node.pk, "node": node.name}
+        if cpu > node.cpu_milli or memory > node.memory_mib:
+            findings.append(
+                base
+                | {
+                    "rule": "capacity",
+                    "used_cpu_milli": cpu,
+                    "capacity_cpu_milli": int(node.cpu_milli),
+                    "used_memory_mib": memory,
+                    "capacity_memory_mib": int(node.memory_mib),
+                }
+            )
+        if node.pk not in with_gpus:
+            continue
+        kept_cpu, kept_memory = reservations.get(node.pk) or default_reservation(node)
+        limit_cpu = int(node.cpu_milli) - kept_cpu
+        limit_memory = int(node.memory_mib) - kept_memory
+        cpu_only_cpu = int(r["cpu_only_cpu"] or 0)
+        cpu_only_memory = int(r["cpu_only_memory"] or 0)
+        if cpu_only_cpu > limit_cpu or cpu_only_memory > limit_memory:
+            findings.append(
+                base
+                | {
+                    "rule": "reservation",
+                    "cpu_only_cpu_milli": cpu_only_cpu,
+                    "cpu_only_limit_cpu_milli": limit_cpu,
+                    "cpu_only_memory_mib": cpu_only_memory,
+                    "cpu_only_limit_memory_mib": limit_memory,
+                }
+            )
+    return findings
+
+
+def placement_per_workload(context: AuditContext) -> list[Finding]:
+    """Exactly one active placement for every placed or running workload, none for any other."""
+    rows = (
+        Workload.objects.annotate(
+            active=Count("placements", filter=Q(placements__released_at__isnull=True))
+        )
+        .filter(
+            Q(active__gt=1)
+            | (Q(state__in=ACTIVE_STATES) & Q(active=0))
+            | (~Q(state__in=ACTIVE_STATES) & Q(active__gt=0))
+        )
+        .values("id", "name", "kind", "state", "tenant__slug", "active")
+        .order_by("id")
+    )
+    return [
+        {
+            "workload_id": r["id"],
+            "workload": r["name"],
+            "kind": r["kind"],
+            "tenant": r["tenant__slug"],
+            "state": r["state"],
+            "active_placements": r["active"],
+            "expected": 1 if r["state"] in ACTIVE_STATES else 0,
+        }
+        for r in rows
+    ]
+
+
+def _placed_per_quota() -> dict[tuple[int, Side], Resources]:
+    """Per (quota, side): the sum of what active placements hold (GPU memory from their GPU shares)."""
+    held: dict[tuple[int, Side], Resources] = defaultdict(Resources)
+    for r in (
+        _active_placements()
+        .values("workload__quota_id", "workload__gpu_count")
+        .annotate(cpu=Sum("cpu_milli"), memory=Sum("memory_mib"), gpu=Sum("gpu_milli_total"))
+        .order_by()
+    ):
+        side = Side.GPU if r["workload__gpu_count"] else Side.CPU
+        held[(r["workload__quota_id"], side)] += Resources(
+            gpu_milli=int(r["gpu"] or 0),
+            cpu_milli=int(r["cpu"] or 0),
+            memory_mib=int(r["memory"] or 0),
+        )
+    for r in (
+        _active_shares()
+        .values("placement__workload__quota_id", "placement__workload__gpu_count")
+        .annotate(memory=Sum("gpu_memory_mib"))
+        .order_by()
+    ):
+        side = Side.GPU if r["placement__workload__gpu_count"] else Side.CPU
+        held[(r["placement__workload__quota_id"], side)] += Resources(
+            gpu_memory_mib=int(r["memory"] or 0)
+        )
+    return held
+
+
+def quota_usage_matches_placements(context: AuditContext) -> list[Finding]:
+    """Per quota, side and dimension: the usage the product shows and admits against (quotas.usage
+    snapshot) equals what the active placements hold."""
+    held = _placed_per_quota()
+    findings: list[Finding] = []
+    for group in QuotaGroup.objects.order_by("name"):
+        snapshot = group_snapshot(group, headroom=False)
+        for usage in snapshot.ordered():
+            for side in (Side.GPU, Side.CPU):
+                shown = usage.side(side).used
+                placed = held.pop((usage.quota_id, side), Resources())
+                findings.extend(
+                    {
+                        "quota_id": usage.quota_id,
+                        "quota": f"{group.name}/{usage.name}",
+                        "side": side.value,
+                        "dimension": dimension,
+                        "used": shown.get(dimension),
+                        "placed": placed.get(dimension),
+                    }
+                    for dimension in DIMENSIONS
+                    if shown.get(dimension) != placed.get(dimension)
+                )
+    # Placements of quotas no group snapshot covers cannot exist (a quota always has a group); a
+    # leftover here is a placement charged to nothing.
+    for (quota_id, side), placed in sorted(held.items(), key=lambda item: str(item[0])):
+        findings.extend(
+            {
+                "quota_id": quota_id,
+                "quota": "(not in any group)",
+                "side": side.value,
+                "dimension": dimension,
+                "used": 0,
+                "placed": placed.get(dimension),
+            }
+            for dimension in DIMENSIONS
+            if placed.get(dimension)
+        )
+    return findings
+
+
+def gang_partially_placed(context: AuditContext) -> list[Finding]:
+    """Gangs holding some placements but fewer members placed than their `min_available`."""
+    rows = (
+        Gang.objects.annotate(
+            placed=Count("members", filter=Q(members__state__in=ACTIVE_STATES)),
+            size=Count("members"),
+        )
+        .filter(placed__gt=0, placed__lt=F("min_available"))
+        .values("id", "name", "tenant__slug", "state", "min_available", "placed", "size")
+        .order_by("id")
+    )
+    return [
+        {
+            "gang_id": r["id"],
+            "gang": r["name"],
+            "tenant": r["tenant__slug"],
+            "state": r["state"],
+            "members": r["size"],
+            "placed_members": r["placed"],
+            "min_available": r["min_available"],
+        }
+        for r in rows
+    ]
+
+
+# Workload state → the codespace states that agree with it once the observer has caught up.
+CODESPACE_STATES_FOR_WORKLOAD: dict[str, frozenset[str]] = {
+    WorkloadState.PENDING: frozenset({"queued"}),
+    WorkloadState.PLACED: frozenset({"placed", "starting"}),
+    WorkloadState.RUNNING: frozenset({"running"}),
+    WorkloadState.FAILED: frozenset({"failed", "deleted"}),
+    WorkloadState.SUCCEEDED: frozenset({"stopped", "failed", "deleted"}),
+    WorkloadState.RELEASED: frozenset({"stopped", "failed", "deleted"}),
+}
+CODESPACE_STATES_WITH_WORKLOAD = frozenset({"queued", "placed", "starting", "running"})
+
+
+def codespace_agrees_with_workload(context: AuditContext) -> list[Finding]:
+    """A codespace's state agrees with its current workload's (after `grace`), and every queued,
+    placed, starting or running codespace has a workload."""
+    codespace_model = apps.get_model("codespaces", "Codespace")
+    rows = (
+        codespace_model.objects.filter(updated_at__lt=context.settled_before)
+        .filter(
+            Q(workload__isnull=False, workload__updated_at__lt=context.settled_before)
+            | Q(workload__isnull=True, state__in=CODESPACE_STATES_WITH_WORKLOAD)
+        )
+        .values("id", "name", "state", "tenant__slug", "workload_id", "workload__state")
+        .order_by("id")
+    )
+    findings: list[Finding] = []
+    for r in rows:
+        workload_state = r["workload__state"]
+        if workload_state is None:
+            agrees = False
+        else:
+            agrees = r["state"] in CODESPACE_STATES_FOR_WORKLOAD.get(workload_state, frozenset())
+        if not agrees:
+            findings.append(
+                {
+                    "codespace_id": r["id"],
+                    "codespace": r["name"],
+                    "tenant": r["tenant__slug"],
+                    "codespace_state": r["state"],
+                    "workload_id": r["workload_id"],
+                    "workload_state": workload_state or "(none)",
+                }
+            )
+    return findings
+
+
+NOT_YET_CONSIDERED_CODE = "queued"
+"""The pending code a workload gets on submit or requeue, before any cycle has looked at it."""
+
+
+def workload_explained(context: AuditContext) -> list[Finding]:
+    """Every accepted request is placed, waiting with a reason a cycle gave it (after `grace`: a
+    cycle or two), or failed with a message. Still "waiting for the next scheduling cycle" after
+    grace means no cycle considered it."""
+    rows = (
+        Workload.objects.filter(
+            Q(state=WorkloadState.PENDING, updated_at__lt=context.settled_before)
+            & (Q(pending_reason="") | Q(pending_code=NOT_YET_CONSIDERED_CODE))
+            | Q(state=WorkloadState.FAILED, failure_reason="")
+        )
+        .values("id", "name", "kind", "state", "tenant__slug", "pending_reason", "updated_at")
+        .order_by("id")
+    )
+    return [
+        {
+            "workload_id": r["id"],
+            "workload": r["name"],
+            "kind": r["kind"],
+            "tenant": r["tenant__slug"],
+            "state": r["state"],
+            "missing": "pending_reason"
+            if r["state"] == WorkloadState.PENDING
+            else "failure_reason",
+            "reason": r["pending_reason"],
+            "since": r["updated_at"].isoformat(),
+        }
+        for r in rows
+    ]
+
+
+def backend_matches_placements(context: AuditContext) -> list[Finding]:
+    """The simulated cluster runs a pod for every placed or running workload (after `grace`) and no
+    pod for a workload without an active placement."""
+    active = {
+        r["workload_id"]: r
+        for r in _active_placements()
+        .filter(workload__state__in=ACTIVE_STATES)
+        .values("workload_id", "workload__name", "node__name", "created_at")
+    }
+    pods = {
+        p["workload_id"]: p
+        for p in SimulatedPod.objects.values("workload_id", "name", "node_name", "created_at")
+    }
+    findings: list[Finding] = []
+    for workload_id in sorted(set(pods) - set(active)):
+        pod = pods[workload_id]
+        if pod["created_at"] < context.settled_before:
+            findings.append(
+                {
+                    "problem": "orphaned backend object",
+                    "workload_id": workload_id,
+                    "object": pod["name"],
+                    "node": pod["node_name"],
+                }
+            )
+    for workload_id in sorted(set(active) - set(pods)):
+        placement = active[workload_id]
+        if placement["created_at"] < context.settled_before:
+            findings.append(
+                {
+                    "problem": "placement without backend object",
+                    "workload_id": workload_id,
+                    "object": placement["workload__name"],
+                    "node": placement["node__name"],
+                }
+            )
+    for workload_id in sorted(set(active) & set(pods)):
+        if pods[workload_id]["node_name"] != active[workload_id]["node__name"]:
+            findings.append(
+                {
+                    "problem": "backend object on another node",
+                    "workload_id": workload_id,
+                    "object": pods[workload_id]["name"],
+                    "node": pods[workload_id]["node_name"],
+                    "placed_on": active[workload_id]["node__name"],
+                }
+            )
+    return findings
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    Invariant(
+        "gpu_compute", "No GPU is over-committed in compute (milli)", gpu_compute_overcommitted
+    ),
+    Invariant("gpu_memory", "No GPU is over-committed in memory", gpu_memory_overcommitted),
+    Invariant(
+        "node_capacity",
+        "No node is over-committed in CPU or memory (reservations included)",
+        node_overcommitted,
+    ),
+    Invariant(
+        "one_placement",
+        "Placed and running workloads hold exactly one active placement, others none",
+        placement_per_workload,
+    ),
+    Invariant(
+        "quota_usage",
+        "Quota usage equals the sum of active placements in every dimension",
+        quota_usage_matches_placements,
+    ),
+    Invariant("gang_whole", "No gang is partially placed", gang_partially_placed),
+    Invariant(
+        "codespace_state",
+        "A codespace's state agrees with its workload's",
+        codespace_agrees_with_workload,
+    ),
+    Invariant(
+        "workload_explained",
+        "Every request is placed, waiting with a reason, or failed with a message",
+        workload_explained,
+    ),
+    Invariant(
+        "backend_objects",
+        "The backend runs an object for every active placement and none without one",
+        backend_matches_placements,
+        backends=("simulated",),
+    ),
+)
+INVARIANT_NAMES: tuple[str, ...] = tuple(i.name for i in INVARIANTS)
+
+
+def default_grace() -> timedelta:
+    return timedelta(seconds=float(settings.TESSERA_AUDIT_GRACE_SECONDS))
+
+
+def run_audit(
+    *,
+    now: datetime | None = None,
+    grace: timedelta | None = None,
+    only: Sequence[str] = (),
+) -> AuditReport:
+    """Run every invariant (or those named in `only`) and return their findings. Read-only; takes no
+    locks, so on a busy system it reads each query's own snapshot."""
+    started = timezone.now()
+    context = AuditContext(
+        now=now or started,
+        grace=default_grace() if grace is None else grace,
+        backend=str(settings.TESSERA_BACKEND),
+    )
+    results = []
+    for invariant in INVARIANTS:
+        if only and invariant.name not in only:
+            continue
+        if invariant.backends and context.backend not in invariant.backends:
+            results.append(InvariantResult(invariant.name, invariant.description, checked=False))
+            continue
+        try:
+            findings = tuple(invariant.check(context))
+        except Exception as exc:  # one broken check must not hide what the others find
+            logger.exception("audit: invariant %s could not be checked", invariant.name)
+            results.append(
+                InvariantResult(
+                    invariant.name,
+                    invariant.description,
+                    checked=True,
+                    error=f"{type(exc).__name__}: {exc}"[:500],
+                )
+            )
+            continue
+        results.append(
+            InvariantResult(invariant.name, invariant.description, checked=True, findings=findings)
+        )
+    duration = (timezone.now() - started).total_seconds() * 1000
+    return AuditReport(started_at=started, duration_ms=duration, results=tuple(results))
+
+
+RUNS_KEPT = 100
+"""How many InvariantAuditRun rows the periodic task keeps (older ones are deleted)."""
+
+
+def record_audit(report: AuditReport) -> InvariantAuditRun:
+    """Store a report as the latest InvariantAuditRun (at most TESSERA_AUDIT_MAX_FINDINGS findings per
+    invariant) and delete all but the newest RUNS_KEPT runs."""
+    limit = int(settings.TESSERA_AUDIT_MAX_FINDINGS)
+    run = InvariantAuditRun.objects.create(
+        started_at=report.started_at,
+        duration_ms=round(report.duration_ms, 1),
+        violations=report.violations,
+        counts=report.counts,
+        errors=report.errors,
+        findings={r.name: list(r.findings[:limit]) for r in report.results if r.findings},
+    )
+    stale = InvariantAuditRun.objects.order_by("-started_at", "-id").values_list("pk", flat=True)[
+        RUNS_KEPT:
+    ]
+    InvariantAuditRun.objects.filter(pk__in=list(stale)).delete()
+    return run
+
+
+def latest_run() -> InvariantAuditRun | None:
+    return InvariantAuditRun.objects.order_by("-started_at", "-id").first()
+
+
+@dataclass(frozen=True, slots=True)
+class InvariantStatus:
+    """One invariant as a stored run saw it (for the operators' page and /metrics)."""
+
+    name: str
+    description: str
+    status: str  # "ok", "violated", "error", "skipped" or "never run"
+    count: int
+    error: str
+    findings: tuple[Finding, ...]
+    columns: tuple[str, ...]
+
+
+def invariant_statuses(run: InvariantAuditRun | None) -> list[InvariantStatus]:
+    """Every invariant, in INVARIANTS order, with what `run` recorded about it."""
+    statuses = []
+    for invariant in INVARIANTS:
+        findings: tuple[Finding, ...] = ()
+        error = ""
+        count = 0
+        if run is None:
+            status = "never run"
+        elif invariant.name in run.errors:
+            status, error = "error", str(run.errors[invariant.name])
+        elif invariant.name not in run.counts:
+            status = "skipped"
+        else:
+            count = int(run.counts[invariant.name])
+            findings = tuple(run.findings.get(invariant.name, ()))
+            status = "violated" if count else "ok"
+        columns = tuple(dict.fromkeys(key for finding in findings for key in finding))
+        statuses.append(
+            InvariantStatus(
+                invariant.name, invariant.description, status, count, error, findings, columns
+            )
+        )
+    return statuses

@@ -1,0 +1,143 @@
+"""The fault injector: at a fixed interval it SIGKILLs a Celery worker, beat or a gunicorn worker, or
+terminates a database session, restarts what a supervisor would restart, and measures how long the
+killed component's work takes to resume."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import requests
+
+from tests.chaos.stack import Stack
+
+KINDS = ("worker-scheduling", "worker-default", "beat", "web-worker", "db-session")
+RESTART_AFTER = 0.5  # seconds a supervisor takes to notice and restart a dead process
+RECOVERY_TIMEOUT = 60.0
+
+
+@dataclass
+class Kill:
+    """One injected fault and when its component's work resumed (None: not within the timeout)."""
+
+    kind: str
+    at: float
+    target: str = ""
+    restarted_at: float | None = None
+    recovered_at: float | None = None
+
+    @property
+    def recovery_seconds(self) -> float | None:
+        return None if self.recovered_at is None else self.recovered_at - self.at
+
+
+def _latest(stack: Stack, sql: str) -> float:
+    rows = stack.query(sql)
+    value = rows[0][0] if rows else None
+    return float(value.timestamp()) if value is not None else 0.0
+
+
+def cycle_ran_since(stack: Stack, since: float) -> bool:
+    """A scheduling cycle (scheduling queues worker, queued by beat or by a submit) finished after."""
+    return _latest(stack, "SELECT max(last_cycle_at) FROM scheduling_shard") > since
+
+
+def audit_ran_since(stack: Stack, since: float) -> bool:
+    """The periodic audit (sent by beat, run by the default-queue worker) started after `since`."""
+    return _latest(stack, "SELECT max(started_at) FROM scheduling_invariantauditrun") > since
+
+
+def api_answers(stack: Stack) -> bool:
+    try:
+        return requests.get(f"{stack.base_url}/accounts/login/", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+@dataclass
+class FaultInjector:
+    """Runs in its own thread: after `warmup` fault-free seconds, `kills` faults, each `interval`
+    seconds after the previous one recovered, kinds in a shuffled rotation (so every kind is injected
+    about equally often)."""
+
+    stack: Stack
+    kills: int
+    interval: float
+    seed: int = 0
+    warmup: float = 0.0  # fault-free seconds before the first fault
+    done: threading.Event = field(default_factory=threading.Event)
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+    history: list[Kill] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def run(self) -> None:
+        rng = random.Random(self.seed)
+        rotation: list[str] = []
+        try:
+            if self.stop_requested.wait(max(0.0, self.warmup - self.interval)):
+                return
+            for _ in range(self.kills):
+                if self.stop_requested.wait(self.interval):
+                    break
+                if not rotation:
+                    rotation = list(KINDS)
+                    rng.shuffle(rotation)
+                self.history.append(self.inject(rotation.pop(), rng))
+        except Exception as exc:  # a broken injector must end the run visibly, not hang it
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            self.done.set()
+
+    def inject(self, kind: str, rng: random.Random) -> Kill:
+        stack = self.stack
+        kill = Kill(kind, time.time())
+        if kind == "web-worker":
+            workers = stack.web_workers()
+            target = rng.choice(workers)
+            kill.target = f"gunicorn worker {target}"
+            _sigkill(target)
+            expected = stack.config.web_workers
+
+            def recovered() -> bool:
+                return len(stack.web_workers()) >= expected and api_answers(stack)
+
+        elif kind == "db-session":
+            pid = stack.terminate_database_session()
+            kill.target = f"backend {pid}" if pid else "(no session)"
+
+            def recovered() -> bool:
+                return api_answers(stack) and cycle_ran_since(stack, kill.at)
+
+        else:
+            component = stack.components[kind]
+            kill.target = f"{kind} pid {component.pid}"
+            component.kill()
+            time.sleep(RESTART_AFTER)
+            component.start()
+            kill.restarted_at = time.time()
+            probe: Callable[[Stack, float], bool] = (
+                cycle_ran_since if kind == "worker-scheduling" else audit_ran_since
+            )
+
+            def recovered() -> bool:
+                return probe(stack, kill.at)
+
+        deadline = kill.at + RECOVERY_TIMEOUT
+        while time.time() < deadline and not self.stop_requested.is_set():
+            if recovered():
+                kill.recovered_at = time.time()
+                break
+            time.sleep(0.2)
+        return kill
+
+
+def _sigkill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,89 @@
+"""The chaos report's verdict, without the stack: which 5xx, recoveries and latencies break a promise."""
+
+from __future__ import annotations
+
+from tests.chaos.client import Attempt, Call
+from tests.chaos.faults import Kill
+from tests.chaos.operations import OpRecord
+from tests.chaos.run import ChaosConfig, ChaosReport, fault_windows, percentile, server_error_lines
+
+CLEAN_AUDIT = {"invariants": [{"name": "gpu_compute", "status": "ok", "count": 0, "error": ""}]}
+
+
+def report(**fields: object) -> ChaosReport:
+    result = ChaosReport(ChaosConfig(database_url="postgres://x/chaos", broker_url="redis://x/1"))
+    result.audit = dict(CLEAN_AUDIT)
+    for name, value in fields.items():
+        setattr(result, name, value)
+    return result
+
+
+def call_with_5xx_at(at: float) -> OpRecord:
+    call = Call("POST", "codespaces/", started=at, status=201)
+    call.attempts = [Attempt(at, 500, "boom", at + 0.2), Attempt(at + 0.5, 201, "", at + 0.6)]
+    return OpRecord("codespace.create", "alice", call)
+
+
+def test_a_clean_run_has_no_failures() -> None:
+    clean = report(
+        kills=[Kill("beat", 100.0, recovered_at=103.0)], probe_latencies_fault_free=[0.1]
+    )
+    assert clean.failures() == []
+    assert "OK: every promise held" in clean.format()
+
+
+def test_violations_and_failed_checks_are_failures() -> None:
+    audit = {
+        "invariants": [
+            {"name": "quota_usage", "status": "violated", "count": 6, "error": ""},
+            {"name": "gang_whole", "status": "error", "count": 0, "error": "ValueError: x"},
+        ]
+    }
+    broken = report(audit=audit, probe_latencies_fault_free=[0.1])
+    assert broken.failures() == [
+        "invariant quota_usage: 6 violations",
+        "invariant gang_whole: check failed: ValueError: x",
+    ]
+
+
+def test_a_5xx_counts_only_outside_a_web_worker_kill() -> None:
+    kills = [Kill("web-worker", 100.0, "gunicorn worker 7", recovered_at=101.0)]
+    during, outside = call_with_5xx_at(100.5), call_with_5xx_at(150.0)
+    inside_count, lines = server_error_lines([during, outside], kills)
+    assert inside_count == 1
+    assert len(lines) == 1
+    assert "50.2s after web-worker gunicorn worker 7" in lines[0]
+    assert "(final answer 201)" in lines[0]
+
+
+def test_slow_or_missing_recovery_is_a_failure() -> None:
+    kills = [
+        Kill("worker-default", 10.0, "w", recovered_at=15.0),
+        Kill("beat", 20.0, "b", recovered_at=31.0),
+        Kill("db-session", 40.0, "s"),
+    ]
+    assert report(kills=kills, probe_latencies_fault_free=[0.1]).failures() == [
+        "recovery after beat (b): 11.0s",
+        "recovery after db-session (s): never",
+    ]
+
+
+def test_probe_p99_above_two_seconds_without_faults_is_a_failure() -> None:
+    slow = report(probe_latencies_fault_free=[0.1] * 98 + [2.5, 3.0])
+    assert slow.failures() == ["p99 submit->placed without faults 2.50s > 2.0s"]
+    assert report(probe_latencies_fault_free=[]).failures() == [
+        "no latency probe was placed away from faults"
+    ]
+
+
+def test_fault_windows_last_until_one_second_after_recovery() -> None:
+    assert fault_windows([Kill("beat", 10.0, recovered_at=12.0), Kill("beat", 50.0)]) == [
+        (10.0, 13.0),
+        (50.0, 111.0),
+    ]
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 99) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
