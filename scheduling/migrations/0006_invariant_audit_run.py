@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0004_drop_indexes_covered_by_composites'),
+        ('scheduling', '0005_workload_whole_card_memory'),
     ]
 
     operations = [
