@@ -103,7 +103,13 @@ TEMPLATES = [
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tessera.sqlite3'}")
 DATABASES = {
-    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))
+    "default": dj_database_url.parse(
+        DATABASE_URL,
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+        # A persistent connection is checked before its first use in each request or task, so a
+        # session PostgreSQL dropped (restart, failover, idle timeout) reconnects instead of a 500.
+        conn_health_checks=True,
+    )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + immediate transactions: the web process and the worker write concurrently in dev.
