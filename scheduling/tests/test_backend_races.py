@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from scheduling import services, tasks
+from scheduling.backends.base import MaterializeRequest
+from scheduling.backends.simulated.backend import SimulatedBackend
 from scheduling.choices import WorkloadState
 from scheduling.models import Placement, SimulatedPod, Workload
 from scheduling.services import reconcile
@@ -121,3 +123,38 @@ def test_orphan_reconciler_rematerializes_a_placed_workload_without_a_pod_and_re
     assert pod.placement_id == placed_p.pk
     running_w.refresh_from_db()
     assert (running_w.state, running_w.pending_code) == (WorkloadState.PENDING, "pod_missing")
+
+
+class ReleasedDuringCreate(SimulatedBackend):
+    """The simulated cluster, where another process releases the workload (and runs its release
+    task, which finds no pod yet) after materialize checked the placement and before the pod is
+    created."""
+
+    def __init__(self, capture: Any) -> None:
+        self.capture = capture
+
+    def materialize(self, request: MaterializeRequest) -> None:
+        with self.capture(execute=True):
+            services.release_workload(request.workload_id, reason="Stopped by its owner.")
+        assert SimulatedPod.objects.filter(workload_id=request.workload_id).exists() is False
+        super().materialize(request)
+
+
+def test_materialize_removes_the_pod_of_a_placement_released_during_the_create(
+    quota: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a placed workload
+    w = services.submit_workload(
+        tenant=quota.tenant, quota=quota, kind="job_pod", name="w",
+        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500,
+    )  # fmt: skip
+    services.run_cycle(quota.group_id)
+    [(read_workload, read_placement)] = reconcile.placed_with_placement([w.pk])
+    # when it is released while its pod is being created (the release finds no pod yet)
+    backend = ReleasedDuringCreate(django_capture_on_commit_callbacks)
+    created = reconcile.materialize_placement(read_workload, read_placement, backend)
+    # then materialize sees the placement closed and removes the pod it made
+    assert created is False
+    assert SimulatedPod.objects.filter(workload_id=w.pk).exists() is False
+    w.refresh_from_db()
+    assert w.state == WorkloadState.RELEASED
