@@ -3,10 +3,12 @@ the run's work, old claims are pruned."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from portal.models import PeriodClaim
 from portal.periodic import CLAIM_RETENTION, claim_period, period_start
@@ -57,3 +59,32 @@ def test_claims_older_than_the_retention_are_pruned_when_a_task_claims():
         ("prune", T0 - CLAIM_RETENTION - timedelta(minutes=1)),
         ("ingest", T0),
     }
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="concurrent writers need PostgreSQL (SQLite serialises them)",
+)
+def test_two_runs_racing_for_one_period_do_the_work_once():
+    barrier = threading.Barrier(2)
+    claimed: list[bool] = []
+
+    def run() -> None:
+        try:
+            barrier.wait(timeout=5)
+            with transaction.atomic():
+                won = claim_period("ingest", T0)
+                claimed.append(won)
+                if won:
+                    time.sleep(0.3)  # the work, while the other run's INSERT waits for us
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert sorted(claimed) == [False, True]
+    assert PeriodClaim.objects.filter(task_name="ingest").count() == 1
