@@ -14,6 +14,7 @@ from django.utils import timezone
 from scheduling import observers
 from scheduling.backends.base import (
     Backend,
+    BackendError,
     GpuBinding,
     MaterializeRequest,
     ObservedPhase,
@@ -275,17 +276,22 @@ def reconcile_backend_orphans() -> OrphanReport:
             if obj.placement_id is not None
             else obj.workload_id in active_workloads
         )
-        if not owned:
+        if owned:
+            continue
+        try:
             backend.release(
                 obj.workload_id, obj.name, delete_home=False, placement_id=obj.placement_id
             )
-            removed.append(obj.name)
-            logger.warning(
-                "reconcile: deleted %s of workload %s (placement %s is not active)",
-                obj.name,
-                obj.workload_id,
-                obj.placement_id,
-            )
+        except BackendError as exc:  # one object the cluster refuses must not stop the others
+            logger.error("reconcile: could not delete %s: %s", obj.name, exc.message)
+            continue
+        removed.append(obj.name)
+        logger.warning(
+            "reconcile: deleted %s of workload %s (placement %s is not active)",
+            obj.name,
+            obj.workload_id,
+            obj.placement_id,
+        )
     made = {obj.placement_id for obj in objects}
     made_for = {obj.workload_id for obj in objects if obj.placement_id is None}
     missing = sorted(

@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from scheduling import services, tasks
-from scheduling.backends.base import MaterializeRequest
+from scheduling.backends.base import BackendError, MaterializeRequest
 from scheduling.backends.simulated.backend import SimulatedBackend
 from scheduling.choices import WorkloadState
 from scheduling.models import Placement, SimulatedPod, Workload
@@ -158,3 +159,31 @@ def test_materialize_removes_the_pod_of_a_placement_released_during_the_create(
     assert SimulatedPod.objects.filter(workload_id=w.pk).exists() is False
     w.refresh_from_db()
     assert w.state == WorkloadState.RELEASED
+
+
+class RefusesOneRelease(SimulatedBackend):
+    """The simulated cluster, refusing to delete one named object."""
+
+    def __init__(self, refused: str) -> None:
+        self.refused = refused
+
+    def release(self, workload_id: int, name: str, **kwargs: Any) -> None:
+        if name == self.refused:
+            raise BackendError(f"{name}: forbidden", permanent=True)
+        super().release(workload_id, name, **kwargs)
+
+
+def test_orphan_reconciler_goes_on_past_an_object_it_cannot_delete(
+    quota: Any, monkeypatch: Any
+) -> None:
+    for workload_id in (999_998, 999_999):
+        SimulatedPod.objects.create(
+            workload_id=workload_id, placement_id=workload_id, name=f"pod-gone-{workload_id}",
+            node_name="n0", running_after=timezone.now(),
+        )  # fmt: skip
+    monkeypatch.setattr(reconcile, "get_backend", lambda: RefusesOneRelease("pod-gone-999998"))
+
+    report = reconcile.reconcile_backend_orphans()
+
+    assert report.removed == ("pod-gone-999999",)
+    assert list(SimulatedPod.objects.values_list("name", flat=True)) == ["pod-gone-999998"]
