@@ -1,6 +1,8 @@
+from typing import Any
+
 from django.contrib import admin
 
-from portal.models import ApiToken, Membership, Tenant
+from portal.models import ApiToken, Membership, PeriodClaim, Tenant
 
 
 class MembershipInline(admin.TabularInline):
@@ -43,3 +45,16 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_select_related = ("user",)
     readonly_fields = ("prefix", "key_hash", "created_at", "last_used_at")
     raw_id_fields = ("user",)
+
+
+@admin.register(PeriodClaim)
+class PeriodClaimAdmin(admin.ModelAdmin):
+    """Which periodic task ran for which period (written by the tasks; read-only here)."""
+
+    list_display = ("task_name", "period_start", "claimed_at")
+    list_filter = ("task_name",)
+    readonly_fields = ("task_name", "period_start", "claimed_at")
+    show_full_result_count = False
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False

@@ -1,11 +1,87 @@
-"""The Celery application. Tasks are discovered per app (`<app>/tasks.py`)."""
+"""The Celery application. Tasks are discovered per app (`<app>/tasks.py`).
 
+Also the worker-side wiring every task relies on: database connections checked around each task, and
+dead-worker takeover on the Redis broker (portal.worker_recovery)."""
+
+import logging
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun, task_received, worker_ready, worker_shutdown
+from django.conf import settings
+from django.db import connections
+
+from portal.redis_clients import redis_client
+from portal.worker_recovery import WorkerRecovery, new_incarnation
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+logger = logging.getLogger(__name__)
 
 app = Celery("tessera")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def close_unusable_connections(**_kwargs: Any) -> None:
+    """Before and after every task, as Django does around every request (`close_old_connections`):
+    drop connections that had an error or outlived CONN_MAX_AGE, and re-arm the health check
+    (CONN_HEALTH_CHECKS), so a session PostgreSQL dropped between two tasks reconnects instead of
+    failing the next task. A connection inside a transaction (an eager task run by a caller that
+    holds one) belongs to that caller and is left alone."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
+
+
+# --- dead-worker takeover (Redis broker only) -------------------------------------------------------
+_recovery: list[WorkerRecovery] = []  # this process' bookkeeping, once its consumer is ready
+
+
+def worker_recovery_enabled() -> bool:
+    return str(app.conf.broker_url or "").startswith(("redis://", "rediss://")) and bool(
+        settings.TESSERA_WORKER_RECOVERY
+    )
+
+
+@worker_ready.connect
+def start_worker_recovery(sender: Any = None, **_kwargs: Any) -> None:
+    """The consumer is up: heartbeat, and requeue what dead workers held (portal.worker_recovery)."""
+    if not worker_recovery_enabled() or _recovery:
+        return
+    channel = app.connection_for_write().default_channel  # used by the heartbeat thread only
+    recovery = WorkerRecovery(
+        client=redis_client(str(app.conf.broker_url)),
+        incarnation=new_incarnation(getattr(sender, "hostname", None)),
+        heartbeat_seconds=float(settings.TESSERA_WORKER_HEARTBEAT_SECONDS),
+        dead_after_seconds=float(settings.TESSERA_WORKER_DEAD_AFTER_SECONDS),
+        retention_seconds=float(settings.TESSERA_BROKER_VISIBILITY_TIMEOUT),
+    )
+    recovery.start(restore=channel.qos.restore_by_tag)
+    _recovery.append(recovery)
+    logger.info("worker %s heartbeating for dead-worker takeover", recovery.incarnation)
+
+
+@task_received.connect
+def track_received_message(request: Any = None, **_kwargs: Any) -> None:
+    """Remember each message this worker holds unacknowledged, so a survivor can requeue it."""
+    if not _recovery or request is None:
+        return
+    try:
+        _recovery[0].track(str(request.message.delivery_tag))
+    except (
+        Exception
+    ):  # never lose the message over bookkeeping: Redis restores it after the timeout
+        logger.exception("could not record delivery %s", getattr(request, "id", "?"))
+
+
+@worker_shutdown.connect
+def stop_worker_recovery(**_kwargs: Any) -> None:
+    """Warm shutdown: our tasks finished and the broker connection gives back what we reserved."""
+    while _recovery:
+        recovery = _recovery.pop()
+        recovery.stop()
+        recovery.forget_self()

@@ -159,3 +159,22 @@ class RateLimitCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.bucket}@{self.window_start}: {self.count}"
+
+
+class PeriodClaim(models.Model):
+    """One run of a periodic task for one period (portal.periodic.claim_period): the row is inserted in
+    the run's transaction, so a second run of the same period (beat re-sent the task after a restart,
+    a duplicate delivery) finds it and skips, while a run that failed rolled its claim back with its
+    work. Rows older than `portal.periodic.CLAIM_RETENTION` are pruned by the next claim of the task."""
+
+    task_name = models.CharField(max_length=200)
+    period_start = models.DateTimeField()
+    claimed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task_name", "period_start"], name="uniq_period_claim")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} @ {self.period_start.isoformat()}"

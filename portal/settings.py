@@ -103,7 +103,13 @@ TEMPLATES = [
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tessera.sqlite3'}")
 DATABASES = {
-    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))
+    "default": dj_database_url.parse(
+        DATABASE_URL,
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+        # A persistent connection is checked before its first use in each request or task, so a
+        # session PostgreSQL dropped (restart, failover, idle timeout) reconnects instead of a 500.
+        conn_health_checks=True,
+    )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL + immediate transactions: the web process and the worker write concurrently in dev.
@@ -246,6 +252,27 @@ CACHES = {
 
 # --- Celery -----------------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 240, minimum=1)
+# Redis hands out a message nobody acked again only after this long, so it must outlast the longest
+# task and the longest retry countdown (60 s) or a slow task runs twice at once. A worker that died
+# is noticed far sooner by its missing heartbeat (portal.worker_recovery, docs/scheduling.md).
+TESSERA_BROKER_VISIBILITY_TIMEOUT = env_int(
+    "TESSERA_BROKER_VISIBILITY_TIMEOUT", CELERY_TASK_TIME_LIMIT + 120, minimum=1
+)
+if TESSERA_BROKER_VISIBILITY_TIMEOUT <= CELERY_TASK_TIME_LIMIT + 60:
+    raise ImproperlyConfigured(
+        f"TESSERA_BROKER_VISIBILITY_TIMEOUT={TESSERA_BROKER_VISIBILITY_TIMEOUT}: must be more than "
+        f"CELERY_TASK_TIME_LIMIT ({CELERY_TASK_TIME_LIMIT}) + 60 s of retry countdown"
+    )
+TESSERA_WORKER_RECOVERY = env_bool("TESSERA_WORKER_RECOVERY", True)
+TESSERA_WORKER_HEARTBEAT_SECONDS = env_float("TESSERA_WORKER_HEARTBEAT_SECONDS", 1.0)
+TESSERA_WORKER_DEAD_AFTER_SECONDS = env_float("TESSERA_WORKER_DEAD_AFTER_SECONDS", 3.0)
+if not 0 < TESSERA_WORKER_HEARTBEAT_SECONDS * 2 <= TESSERA_WORKER_DEAD_AFTER_SECONDS <= 60:
+    raise ImproperlyConfigured(
+        f"TESSERA_WORKER_DEAD_AFTER_SECONDS={TESSERA_WORKER_DEAD_AFTER_SECONDS}: must be at least "
+        f"twice TESSERA_WORKER_HEARTBEAT_SECONDS ({TESSERA_WORKER_HEARTBEAT_SECONDS}), at most 60"
+    )
 _broker_dir = VAR_DIR / "celery-broker"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {
@@ -256,7 +283,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "store_processed": False,
     }
     if CELERY_BROKER_URL.startswith("filesystem://")
-    else {"visibility_timeout": 3600}
+    else {"visibility_timeout": TESSERA_BROKER_VISIBILITY_TIMEOUT}
 )
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir.mkdir(parents=True, exist_ok=True)
@@ -266,8 +293,6 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
-CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 240, minimum=1)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_DEFAULT_QUEUE = "default"

@@ -6,7 +6,13 @@ broker themselves (see tests/integration/conftest.py), so nothing here needs a s
 
 from portal.env import env_bool, env_str
 from portal.settings import *  # noqa: F403
-from portal.settings import CELERY_BEAT_SCHEDULE, DATABASES, VAR_DIR
+from portal.settings import (
+    CELERY_BEAT_SCHEDULE,
+    CELERY_IMPORTS,
+    DATABASES,
+    TESSERA_BROKER_VISIBILITY_TIMEOUT,
+    VAR_DIR,
+)
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
@@ -33,3 +39,6 @@ if env_bool("TESSERA_TEST_WORKER", False):
     CELERY_TASK_ALWAYS_EAGER = False
     CELERY_BROKER_URL = env_str("TESSERA_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
     CELERY_RESULT_BACKEND = CELERY_BROKER_URL
+    # The production transport options (settings.py), and the tasks only integration tests send.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TESSERA_BROKER_VISIBILITY_TIMEOUT}
+    CELERY_IMPORTS = [*CELERY_IMPORTS, "tests.integration.tasks"]

@@ -261,6 +261,9 @@ class SimulatedPod(models.Model):
     simulated GPU or node failure, and MISSING once released."""
 
     workload_id = models.BigIntegerField(unique=True)
+    placement_id = models.BigIntegerField(
+        null=True, blank=True, help_text="The placement it runs (null: made before they were kept)"
+    )
     name = models.CharField(max_length=253)
     node_name = models.CharField(max_length=253)
     gpu_uuids = models.JSONField(default=list, blank=True)

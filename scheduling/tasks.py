@@ -57,8 +57,7 @@ def materialize_workloads_task(self: Any, workload_ids: Sequence[int]) -> int:
     last: BackendError | None = None
     for workload, placement in reconcile.placed_with_placement(workload_ids):
         try:
-            backend.materialize(reconcile.materialize_request(workload, placement))
-            done += 1
+            done += reconcile.materialize_placement(workload, placement, backend)
         except BackendError as exc:
             if exc.permanent:
                 fail_workloads([workload.pk], reason=f"The cluster refused it: {exc.message}")
@@ -75,11 +74,24 @@ def materialize_workloads_task(self: Any, workload_ids: Sequence[int]) -> int:
 
 @shared_task(bind=True, acks_late=True, max_retries=5)
 def release_backend_task(
-    self: Any, workload_id: int, name: str, delete_home: bool = False, home_name: str = ""
+    self: Any,
+    workload_id: int,
+    name: str,
+    delete_home: bool = False,
+    home_name: str = "",
+    placement_id: int | None = None,
 ) -> None:
-    """Remove a workload's cluster objects (missing is fine); retried on transient errors."""
+    """Remove the cluster objects of one placement of a workload (missing is fine; objects of a later
+    placement of the same workload stay); retried on transient errors. `placement_id` None (a
+    workload that held none, or a message sent before releases were keyed): whatever it has."""
     try:
-        get_backend().release(workload_id, name, delete_home=delete_home, home_name=home_name)
+        get_backend().release(
+            workload_id,
+            name,
+            delete_home=delete_home,
+            home_name=home_name,
+            placement_id=placement_id,
+        )
     except BackendError as exc:
         if exc.permanent:
             logger.error("release of %s (%s) refused: %s", workload_id, name, exc.message)
@@ -121,15 +133,22 @@ def reconcile_task() -> dict[str, int]:
 
 @shared_task(bind=True, max_retries=3)
 def reconcile_backend_orphans_task(self: Any) -> dict[str, int]:
-    """Beat: delete cluster objects (pod + Service) of workloads that are no longer placed or
-    running (Kubernetes backend only; the backend logs each one). Transient errors are retried."""
+    """Beat: make the cluster's objects match the active placements, on every backend: objects with
+    no active placement are deleted, active placements without an object are materialized again
+    (PLACED) or requeued (RUNNING). Each fix is logged. Transient errors are retried."""
     try:
-        deleted = reconcile.reconcile_backend_orphans()
+        report = reconcile.reconcile_backend_orphans()
     except BackendError as exc:
         if exc.permanent:
             raise
         raise self.retry(exc=exc, countdown=30) from exc
-    return {"deleted_orphans": len(deleted)}
+    if report.rematerialized:
+        materialize_workloads_task.delay(list(report.rematerialized))
+    return {
+        "deleted_orphans": len(report.removed),
+        "rematerialized": len(report.rematerialized),
+        "requeued": len(report.requeued),
+    }
 
 
 @shared_task(bind=True, max_retries=3)

@@ -80,11 +80,24 @@ class BackendSpy:
         original = SimulatedBackend.release
 
         def release(
-            backend: Any, workload_id: int, name: str, *, delete_home: bool, home_name: str = ""
+            backend: Any,
+            workload_id: int,
+            name: str,
+            *,
+            delete_home: bool,
+            home_name: str = "",
+            placement_id: int | None = None,
         ) -> None:
             self.calls.append((workload_id, delete_home))
             self.homes.append(home_name)
-            original(backend, workload_id, name, delete_home=delete_home, home_name=home_name)
+            original(
+                backend,
+                workload_id,
+                name,
+                delete_home=delete_home,
+                home_name=home_name,
+                placement_id=placement_id,
+            )
 
         monkeypatch.setattr(SimulatedBackend, "release", release)
 

@@ -67,6 +67,20 @@ class MaterializeRequest:
     gang_min_available: int = 0
     priority: int = 0
     labels: tuple[tuple[str, str], ...] = ()
+    # The placement this object makes real. A workload keeps its name across placements (requeue,
+    # re-place), so releases and the orphan reconciler key on this, never on the workload alone.
+    placement_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BackendObject:
+    """One running object the cluster has for a workload (the orphan reconciler compares these with the
+    active placements). `placement_id` is None for objects made before placements were recorded on
+    them: those are matched by workload."""
+
+    name: str
+    workload_id: int
+    placement_id: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +137,20 @@ class Backend(Protocol):
         """Create (or find) the cluster objects for a placed workload. Create-or-get by name."""
 
     def release(
-        self, workload_id: int, name: str, *, delete_home: bool, home_name: str = ""
+        self,
+        workload_id: int,
+        name: str,
+        *,
+        delete_home: bool,
+        home_name: str = "",
+        placement_id: int | None = None,
     ) -> None:
-        """Remove the running object(s); keep the home volume (`home_name`, or the one derived from
-        `name`) unless `delete_home`. Missing is fine."""
+        """Remove the running object(s) of placement `placement_id` (an object of another placement of
+        the same workload is kept; None: whatever the workload has); keep the home volume
+        (`home_name`, or the one derived from `name`) unless `delete_home`. Missing is fine."""
+
+    def list_objects(self) -> Sequence[BackendObject]:
+        """Every running object Tessera made that the cluster has now (the orphan reconciler)."""
 
     def sync_status(self, workload_ids: Iterable[int]) -> Sequence[StatusReport]:
         """Report the observed phase of the given materialized workloads."""

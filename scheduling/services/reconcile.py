@@ -15,6 +15,8 @@ from django.utils import timezone
 from portal.transactions import retry_transaction
 from scheduling import observers
 from scheduling.backends.base import (
+    Backend,
+    BackendError,
     GpuBinding,
     MaterializeRequest,
     ObservedPhase,
@@ -61,7 +63,38 @@ def materialize_request(w: Workload, placement: Placement) -> MaterializeRequest
         gang_min_available=gang.min_available if gang else 0,
         priority=w.priority,
         labels=(("tessera.io/workload", str(w.pk)), ("tessera.io/tenant", w.tenant.slug)),
+        placement_id=placement.pk,
     )
+
+
+def placement_is_active(placement_id: int) -> bool:
+    """The placement is still open (not released by a release, requeue, failure or reclaim)."""
+    return Placement.objects.filter(pk=placement_id, released_at__isnull=True).exists()
+
+
+def materialize_placement(
+    w: Workload, placement: Placement, backend: Backend | None = None
+) -> bool:
+    """Make one placement real on the backend; False when the placement was released meanwhile and
+    nothing of it is left on the cluster.
+
+    The placement is checked just before the create (a release that already committed: nothing is
+    created) and again after it (compare-and-set on `released_at`, no lock held across the cluster
+    call): a release that commits after the first check either commits before the second one (we
+    delete what we just made) or after it, and then its release task, sent on that commit, runs after
+    our create and finds the object. Either way no object outlives its placement."""
+    backend = backend or get_backend()
+    if not placement_is_active(placement.pk):
+        return False
+    request = materialize_request(w, placement)
+    backend.materialize(request)
+    if placement_is_active(placement.pk):
+        return True
+    backend.release(
+        w.pk, request.name, delete_home=False, home_name=w.home_volume, placement_id=placement.pk
+    )
+    logger.info("materialize: placement %s of %s released meanwhile, removed", placement.pk, w.pk)
+    return False
 
 
 def placed_with_placement(workload_ids: Iterable[int]) -> list[tuple[Workload, Placement]]:
@@ -110,13 +143,9 @@ def apply_status_reports(reports: Sequence[StatusReport]) -> StatusSummary:
                 state=WorkloadState.SUCCEEDED,
             )
             succeeded += 1
-    missing = [r.workload_id for r in by_phase.get(ObservedPhase.MISSING, [])]
-    states = dict(Workload.objects.filter(pk__in=missing).values_list("pk", "state"))
-    gone = [wid for wid in missing if states.get(wid) == WorkloadState.RUNNING]
-    requeued = requeue_workloads(
-        gone, reason="Requeued: its pod disappeared from the cluster.", code="pod_missing"
+    requeued, remat = follow_missing(
+        [r.workload_id for r in by_phase.get(ObservedPhase.MISSING, [])]
     )
-    remat = tuple(wid for wid in missing if states.get(wid) == WorkloadState.PLACED)
     summary = StatusSummary(len(started), failed, succeeded, len(requeued), remat)
     if started or failed or succeeded or requeued:
         logger.info("status sync: %s", summary)
@@ -147,6 +176,19 @@ def _mark_running(workload_ids: Sequence[int], now: Any) -> list[Workload]:
     refresh_gang_states({w.gang_id for w in started if w.gang_id})
     observers.notify_on_commit([(w.kind, w.pk) for w in started])
     return started
+
+
+def follow_missing(workload_ids: Sequence[int]) -> tuple[list[int], tuple[int, ...]]:
+    """Active workloads the cluster has no object for: a RUNNING one lost its pod and is requeued; a
+    PLACED one is to be materialized again (returned, the caller sends the task). Returns (requeued,
+    to rematerialize)."""
+    states = dict(Workload.objects.filter(pk__in=list(workload_ids)).values_list("pk", "state"))
+    gone = [wid for wid in workload_ids if states.get(wid) == WorkloadState.RUNNING]
+    requeued = requeue_workloads(
+        gone, reason="Requeued: its pod disappeared from the cluster.", code="pod_missing"
+    )
+    remat = tuple(wid for wid in workload_ids if states.get(wid) == WorkloadState.PLACED)
+    return requeued, remat
 
 
 def sync_status(batch: int = 500) -> StatusSummary:
@@ -216,20 +258,75 @@ def reconcile_placements() -> DriftReport:
     return report
 
 
-def reconcile_backend_orphans() -> list[str]:
-    """Delete the cluster objects of workloads Tessera no longer runs (a backend with a
-    `reconcile_orphans` method, i.e. Kubernetes; the simulated cluster has none: returns []).
+@dataclass(frozen=True)
+class OrphanReport:
+    """What `reconcile_backend_orphans` corrected."""
 
-    Known = PLACED/RUNNING workloads: a pod of a released, failed, requeued or unknown workload is
-    deleted with its Service (a home volume is never touched). The other direction, an active
-    workload without a pod, is MISSING in `sync_status`. The backend logs each fix."""
+    removed: tuple[str, ...] = ()  # names of cluster objects without an active placement
+    rematerialized: tuple[int, ...] = ()  # PLACED workloads without an object
+    requeued: tuple[int, ...] = ()  # RUNNING workloads without an object
+
+
+def reconcile_backend_orphans() -> OrphanReport:
+    """Make the cluster's objects and the active placements agree, on every backend.
+
+    An object whose placement is no longer active (released, failed, requeued, or never known: its
+    release was lost, or materialize raced a release) is deleted with its Service (a home volume is
+    never touched); an object made before placements were recorded on objects is matched by workload.
+    An active placement made before the listing with no object is followed like a MISSING status
+    report: materialized again when PLACED, requeued when RUNNING. The cluster is listed *before*
+    the placements are read, so an object made after a placement we have not read yet cannot be
+    taken for an orphan. Logs every fix."""
     backend = get_backend()
-    reconcile_orphans = getattr(backend, "reconcile_orphans", None)
-    if reconcile_orphans is None:
-        return []
-    known = Workload.objects.filter(state__in=ACTIVE_STATES).values_list("pk", flat=True)
-    fixed: list[str] = reconcile_orphans(list(known), delete=True)
-    return fixed
+    listed_at = timezone.now()
+    objects = backend.list_objects()
+    active = dict(
+        Placement.objects.filter(
+            released_at__isnull=True, workload__state__in=ACTIVE_STATES
+        ).values_list("pk", "workload_id")
+    )
+    active_workloads = set(active.values())
+    removed = []
+    for obj in objects:
+        owned = (
+            obj.placement_id in active
+            if obj.placement_id is not None
+            else obj.workload_id in active_workloads
+        )
+        if owned:
+            continue
+        try:
+            backend.release(
+                obj.workload_id, obj.name, delete_home=False, placement_id=obj.placement_id
+            )
+        except BackendError as exc:  # one object the cluster refuses must not stop the others
+            logger.error("reconcile: could not delete %s: %s", obj.name, exc.message)
+            continue
+        removed.append(obj.name)
+        logger.warning(
+            "reconcile: deleted %s of workload %s (placement %s is not active)",
+            obj.name,
+            obj.workload_id,
+            obj.placement_id,
+        )
+    made = {obj.placement_id for obj in objects}
+    made_for = {obj.workload_id for obj in objects if obj.placement_id is None}
+    missing = sorted(
+        workload_id
+        for workload_id in Placement.objects.filter(
+            pk__in=[pk for pk, wid in active.items() if pk not in made and wid not in made_for],
+            released_at__isnull=True,
+            created_at__lt=listed_at,
+        ).values_list("workload_id", flat=True)
+    )
+    requeued, remat = follow_missing(missing)
+    if missing:
+        logger.warning(
+            "reconcile: active workloads without a cluster object: rematerialize %s, requeued %s",
+            list(remat),
+            requeued,
+        )
+    return OrphanReport(tuple(removed), remat, tuple(requeued))
 
 
 def sync_inventory() -> SyncReport:

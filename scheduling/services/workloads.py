@@ -82,17 +82,24 @@ def clear_cycle_queued(group_id: int) -> None:
         redis_client(settings.REDIS_URL).delete(cycle_queued_key(group_id))
 
 
-def release_on_backend(workloads: Iterable[Workload], *, delete_home: bool = False) -> None:
-    """Remove the cluster objects of these workloads after commit (a task, retried on transient errors)."""
-    items = [(w.pk, backend_name(w), w.home_volume) for w in workloads]
+# A workload and the placement whose cluster objects must go (None: the workload holds none; its
+# objects, if any, are removed whatever placement made them).
+HeldPlacement = tuple[Workload, int | None]
+
+
+def release_on_backend(held: Iterable[HeldPlacement], *, delete_home: bool = False) -> None:
+    """Remove the cluster objects of these placements after commit (a task, retried on transient
+    errors). Keyed by placement: the release may run after the workload was placed again, and must
+    then leave the new placement's objects alone."""
+    items = [(w.pk, backend_name(w), w.home_volume, placement_id) for w, placement_id in held]
     if not items:
         return
 
     def send() -> None:
         from scheduling.tasks import release_backend_task
 
-        for wid, name, home_name in items:
-            release_backend_task.delay(wid, name, delete_home, home_name)
+        for wid, name, home_name, placement_id in items:
+            release_backend_task.delay(wid, name, delete_home, home_name, placement_id=placement_id)
 
     transaction.on_commit(send)
 
@@ -413,20 +420,21 @@ def submit_gang(
 
 
 # ------------------------------------------------------------------------------------------ release
-def _release_placements(workloads: Sequence[Workload], now: Any) -> list[Workload]:
-    """Close the active placements of `workloads`; returns those that held one. Bumps the shards."""
+def _release_placements(workloads: Sequence[Workload], now: Any) -> list[HeldPlacement]:
+    """Close the active placements of `workloads`; returns those that held one, with the placement
+    closed. Bumps the shards."""
     ids = [w.pk for w in workloads]
     held = list(
         Placement.objects.filter(workload_id__in=ids, released_at__isnull=True).values_list(
-            "workload_id", "node_id"
+            "workload_id", "pk", "node_id"
         )
     )
     if not held:
         return []
     Placement.objects.filter(workload_id__in=ids, released_at__isnull=True).update(released_at=now)
-    bump_shards_for_nodes({node_id for _, node_id in held})
-    holders = {wid for wid, _ in held}
-    return [w for w in workloads if w.pk in holders]
+    bump_shards_for_nodes({node_id for _, _, node_id in held})
+    placement_of = {wid: pk for wid, pk, _ in held}
+    return [(w, placement_of[w.pk]) for w in workloads if w.pk in placement_of]
 
 
 def _finish(
@@ -437,9 +445,9 @@ def _finish(
     now: Any,
     pending_reason: str = "",
     pending_code: str = "",
-) -> list[Workload]:
+) -> list[HeldPlacement]:
     """Move `workloads` to a terminal `state` with `reason`, closing their placements; returns those
-    that held one (their cluster objects must go). Caller holds the shard lock."""
+    that held one, with that placement (its cluster objects must go). Caller holds the shard lock."""
     held = _release_placements(workloads, now)
     Workload.objects.filter(pk__in=[w.pk for w in workloads]).update(
         state=state,
@@ -507,12 +515,12 @@ def release_workload(
         w = Workload.objects.select_for_update().get(pk=workload_id)
         if w.state in TERMINAL_STATES:
             if delete_home:
-                release_on_backend([w], delete_home=True)
+                release_on_backend([(w, None)], delete_home=True)
             return w
         now = timezone.now()
         held = _finish([w], state=state, reason=reason, now=now)
         if held or delete_home:
-            release_on_backend([w], delete_home=delete_home)
+            release_on_backend(held or [(w, None)], delete_home=delete_home)
         if w.gang_id:
             refresh_gang_states([w.gang_id])
         observers.notify_on_commit([(w.kind, w.pk)])

@@ -1,22 +1,37 @@
-"""Celery tasks of telemetry: ingest every minute, prune every hour (beat entries in portal/settings.py)."""
+"""Celery tasks of telemetry: ingest every minute, prune every hour (beat entries in portal/settings.py).
+
+Both claim their period (portal.periodic) in the transaction that does the work: a beat restarted
+mid-period, or a message delivered twice, does not ingest or prune that period again."""
 
 from __future__ import annotations
 
 import logging
 
 from celery import shared_task
+from django.db import transaction
+from django.utils import timezone
 
+from portal.periodic import claim_period, period_start
 from scheduling.telemetry import ingestion, rollups
 from scheduling.telemetry.prometheus import PrometheusError
 
 logger = logging.getLogger(__name__)
 
+INGEST_PERIOD_SECONDS = 60
+PRUNE_PERIOD_SECONDS = 3600
+
 
 @shared_task(autoretry_for=(PrometheusError,), retry_backoff=10, retry_kwargs={"max_retries": 2})
 def ingest_telemetry_task() -> dict[str, object]:
-    """Record this minute's telemetry (simulated or Prometheus) and refresh the hour's rollups.
-    Idempotent per minute; a Prometheus outage is retried twice, then the minute is left empty."""
-    report = ingestion.ingest_minute()
+    """Record this minute's telemetry (simulated or Prometheus) and refresh the hour's rollups, once
+    per minute: a second run for a minute already recorded skips. A Prometheus outage rolls the claim
+    back and is retried twice, then the minute is left empty."""
+    minute = period_start(timezone.now(), INGEST_PERIOD_SECONDS)
+    with transaction.atomic():
+        if not claim_period("telemetry.ingest", minute):
+            logger.info("telemetry %s: already ingested, skipped", minute.isoformat())
+            return {"minute": minute.isoformat(), "skipped": "already ran for this minute"}
+        report = ingestion.ingest_minute(minute)
     logger.info(
         "telemetry %s %s: %d workloads, %d GPUs, %d pools",
         report.source,
@@ -29,9 +44,12 @@ def ingest_telemetry_task() -> dict[str, object]:
 
 
 @shared_task
-def prune_telemetry_task() -> dict[str, int]:
-    """Delete minute rows older than 48 h and hour rows older than 400 days."""
-    report = rollups.prune()
+def prune_telemetry_task() -> dict[str, object]:
+    """Delete minute rows older than 48 h and hour rows older than 400 days, once per hour."""
+    with transaction.atomic():
+        if not claim_period("telemetry.prune", period_start(timezone.now(), PRUNE_PERIOD_SECONDS)):
+            return {"skipped": "already ran for this hour"}
+        report = rollups.prune()
     logger.info(
         "telemetry pruned %d minute rows, %d hour rows", report.minute_rows, report.hour_rows
     )

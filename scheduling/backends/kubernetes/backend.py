@@ -15,7 +15,12 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduling.backends.base import MaterializeRequest, NodeInventory, StatusReport
+from scheduling.backends.base import (
+    BackendObject,
+    MaterializeRequest,
+    NodeInventory,
+    StatusReport,
+)
 from scheduling.backends.kubernetes import constants as c
 from scheduling.backends.kubernetes.binding import bind_with_lock, release_node_lock
 from scheduling.backends.kubernetes.config import KubeConfig
@@ -68,13 +73,17 @@ class KubernetesBackend:
                 f"pod {request.name} from a previous run is still terminating", status=409
             )
         placed_on = intended_node(pod)
+        made_for = _placement_of(pod)
+        stale = ""
         if placed_on and placed_on != request.node_name:
+            stale = f"placed on {placed_on}, not {request.node_name}"
+        elif made_for is not None and made_for != request.placement_id:
+            stale = f"made for placement {made_for}, not {request.placement_id}"
+        if stale:
             # A pod left over from an earlier placement: replace it, the retry creates ours.
             self.gateway.delete(Kind.POD, self.config.namespace, request.name)
             raise ClusterApiError(
-                f"pod {request.name} was placed on {placed_on}, not {request.node_name}; "
-                "deleted it, retry to recreate",
-                status=409,
+                f"pod {request.name} was {stale}; deleted it, retry to recreate", status=409
             )
         if self.config.mode == c.Mode.HAMI_BIND and request.gpus:
             bind_with_lock(
@@ -84,20 +93,34 @@ class KubernetesBackend:
             self._ensure(Kind.SERVICE, objects.service, request.workload_id)
 
     def release(
-        self, workload_id: int, name: str, *, delete_home: bool, home_name: str = ""
+        self,
+        workload_id: int,
+        name: str,
+        *,
+        delete_home: bool,
+        home_name: str = "",
+        placement_id: int | None = None,
     ) -> None:
-        """Delete the pod and the Service (the home PVC too when `delete_home`); missing is fine.
-        In hami-bind mode, a node lock still held by the pod is released. A named home
-        (`home_name`) outlives the workload, so only its name and Tessera's label identify it."""
+        """Delete the pod of placement `placement_id` (None: of any placement) and the Service (the
+        home PVC too when `delete_home`); missing is fine. A pod of a later placement of the same
+        workload (same name) is kept, and so is the Service it uses. A pod without a placement label
+        (made before they were set) is matched by workload. In hami-bind mode, a node lock still
+        held by the pod is released. A named home (`home_name`) outlives the workload, so only its
+        name and Tessera's label identify it."""
         namespace = self.config.namespace
         pod = self.gateway.get(Kind.POD, namespace, name)
+        later_placement = False
         if pod is not None and self._owned(pod, workload_id):
+            made_for = _placement_of(pod)
+            later_placement = None not in (placement_id, made_for) and made_for != placement_id
+        if pod is not None and self._owned(pod, workload_id) and not later_placement:
             self.gateway.delete(Kind.POD, namespace, name)
             if self.config.mode == c.Mode.HAMI_BIND:
                 node = _pod_node(pod)
                 if node and release_node_lock(self.gateway, node, namespace, name):
                     logger.info("released HAMi lock on %s held by deleted pod %s", node, name)
-        self._delete_owned(Kind.SERVICE, name, workload_id)
+        if not later_placement:
+            self._delete_owned(Kind.SERVICE, name, workload_id)
         if delete_home and home_name:
             home = self.gateway.get(Kind.PVC, namespace, home_name)
             labels = (home or {}).get("metadata", {}).get("labels") or {}
@@ -120,27 +143,18 @@ class KubernetesBackend:
             self.gateway.list_nodes(), devices, prefer_koordinator=prefer_koordinator
         )
 
-    # --- reconciliation helper -----------------------------------------------------------------
-
-    def reconcile_orphans(self, known_workload_ids: Iterable[int], *, delete: bool) -> list[str]:
-        """Managed pods whose workload Tessera no longer knows; deleted when `delete`. Returns their
-        names and logs each fix (the other direction, DB without pod, is MISSING in sync_status).
-        Pods without a Tessera workload id are never touched, even if the selector was ignored."""
-        known = set(known_workload_ids)
+    def list_objects(self) -> Sequence[BackendObject]:
+        """Tessera's pods in the namespace (the orphan reconciler decides which must go). Pods
+        without a Tessera workload id are never listed, even if the selector was ignored."""
         pods, _ = self.gateway.list_pods(self.config.namespace, c.MANAGED_SELECTOR)
-        orphans = sorted(
-            pod["metadata"]["name"]
-            for pod in pods
-            if (wid := pod_workload_id(pod)) is not None and wid not in known
+        return sorted(
+            (
+                BackendObject(pod["metadata"]["name"], wid, _placement_of(pod))
+                for pod in pods
+                if (wid := pod_workload_id(pod)) is not None
+            ),
+            key=lambda o: o.name,
         )
-        for name in orphans:
-            if delete:
-                self.gateway.delete(Kind.POD, self.config.namespace, name)
-                self.gateway.delete(Kind.SERVICE, self.config.namespace, name)
-                logger.warning("reconcile: deleted orphaned pod %s/%s", self.config.namespace, name)
-            else:
-                logger.warning("reconcile: orphaned pod %s/%s", self.config.namespace, name)
-        return orphans
 
     # --- internals -----------------------------------------------------------------------------
 
@@ -193,6 +207,15 @@ class KubernetesBackend:
     def _owned(obj: JsonDict, workload_id: int) -> bool:
         labels = obj.get("metadata", {}).get("labels") or {}
         return labels.get(c.WORKLOAD_ID_LABEL) == str(workload_id)
+
+
+def _placement_of(pod: JsonDict) -> int | None:
+    """The placement id a pod was made for (its label), None for pods made before it was set."""
+    raw = (pod.get("metadata", {}).get("labels") or {}).get(c.PLACEMENT_ID_LABEL)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def _pod_node(pod: JsonDict) -> str:

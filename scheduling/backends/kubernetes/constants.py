@@ -21,6 +21,7 @@ class Mode(enum.StrEnum):
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "tessera"
 WORKLOAD_ID_LABEL = "tessera.io/workload-id"
+PLACEMENT_ID_LABEL = "tessera.io/placement-id"  # releases and the orphan reconciler key on it
 WORKLOAD_NAME_LABEL = "tessera.io/workload-name"
 WORKLOAD_KIND_LABEL = "tessera.io/kind"
 TENANT_LABEL = "tessera.io/tenant"

@@ -85,6 +85,8 @@ def workload_labels(request: MaterializeRequest) -> dict[str, str]:
             c.TENANT_LABEL: request.tenant_slug,
         }
     )
+    if request.placement_id is not None:
+        labels[c.PLACEMENT_ID_LABEL] = str(request.placement_id)
     if len(request.name) <= 63:
         labels[c.WORKLOAD_NAME_LABEL] = request.name
     if request.gang_name:

@@ -1,11 +1,12 @@
 """The simulated backend: a cluster that exists only in the database.
 
-`materialize` creates a SimulatedPod row (create-or-get by workload id, so it is idempotent) that reports
-RUNNING once `TESSERA_SIM_START_DELAY_SECONDS` have passed; `release` deletes it; `sync_inventory` reads
-`TESSERA_SIM_INVENTORY` (the bundled demo cluster, a JSON inventory or an openb node CSV). Failures of a
-GPU or a node are injected by `scheduling.services.fail_gpu` / `fail_node`, which mark the pods FAILED.
-Synthetic GPU utilization comes from `scheduling.telemetry.synthetic`, not from here.
-"""
+`materialize` creates a SimulatedPod row (create-or-get by workload id and placement, so it is
+idempotent) that reports RUNNING once `TESSERA_SIM_START_DELAY_SECONDS` have passed; `release`
+deletes the pod of the given placement; `list_objects` lists every pod (the orphan reconciler);
+`sync_inventory` reads `TESSERA_SIM_INVENTORY` (the bundled demo cluster, a JSON inventory or an
+openb node CSV). Failures of a GPU or a node are injected by `scheduling.services.fail_gpu` /
+`fail_node`, which mark the pods FAILED. Synthetic GPU utilization comes from
+`scheduling.telemetry.synthetic`, not from here."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from scheduling.backends.base import (
+    BackendObject,
     MaterializeRequest,
     NodeInventory,
     ObservedPhase,
@@ -30,25 +34,53 @@ class SimulatedBackend:
     name = "simulated"
 
     def materialize(self, request: MaterializeRequest) -> None:
+        """Create-or-get the workload's pod for `request.placement_id`. A pod left by an earlier
+        placement of the workload (its release has not run yet) becomes this placement's pod."""
         from scheduling.models import SimulatedPod
 
-        delay = float(settings.TESSERA_SIM_START_DELAY_SECONDS)
-        SimulatedPod.objects.get_or_create(
-            workload_id=request.workload_id,
-            defaults={
-                "name": request.name,
-                "node_name": request.node_name,
-                "gpu_uuids": [g.uuid for g in request.gpus],
-                "running_after": timezone.now() + timedelta(seconds=delay),
-            },
-        )
+        fields = {
+            "placement_id": request.placement_id,
+            "name": request.name,
+            "node_name": request.node_name,
+            "gpu_uuids": [g.uuid for g in request.gpus],
+            "running_after": timezone.now()
+            + timedelta(seconds=float(settings.TESSERA_SIM_START_DELAY_SECONDS)),
+            "failed": False,
+            "message": "",
+        }
+        with transaction.atomic():
+            stale = SimulatedPod.objects.filter(workload_id=request.workload_id).exclude(
+                placement_id=request.placement_id
+            )
+            if not stale.update(**fields):
+                SimulatedPod.objects.get_or_create(workload_id=request.workload_id, defaults=fields)
 
     def release(
-        self, workload_id: int, name: str, *, delete_home: bool, home_name: str = ""
+        self,
+        workload_id: int,
+        name: str,
+        *,
+        delete_home: bool,
+        home_name: str = "",
+        placement_id: int | None = None,
     ) -> None:
         from scheduling.models import SimulatedPod
 
-        SimulatedPod.objects.filter(workload_id=workload_id).delete()
+        pods = SimulatedPod.objects.filter(workload_id=workload_id)
+        if placement_id is not None:
+            # a pod made before placements were kept (null) is matched by workload, as before
+            pods = pods.filter(Q(placement_id=placement_id) | Q(placement_id__isnull=True))
+        pods.delete()
+
+    def list_objects(self) -> Sequence[BackendObject]:
+        from scheduling.models import SimulatedPod
+
+        return [
+            BackendObject(name, workload_id, placement_id)
+            for name, workload_id, placement_id in SimulatedPod.objects.values_list(
+                "name", "workload_id", "placement_id"
+            )
+        ]
 
     def sync_status(self, workload_ids: Iterable[int]) -> Sequence[StatusReport]:
         from scheduling.models import SimulatedPod

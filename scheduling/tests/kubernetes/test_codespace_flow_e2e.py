@@ -297,11 +297,15 @@ def test_orphan_reconciler_deletes_pods_of_inactive_workloads_only(
     # when beat runs the orphan reconciler
     result = reconcile_backend_orphans_task.delay().get()
     # then only the orphan is gone; the running codespace's pod and the foreign pod stay
-    assert result == {"deleted_orphans": 1}
+    assert result == {"deleted_orphans": 1, "rematerialized": 0, "requeued": 0}
     assert gateway.get(Kind.POD, NAMESPACE, "cs-old-1") is None
     assert gateway.get(Kind.POD, NAMESPACE, name) is not None
     assert gateway.get(Kind.POD, NAMESPACE, "someone-else") is not None
-    assert reconcile_backend_orphans_task.delay().get() == {"deleted_orphans": 0}
+    assert reconcile_backend_orphans_task.delay().get() == {
+        "deleted_orphans": 0,
+        "rematerialized": 0,
+        "requeued": 0,
+    }
 
 
 @pytest.mark.parametrize("cluster", [c.Mode.HAMI_DELEGATE], indirect=True)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from k8s_builders import GPU_A, NAMESPACE, NOW, codespace, config, gang_pod, hami_register_json
 
-from scheduling.backends.base import ObservedPhase, StatusReport
+from scheduling.backends.base import BackendObject, ObservedPhase, StatusReport
 from scheduling.backends.kubernetes import backend as backend_module
 from scheduling.backends.kubernetes.backend import KubernetesBackend, config_from_settings
 from scheduling.backends.kubernetes.binding import (
@@ -340,20 +340,44 @@ def test_failed_binding_releases_the_lock():
 # --- reconciliation and settings ------------------------------------------------------------
 
 
-def test_reconcile_orphans_lists_then_deletes_unknown_workloads():
-    backend, cluster = make(auto_start=True)
-    backend.materialize(codespace())
+def test_list_objects_names_each_pod_with_its_workload_and_placement():
+    backend, _cluster = make(auto_start=True)
+    backend.materialize(dataclasses.replace(codespace(), placement_id=41))
     backend.materialize(gang_pod(0))
 
-    listed = backend.reconcile_orphans([100], delete=False)
-    deleted = backend.reconcile_orphans([100], delete=True)
+    assert backend.list_objects() == [
+        BackendObject("cs-alice-7f3k", 7, 41),
+        BackendObject("job-train-12-pod-0", 100, None),
+    ]
 
-    assert listed == deleted == ["cs-alice-7f3k"]
+
+def test_a_release_keyed_by_an_earlier_placement_keeps_the_pod_and_service_of_the_next():
+    # given a codespace's pod and Service made for its second placement
+    backend, cluster = make(auto_start=True)
+    backend.materialize(dataclasses.replace(codespace(), placement_id=42))
+    # when the first placement's release arrives late
+    backend.release(7, "cs-alice-7f3k", delete_home=False, placement_id=41)
+    # then nothing of the second placement is touched
     assert objects(cluster) == {
-        "POD": ["job-train-12-pod-0"],
+        "POD": ["cs-alice-7f3k"],
         "PVC": ["cs-alice-7f3k-home"],
-        "SERVICE": [],
+        "SERVICE": ["cs-alice-7f3k"],
     }
+    # and its own release removes them
+    backend.release(7, "cs-alice-7f3k", delete_home=False, placement_id=42)
+    assert objects(cluster) == {"POD": [], "PVC": ["cs-alice-7f3k-home"], "SERVICE": []}
+
+
+def test_materialize_replaces_a_pod_left_by_an_earlier_placement_on_the_same_node():
+    backend, cluster = make(auto_start=True)
+    backend.materialize(dataclasses.replace(codespace(), placement_id=41))
+
+    with pytest.raises(ClusterApiError) as excinfo:
+        backend.materialize(dataclasses.replace(codespace(), placement_id=42))
+    assert excinfo.value.permanent is False
+    backend.materialize(dataclasses.replace(codespace(), placement_id=42))
+
+    assert backend.list_objects() == [BackendObject("cs-alice-7f3k", 7, 42)]
 
 
 def test_config_from_settings_reads_every_name_with_defaults():
