@@ -226,8 +226,7 @@ TESSERA_API_RATE_PER_TOKEN = env_int("TESSERA_API_RATE_PER_TOKEN", 600, minimum=
 TESSERA_API_RATE_PER_TENANT = env_int("TESSERA_API_RATE_PER_TENANT", 3000, minimum=1)
 TESSERA_API_RATE_WINDOW_SECONDS = env_int("TESSERA_API_RATE_WINDOW_SECONDS", 60, minimum=1)
 TESSERA_IDEMPOTENCY_TTL_HOURS = env_int("TESSERA_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)
-# api: a claim older than this is taken over (its process died mid-request); Redis for rate counters.
-TESSERA_IDEMPOTENCY_LOCK_SECONDS = env_int("TESSERA_IDEMPOTENCY_LOCK_SECONDS", 300, minimum=1)
+# api: Redis for rate counters (else the database).
 TESSERA_API_RATE_REDIS_URL = env_str("TESSERA_API_RATE_REDIS_URL", "")
 
 # --- Cache (rate limits, per-worker snapshots' version checks) --------------------------------------
