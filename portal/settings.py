@@ -22,6 +22,7 @@ from portal.env import (
     env_list,
     env_secret,
     env_str,
+    refuse_unsafe_production,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -173,7 +174,25 @@ if PRODUCTION:
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
+
+# --- Production safety and sign-in protection (auth) -----------------------------------------------
+# Production refuses to start with DEBUG, a placeholder SECRET_KEY or a wildcard ALLOWED_HOSTS.
+if PRODUCTION:
+    refuse_unsafe_production(debug=DEBUG, secret_key=SECRET_KEY, allowed_hosts=ALLOWED_HOSTS)
+# X-Forwarded-Proto decides request.is_secure() only behind a proxy that sets it (else a client could).
+if env_bool("TESSERA_TRUST_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Sign-in lockout (portal.login_throttle): failures per username and per client address in a window.
+TESSERA_LOGIN_MAX_FAILURES = env_int("TESSERA_LOGIN_MAX_FAILURES", 5, minimum=1)
+TESSERA_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int(
+    "TESSERA_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1
+)
+TESSERA_LOGIN_FAILURE_WINDOW_SECONDS = env_int(
+    "TESSERA_LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1
+)
+TESSERA_LOGIN_LOCKOUT_SECONDS = env_int("TESSERA_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+# Proxies in front of the portal that append to X-Forwarded-For (0: the client is REMOTE_ADDR).
+TESSERA_TRUSTED_PROXY_COUNT = env_int("TESSERA_TRUSTED_PROXY_COUNT", 0, minimum=0)
 
 # --- REST API ---------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
