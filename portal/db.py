@@ -156,7 +156,28 @@ def atomic_pipelined(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         with transaction.atomic(using=using), pipeline(using):
             yield
         return
-    with transaction.atomic(using=using), _psycopg_pipeline(connection):
+    with transaction.atomic(using=using), commit_pipelined(using):
+        yield
+
+
+@contextmanager
+def commit_pipelined(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """The last statements of the outermost `transaction.atomic()` block, with its COMMIT queued
+    behind them (PostgreSQL): one round trip brings every result back, and Django's own commit at the
+    end of the block then finds the transaction ended (its on_commit callbacks run as usual). The
+    block must be the last thing in the atomic block. In a nested block (a savepoint, a test's
+    transaction) it is `pipeline()` alone; on other databases a plain block."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        yield
+        return
+    if not connection.in_atomic_block:
+        raise RuntimeError("portal.db.commit_pipelined() must end a transaction.atomic() block.")
+    if connection.savepoint_ids or not connection.commit_on_exit:  # not the outermost block
+        with _psycopg_pipeline(connection):
+            yield
+        return
+    with _psycopg_pipeline(connection):
         yield
         raw = connection.connection
         # IDLE: the block ran no statement, there is no transaction to commit

@@ -91,3 +91,37 @@ def dev_secret_key(var_dir: Path) -> str:
         key_file.write_text(get_random_secret_key())
         key_file.chmod(0o600)
     return key_file.read_text().strip()
+
+
+# Values that are placeholders, not secrets (lower-cased); Django's own check asks for 50 characters.
+_PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "secret_key", "insecure", "dev", "test"}
+SECRET_KEY_MIN_LENGTH = 50
+SECRET_KEY_MIN_DISTINCT = 5
+
+
+def refuse_unsafe_production(*, debug: bool, secret_key: str, allowed_hosts: list[str]) -> None:
+    """TESSERA_ENV=production with a development convenience left on: ImproperlyConfigured naming the
+    variable, at settings import, so manage.py, gunicorn and celery all refuse to start."""
+    if debug:
+        raise ImproperlyConfigured(
+            "DEBUG=true is not allowed when TESSERA_ENV=production: it shows settings and stack "
+            "traces to anyone; unset DEBUG or set DEBUG=false."
+        )
+    weak = (
+        secret_key.strip().lower() in _PLACEHOLDER_SECRETS
+        or secret_key.startswith("django-insecure-")
+        or len(secret_key) < SECRET_KEY_MIN_LENGTH
+        or len(set(secret_key)) < SECRET_KEY_MIN_DISTINCT
+    )
+    if weak:
+        raise ImproperlyConfigured(
+            f"SECRET_KEY is not safe for TESSERA_ENV=production: use a random value of at least "
+            f"{SECRET_KEY_MIN_LENGTH} characters (python -c 'from django.core.management.utils import "
+            "get_random_secret_key; print(get_random_secret_key())'), not a placeholder."
+        )
+    wildcards = [host for host in allowed_hosts if host in ("*", ".") or host.startswith("*")]
+    if wildcards:
+        raise ImproperlyConfigured(
+            f"ALLOWED_HOSTS={','.join(allowed_hosts)!s} is not allowed when TESSERA_ENV=production: "
+            "list the host names the portal is served under (wildcards accept any Host header)."
+        )

@@ -6,9 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from django import forms
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from portal.errors import DomainError
+from portal.login_throttle import LoginRefused, admit_attempt, attempt_succeeded, client_address
 
 
 def show_domain_error(
@@ -53,3 +57,31 @@ class TokenForm(forms.Form):
 
 class TenantSwitchForm(forms.Form):
     tenant = forms.IntegerField()
+
+
+class _ThrottledSignIn(AuthenticationForm):
+    """A sign-in form whose attempts pass `portal.login_throttle` first: while the username or the
+    client address is locked out, the password is not even checked (a form-wide error says when to
+    come back)."""
+
+    def clean(self) -> dict[str, Any]:
+        username = self.cleaned_data.get("username")
+        password = self.cleaned_data.get("password")
+        if username is None or not password:
+            return super().clean()
+        address = "" if self.request is None else client_address(self.request)
+        try:
+            admit_attempt(username, address)
+        except LoginRefused as refused:
+            raise ValidationError(refused.message, code="locked_out") from refused
+        cleaned = super().clean()  # a wrong password raises here: the attempt stays counted
+        attempt_succeeded(username, address)
+        return cleaned
+
+
+class LoginForm(_ThrottledSignIn):
+    """The portal's login page."""
+
+
+class AdminLoginForm(_ThrottledSignIn, AdminAuthenticationForm):
+    """The admin's login page (staff only), with the same lockout."""

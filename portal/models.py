@@ -108,9 +108,10 @@ class ApiToken(models.Model):
 class IdempotencyRecord(models.Model):
     """The first response to a POST sent with an `Idempotency-Key` (portal.api.idempotency).
 
-    The row is claimed (INSERT on the unique scope+method+path+key) *before* the view runs, so of N
-    concurrent duplicates exactly one executes; the others see the claim. When the view finishes, its
-    status, headers and body are stored and every retry within the TTL gets them back verbatim.
+    Written in the same transaction as the view's own writes, under the key's advisory lock (so of N
+    concurrent duplicates exactly one executes; the others answer 409 until it commits): its status,
+    headers and body, which every retry within the TTL gets back verbatim. New rows are `completed`;
+    `in_progress` rows are claims an earlier version left, taken over when met.
     `fingerprint` is the SHA-256 of the canonical request body: the same key with another body is refused.
     """
 

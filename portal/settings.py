@@ -22,6 +22,7 @@ from portal.env import (
     env_list,
     env_secret,
     env_str,
+    refuse_unsafe_production,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -183,7 +184,25 @@ if PRODUCTION:
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
+
+# --- Production safety and sign-in protection (auth) -----------------------------------------------
+# Production refuses to start with DEBUG, a placeholder SECRET_KEY or a wildcard ALLOWED_HOSTS.
+if PRODUCTION:
+    refuse_unsafe_production(debug=DEBUG, secret_key=SECRET_KEY, allowed_hosts=ALLOWED_HOSTS)
+# X-Forwarded-Proto decides request.is_secure() only behind a proxy that sets it (else a client could).
+if env_bool("TESSERA_TRUST_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Sign-in lockout (portal.login_throttle): failures per username and per client address in a window.
+TESSERA_LOGIN_MAX_FAILURES = env_int("TESSERA_LOGIN_MAX_FAILURES", 5, minimum=1)
+TESSERA_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int(
+    "TESSERA_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1
+)
+TESSERA_LOGIN_FAILURE_WINDOW_SECONDS = env_int(
+    "TESSERA_LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1
+)
+TESSERA_LOGIN_LOCKOUT_SECONDS = env_int("TESSERA_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+# Proxies in front of the portal that append to X-Forwarded-For (0: the client is REMOTE_ADDR).
+TESSERA_TRUSTED_PROXY_COUNT = env_int("TESSERA_TRUSTED_PROXY_COUNT", 0, minimum=0)
 
 # --- REST API ---------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -236,8 +255,7 @@ TESSERA_API_RATE_PER_TOKEN = env_int("TESSERA_API_RATE_PER_TOKEN", 600, minimum=
 TESSERA_API_RATE_PER_TENANT = env_int("TESSERA_API_RATE_PER_TENANT", 3000, minimum=1)
 TESSERA_API_RATE_WINDOW_SECONDS = env_int("TESSERA_API_RATE_WINDOW_SECONDS", 60, minimum=1)
 TESSERA_IDEMPOTENCY_TTL_HOURS = env_int("TESSERA_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)
-# api: a claim older than this is taken over (its process died mid-request); Redis for rate counters.
-TESSERA_IDEMPOTENCY_LOCK_SECONDS = env_int("TESSERA_IDEMPOTENCY_LOCK_SECONDS", 300, minimum=1)
+# api: Redis for rate counters (else the database).
 TESSERA_API_RATE_REDIS_URL = env_str("TESSERA_API_RATE_REDIS_URL", "")
 
 # --- Cache (rate limits, per-worker snapshots' version checks) --------------------------------------

@@ -6,6 +6,10 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from portal import views
+from portal.forms import AdminLoginForm, LoginForm
+
+# Every page that takes a password goes through the sign-in lockout (portal.login_throttle).
+admin.site.login_form = AdminLoginForm
 
 # Django tries patterns in order on every request: the API comes first, its busiest routes first.
 api_v1: list[URLPattern | URLResolver] = [
@@ -22,7 +26,11 @@ api_v1: list[URLPattern | URLResolver] = [
 urlpatterns = [
     re_path(r"^api/(?P<version>v1)/", include(api_v1)),
     path("", views.home, name="home"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(authentication_form=LoginForm),
+        name="login",
+    ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "accounts/password/",

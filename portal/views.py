@@ -17,6 +17,9 @@ from portal.middleware import SESSION_KEY
 from portal.models import ApiToken, Membership
 from portal.scoping import current_user, tenants_for
 
+# The raw value of a token just created, kept for the one GET the create redirects to.
+ISSUED_TOKEN_SESSION_KEY = "tessera_issued_token"
+
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
@@ -26,7 +29,8 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def tokens(request: HttpRequest) -> HttpResponse:
-    issued = None
+    """Create a token, then redirect (POST/redirect/GET): reloading the page shows it, creates none.
+    The raw value waits in the session for the redirected GET, which shows it once and drops it."""
     form = TokenForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -39,10 +43,16 @@ def tokens(request: HttpRequest) -> HttpResponse:
             for field, errors in exc.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)
         else:
-            form = TokenForm()
+            request.session[ISSUED_TOKEN_SESSION_KEY] = {
+                "name": issued.token.name,
+                "raw": issued.raw,
+            }
+            return redirect("tokens")
+    issued_token = request.session.pop(ISSUED_TOKEN_SESSION_KEY, None) or {}
     context = {
         "form": form,
-        "issued": issued,
+        "issued_name": issued_token.get("name"),
+        "issued_raw": issued_token.get("raw"),
         "tokens": ApiToken.objects.filter(user=current_user(request)).order_by("-created_at"),
     }
     return render(request, "portal/tokens.html", context)

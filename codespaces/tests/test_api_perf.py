@@ -139,8 +139,8 @@ def test_cpu_submit_query_budget(
 ) -> None:
     api = api_as(bob)
     api.get("/api/v1/me/")
-    # API layer (idempotency claim in a savepoint 3, token with memberships and team slugs, rate
-    # upsert, stored answer 1), validation (template with its allow-list flag, quota with its pool:
+    # API layer (the request's transaction, a savepoint here: 2; the key's lock, its record and the
+    # token with memberships and team slugs sent together: 3; rate upsert; stored answer 1), validation (template with its allow-list flag, quota with its pool:
     # 2; the team comes from the token lookup on PostgreSQL, a query elsewhere; a name clash is the
     # unique constraint's), the create transaction (savepoint 2; on PostgreSQL the owner lock with
     # the three new rows' ids, the per-user count, then the workload, codespace and event INSERTs sent
@@ -149,7 +149,7 @@ def test_cpu_submit_query_budget(
     # check. (Outside the tests' transaction the savepoints are BEGIN/COMMIT.)
     with (
         django_capture_on_commit_callbacks() as callbacks,
-        django_assert_num_queries(15 if connection.vendor == "postgresql" else 17) as ctx,
+        django_assert_num_queries(16 if connection.vendor == "postgresql" else 17) as ctx,
     ):
         response = api.post(
             "/api/v1/codespaces/",

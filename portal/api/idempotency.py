@@ -6,18 +6,22 @@ How it works (see docs/api.md "Idempotency"):
 1. A POST under /api/ with an `Idempotency-Key` header (1-255 printable ASCII characters) from an
    authenticated caller is scoped to the caller (`token:<sha256 of the bearer token>` or `user:<id>` for a
    session), the method and the path.
-2. The middleware *claims* the key with an INSERT on the unique (scope, method, path, key) constraint
-   before the view runs. Of N concurrent duplicates exactly one INSERT succeeds and runs the view.
-3. The others read the existing row:
-   - another request body under the same key → 422 `idempotency_key_reused`;
-   - the first request is still running → 409 `idempotency_in_progress` with `Retry-After: 1` (as in the
-     IETF httpapi-idempotency-key draft; we do not hold a worker waiting);
-   - the first request has finished → its status, headers and body, verbatim, plus
-     `Idempotent-Replayed: true`.
-4. Responses that did not run the endpoint (401, 403, 429 and 5xx) are not kept: the claim is released so
-   the retry can run. Claims left behind by a crashed process are taken over after
-   `TESSERA_IDEMPOTENCY_LOCK_SECONDS`. Records expire after `TESSERA_IDEMPOTENCY_TTL_HOURS`
+2. The request runs in ONE transaction: it takes a transaction-scoped advisory lock on the key
+   (`pg_try_advisory_xact_lock`, never waiting), reads the key's record, runs the view and INSERTs the
+   answer, and commits them together. So a crash leaves either the objects *and* their answer, or
+   neither: a killed request's retry gets the original answer, or runs against a clean state.
+3. A duplicate:
+   - finds the lock held: the first request is still running, in a live transaction (a process that
+     dies ends its database session, which releases the lock at once) → 409 `idempotency_in_progress`
+     with `Retry-After: 1` (as in the IETF httpapi-idempotency-key draft; we do not hold a worker waiting);
+   - finds the stored answer with another request body → 422 `idempotency_key_reused`;
+   - finds the stored answer → its status, headers and body, verbatim, plus `Idempotent-Replayed: true`.
+4. Responses that did not run the endpoint (401, 403, 429) are not kept; 5xx roll the request's
+   transaction back and are not kept: the retry runs. Records expire after `TESSERA_IDEMPOTENCY_TTL_HOURS`
    (pruned by `portal.api.tasks.prune_api_records_task` on beat).
+
+SQLite (development) has no advisory locks; its write transactions (`BEGIN IMMEDIATE`) serialise the
+duplicates instead.
 """
 
 from __future__ import annotations
@@ -31,13 +35,13 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
 from portal.api.errors import error_body
 from portal.authentication import remember_token_rows, token_statement
-from portal.db import run_together
+from portal.db import Statement, commit_pipelined, run_together
 from portal.models import IdempotencyRecord, hash_token
 
 HEADER = "Idempotency-Key"
@@ -46,6 +50,7 @@ KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
 # Replayed with the body; hop-by-hop and per-response headers (Date, Vary from middlewares) are not.
 KEPT_HEADERS = ("Content-Type", "Location", "ETag", "Retry-After", "Allow", "Content-Language")
 NOT_STORED_STATUSES = frozenset({401, 403, 429})
+PATH_MAX_LENGTH = IdempotencyRecord._meta.get_field("path").max_length or 500
 
 
 def _error(
@@ -105,156 +110,126 @@ def _replay(record: IdempotencyRecord) -> HttpResponse:
     return response
 
 
-def _claim_postgresql(
-    request: HttpRequest, lookup: dict[str, str], fingerprint: str, now: Any, expires: Any
-) -> int | None:
-    """The claim as ONE autocommitted statement (PostgreSQL, outside any transaction): the INSERT,
-    `ON CONFLICT DO NOTHING` on the unique key. Returns the new row's id, or None when the key is
-    already claimed. (BEGIN, SET LOCAL, INSERT, COMMIT were four round trips.)
+def lock_key(lookup: dict[str, str]) -> int:
+    """The key's advisory lock id: 64 bits of the SHA-256 of scope, method, path and key (a collision
+    only makes one of two unrelated requests retry after a 409)."""
+    parts = (lookup["scope"], lookup["method"], lookup["path"], lookup["key"])
+    digest = hashlib.sha256("\0".join(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
-    One WAL flush per request: the statement also switches the session to commits that do not wait
-    for the flush, until the stored answer's commit switches it back and waits for it (`_store`; the
-    middleware restores the setting on every other way out). WAL is written in order, so when the
-    client gets its answer, the claim and everything the view committed are on disk with it; a crash
-    before that loses them together and the retry simply runs. Another session may see the view's
-    rows in the milliseconds before the flush; whatever it commits after them flushes them first.
 
-    The bearer token's lookup travels with it (`portal.db.run_together`): authentication then reads
-    its rows instead of querying again, one round trip for both."""
+@cache
+def _record_sql() -> str:
     table = connection.ops.quote_name(IdempotencyRecord._meta.db_table)
-    sql = (
-        f"INSERT INTO {table} (scope, method, path, key, fingerprint, state, status_code, "
-        "response_headers, response_body, created_at, expires_at) "
-        "SELECT %s, %s, %s, %s, %s, %s, NULL, '{}'::jsonb, ''::bytea, %s, %s "
-        "FROM (SELECT set_config('synchronous_commit', 'off', false)) AS flush_at_store "
-        "ON CONFLICT (scope, method, path, key) DO NOTHING RETURNING id"
+    return (
+        f"SELECT id, fingerprint, state, status_code, response_headers::text, response_body, "
+        f"expires_at FROM {table} WHERE scope = %s AND method = %s AND path = %s AND key = %s"
     )
-    params = [lookup["scope"], lookup["method"], lookup["path"], lookup["key"], fingerprint]
-    params += [IdempotencyRecord.STATE_IN_PROGRESS, now, expires]
+
+
+def _lock_and_read_postgresql(
+    request: HttpRequest, lookup: dict[str, str]
+) -> tuple[bool, IdempotencyRecord | None]:
+    """In the request's transaction: try the key's lock, then read its record (a statement of its
+    own, so it sees what a previous holder committed before releasing the lock), the bearer token's
+    lookup with them: one round trip (`portal.db.run_together`), authentication then reads its rows.
+    Returns (whether the lock is ours, the record)."""
     raw = _bearer(request)
     token_lookup = None if raw is None else token_statement(raw)
-    request._tessera_flush_deferred = True  # type: ignore[attr-defined]
-    rows = run_together([(sql, params)] + ([token_lookup] if token_lookup else []))
+    statements: list[Statement] = [
+        ("SELECT pg_try_advisory_xact_lock(%s)", [lock_key(lookup)]),
+        (_record_sql(), [lookup["scope"], lookup["method"], lookup["path"], lookup["key"]]),
+    ]
+    rows = run_together(statements + ([token_lookup] if token_lookup else []))
     if raw is not None and token_lookup is not None:
-        remember_token_rows(request, raw, rows[1])
-    return int(rows[0][0][0]) if rows[0] else None
-
-
-def _claim(
-    request: HttpRequest, scope: str, key: str, fingerprint: str
-) -> tuple[IdempotencyRecord | None, HttpResponse | None]:
-    """Insert the claim row. Returns (our claim, None) when this request must run the view, or
-    (None, the response to send) when another request owns the key."""
-    now = timezone.now()
-    lookup = {"scope": scope, "method": request.method or "POST", "path": request.path, "key": key}
-    ttl = timedelta(hours=settings.TESSERA_IDEMPOTENCY_TTL_HOURS)
-    if not connection.in_atomic_block and connection.vendor == "postgresql":
-        claimed = _claim_postgresql(request, lookup, fingerprint, now, now + ttl)
-        if claimed is not None:
-            record = IdempotencyRecord(
-                pk=claimed, **lookup, fingerprint=fingerprint, created_at=now, expires_at=now + ttl
-            )
-            record._state.adding = False
-            record._state.db = connection.alias
-            return record, None
-    else:
-        try:
-            with transaction.atomic():
-                record = IdempotencyRecord.objects.create(
-                    **lookup, fingerprint=fingerprint, created_at=now, expires_at=now + ttl
-                )
-            return record, None
-        except IntegrityError:
-            pass
-    existing = IdempotencyRecord.objects.filter(**lookup).first()
-    if existing is None:
-        # The owner released its claim between our INSERT and this read: the caller may retry now.
-        return None, _error(
-            409,
-            "idempotency_in_progress",
-            "A request with this Idempotency-Key was just being processed; retry.",
-            {"Retry-After": "1"},
-        )
-    if existing.expires_at <= now:
-        # Expired but not yet pruned: take it over as a fresh claim (compare-and-set on its pk + expiry).
-        taken = IdempotencyRecord.objects.filter(
-            pk=existing.pk, expires_at=existing.expires_at
-        ).update(
-            fingerprint=fingerprint,
-            state=IdempotencyRecord.STATE_IN_PROGRESS,
-            status_code=None,
-            response_headers={},
-            response_body=b"",
-            created_at=now,
-            expires_at=now + ttl,
-        )
-        if taken == 1:
-            existing.refresh_from_db()
-            return existing, None
-        existing.refresh_from_db()
-    if existing.fingerprint != fingerprint:
-        return None, _error(
-            422,
-            "idempotency_key_reused",
-            f"This Idempotency-Key was first used with a different request body on {request.path}; "
-            "use a new key for a different request.",
-        )
-    if existing.state == IdempotencyRecord.STATE_COMPLETED:
-        return None, _replay(existing)
-    stale_before = now - timedelta(seconds=settings.TESSERA_IDEMPOTENCY_LOCK_SECONDS)
-    if existing.created_at < stale_before:
-        # The process that claimed it died mid-request: take the claim over (compare-and-set).
-        taken = IdempotencyRecord.objects.filter(
-            pk=existing.pk,
-            state=IdempotencyRecord.STATE_IN_PROGRESS,
-            created_at=existing.created_at,
-        ).update(created_at=now)
-        if taken == 1:
-            existing.created_at = now
-            return existing, None
-    return None, _error(
-        409,
-        "idempotency_in_progress",
-        "The first request with this Idempotency-Key is still being processed; retry after a second "
-        "to get its response.",
-        {"Retry-After": "1"},
+        remember_token_rows(request, raw, rows[2])
+    if not rows[1]:
+        return bool(rows[0][0][0]), None
+    pk, fingerprint, state, status_code, headers, body, expires_at = rows[1][0]
+    record = IdempotencyRecord(
+        pk=pk,
+        **lookup,
+        fingerprint=fingerprint,
+        state=state,
+        status_code=status_code,
+        response_headers=json.loads(headers),
+        response_body=bytes(body),
+        expires_at=expires_at,
     )
+    record._state.adding = False
+    record._state.db = connection.alias
+    return bool(rows[0][0][0]), record
 
 
-def _store(record: IdempotencyRecord, response: HttpResponse) -> None:
+def _enter(
+    request: HttpRequest, lookup: dict[str, str], fingerprint: str, now: Any
+) -> HttpResponse | None:
+    """In the request's transaction: None when this request must run the view (the key is ours and
+    has no live answer), else the response to send."""
+    if connection.vendor == "postgresql":
+        locked, record = _lock_and_read_postgresql(request, lookup)
+        if not locked:
+            return _error(
+                409,
+                "idempotency_in_progress",
+                "The first request with this Idempotency-Key is still being processed; retry after "
+                "a second to get its response.",
+                {"Retry-After": "1"},
+            )
+    else:  # the write transaction (BEGIN IMMEDIATE) is the lock
+        record = IdempotencyRecord.objects.filter(**lookup).first()
+    if record is None:
+        return None
+    if record.state == IdempotencyRecord.STATE_COMPLETED and record.expires_at > now:
+        if record.fingerprint != fingerprint:
+            return _error(
+                422,
+                "idempotency_key_reused",
+                f"This Idempotency-Key was first used with a different request body on "
+                f"{request.path}; use a new key for a different request.",
+            )
+        return _replay(record)
+    # Expired but not yet pruned, or a claim an earlier version left behind: the key is ours (we
+    # hold its lock), so it is a fresh start.
+    IdempotencyRecord.objects.filter(pk=record.pk).delete()
+    return None
+
+
+def _store(lookup: dict[str, str], fingerprint: str, response: HttpResponse, now: Any) -> None:
+    """The answer, written in the request's transaction: it commits with what the view wrote. On
+    PostgreSQL one plain statement that reads nothing back, so it travels with the COMMIT queued
+    behind it (`portal.db.commit_pipelined`)."""
     headers = {name: response[name] for name in KEPT_HEADERS if response.has_header(name)}
-    values: dict[str, Any] = {
-        "state": IdempotencyRecord.STATE_COMPLETED,
-        "status_code": response.status_code,
-        "response_headers": headers,
-        "response_body": bytes(response.content),
-    }
+    expires_at = now + timedelta(hours=settings.TESSERA_IDEMPOTENCY_TTL_HOURS)
+    completed = IdempotencyRecord.STATE_COMPLETED
+    body = bytes(response.content)
     if connection.vendor != "postgresql":
-        IdempotencyRecord.objects.filter(pk=record.pk).update(**values)
+        IdempotencyRecord.objects.create(
+            **lookup,
+            fingerprint=fingerprint,
+            state=completed,
+            status_code=response.status_code,
+            response_headers=headers,
+            response_body=body,
+            created_at=now,
+            expires_at=expires_at,
+        )
         return
-    # Every POST stores its answer: one plain statement, not an ORM UPDATE compiled each time.
-    values["response_headers"] = json.dumps(headers)
+    params: list[Any] = [lookup["scope"], lookup["method"], lookup["path"], lookup["key"]]
+    params.append(fingerprint)
+    params += [completed, response.status_code, json.dumps(headers), body, now, expires_at]
     with connection.cursor() as cursor:
-        cursor.execute(_store_sql(), [*values.values(), record.pk])
+        cursor.execute(_store_sql(), params)
 
 
 @cache
 def _store_sql() -> str:
     table = connection.ops.quote_name(IdempotencyRecord._meta.db_table)
-    # set_config(..., NULL, false) is RESET: the configured commit mode again, for this commit too
     return (
-        f"UPDATE {table} SET state = %s, status_code = %s, response_headers = %s::jsonb, "
-        "response_body = %s FROM (SELECT set_config('synchronous_commit', NULL, false)) AS durable "
-        "WHERE id = %s"
+        f"INSERT INTO {table} (scope, method, path, key, fingerprint, state, status_code, "
+        "response_headers, response_body, created_at, expires_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)"
     )
-
-
-def _restore_commit_mode(request: HttpRequest) -> None:
-    """After a request whose claim deferred the WAL flush (`_claim_postgresql`) ended without storing
-    an answer: the session's configured commit mode again (RESET)."""
-    if getattr(request, "_tessera_flush_deferred", False):
-        with connection.cursor() as cursor:
-            cursor.execute("RESET synchronous_commit")
 
 
 class IdempotencyMiddleware:
@@ -273,33 +248,31 @@ class IdempotencyMiddleware:
                 "invalid",
                 "Idempotency-Key must be 1 to 255 printable ASCII characters (a UUID is a good choice).",
             )
+        if len(request.path) > PATH_MAX_LENGTH:
+            return _error(
+                400,
+                "invalid",
+                f"Idempotency-Key works on paths of at most {PATH_MAX_LENGTH} characters.",
+            )
         scope = caller_scope(request)
         if scope is None:
             return self.get_response(request)
-        stored = False
-        try:
-            record, early = _claim(request, scope, key, request_fingerprint(request))
+        now = timezone.now()
+        lookup = {"scope": scope, "method": "POST", "path": request.path, "key": key}
+        fingerprint = request_fingerprint(request)
+        # One transaction for the lock, the view's writes and the answer; an exception (a process
+        # dying) rolls all of it back. Its COMMIT travels with the answer's INSERT.
+        with transaction.atomic():
+            early = _enter(request, lookup, fingerprint, now)
             if early is not None:
                 return early
-            assert record is not None
-            try:
-                response = self.get_response(request)
-            except BaseException:
-                IdempotencyRecord.objects.filter(pk=record.pk).delete()
-                raise
-            if (
-                response.streaming
-                or response.status_code >= 500
-                or response.status_code in NOT_STORED_STATUSES
-            ):
-                IdempotencyRecord.objects.filter(pk=record.pk).delete()
-            else:
-                _store(record, response)
-                stored = True
-            return response
-        finally:
-            if not stored:
-                _restore_commit_mode(request)
+            response = self.get_response(request)
+            if response.status_code >= 500:
+                transaction.set_rollback(True)  # failed: nothing of it stays, the retry runs
+            elif not response.streaming and response.status_code not in NOT_STORED_STATUSES:
+                with commit_pipelined():
+                    _store(lookup, fingerprint, response, now)
+        return response
 
 
 def prune_expired(now: Any = None) -> int:

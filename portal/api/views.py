@@ -58,6 +58,7 @@ class ApiTokenViewSet(
             request.user,
             name=payload.validated_data["name"],
             expires_at=payload.validated_data.get("expires_at"),
+            minted_by=request.auth if isinstance(request.auth, ApiToken) else None,
         )
         data = IssuedTokenSerializer(issued.token).data
         data["token"] = issued.raw

@@ -7,15 +7,21 @@ import threading
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 import requests
-from django.db import connection
-from django.test import override_settings
+from django.contrib.auth.models import User
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, JsonResponse
+from django.test import RequestFactory, override_settings
 from django.utils import timezone
 
+from codespaces.models import Codespace
+from portal.api.idempotency import IdempotencyMiddleware, lock_key
 from portal.api.tasks import prune_api_records_task
-from portal.models import ApiToken, IdempotencyRecord
+from portal.models import ApiToken, IdempotencyRecord, hash_token
 from portal.services import issue_token
+from portal.tests.factories import UserFactory
 
 TOKENS_URL = "/api/v1/tokens/"
 
@@ -133,32 +139,51 @@ def test_malformed_key_is_a_400(alice: Any, api_as: Any) -> None:
 
 
 @pytest.mark.django_db
-def test_in_progress_claim_answers_409_with_retry_after(alice: Any, api_as: Any) -> None:
-    # given a claim of the same key by a request that is still running (fingerprint of this body)
+def test_a_duplicate_of_a_request_still_running_answers_409_with_retry_after(
+    alice: Any, api_as: Any
+) -> None:
+    """The first request holds the key's lock in its live transaction (here: another session)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite serialises the duplicates in BEGIN IMMEDIATE instead")
     client = api_as(alice)
+    token = client._credentials["HTTP_AUTHORIZATION"].split()[1]
+    lookup = {"scope": f"token:{hash_token(token)}", "method": "POST", "path": TOKENS_URL}
+    key = lock_key({**lookup, "key": "k"})
+    settings = connection.settings_dict
+    with psycopg.connect(
+        dbname=settings["NAME"],
+        user=settings["USER"],
+        host=settings["HOST"],
+        port=settings["PORT"] or 5432,
+        autocommit=True,
+    ) as first_request:
+        first_request.execute("SELECT pg_advisory_lock(%s)", [key])
+        # when a duplicate arrives while the first one runs
+        response = _post(client, {"name": "ci"}, "k")
+        # then it is told to come back, and nothing is created
+        assert response.status_code == 409
+        assert response["Retry-After"] == "1"
+        assert response.json()["error"]["code"] == "idempotency_in_progress"
+        assert ApiToken.objects.filter(name="ci").count() == 0
+        # another key is not held up
+        assert _post(client, {"name": "other"}, "k2").status_code == 201
+        first_request.execute("SELECT pg_advisory_unlock(%s)", [key])
     assert _post(client, {"name": "ci"}, "k").status_code == 201
-    IdempotencyRecord.objects.update(state=IdempotencyRecord.STATE_IN_PROGRESS)
-    # when a duplicate arrives
-    response = _post(client, {"name": "ci"}, "k")
-    # then it is told to come back, and nothing new is created
-    assert response.status_code == 409
-    assert response["Retry-After"] == "1"
-    assert response.json()["error"]["code"] == "idempotency_in_progress"
-    assert ApiToken.objects.filter(name="ci").count() == 1
 
 
 @pytest.mark.django_db
-def test_abandoned_claim_is_taken_over_after_the_lock_time(alice: Any, api_as: Any) -> None:
+def test_a_claim_left_without_an_answer_is_taken_over_at_once(alice: Any, api_as: Any) -> None:
+    """A row without an answer (left by a process that died, under the earlier claim-first design)
+    has no live owner: the key's lock is free, so the retry runs at once instead of waiting 300 s."""
     client = api_as(alice)
     assert _post(client, {"name": "ci"}, "k").status_code == 201
-    IdempotencyRecord.objects.update(
-        state=IdempotencyRecord.STATE_IN_PROGRESS,
-        created_at=timezone.now() - timedelta(seconds=301),
-    )
+    ApiToken.objects.filter(name="ci").delete()
+    IdempotencyRecord.objects.update(state=IdempotencyRecord.STATE_IN_PROGRESS)
     response = _post(client, {"name": "ci"}, "k")
     assert response.status_code == 201
     assert response.has_header("Idempotent-Replayed") is False
     assert IdempotencyRecord.objects.get().state == IdempotencyRecord.STATE_COMPLETED
+    assert ApiToken.objects.filter(name="ci").count() == 1
 
 
 @pytest.mark.django_db
@@ -258,36 +283,37 @@ def test_json_with_a_lone_surrogate_is_a_400_not_a_500(alice: Any, api_as: Any) 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_outside_a_transaction_the_claim_is_one_statement_that_stores_and_replays(
+def test_outside_a_transaction_the_request_and_its_answer_are_one_transaction(
     alice: Any, api_as: Any, django_assert_num_queries: Any
 ) -> None:
-    """Outside any transaction (as in production) PostgreSQL claims with one INSERT ... ON CONFLICT DO
-    NOTHING statement; the claim row is the one the response is stored in and replayed from, and the
-    statement's asynchronous commit does not leak into the connection's later transactions."""
+    """Outside any transaction (as in production) PostgreSQL runs the key's lock, the record's read
+    and the token lookup first, in one round trip; the view's writes and the answer's INSERT follow
+    in the same transaction, whose one COMMIT is the last statement."""
     if connection.vendor != "postgresql":
-        pytest.skip("the one-statement claim is PostgreSQL's")
+        pytest.skip("the advisory lock is PostgreSQL's")
     client = api_as(alice)
     client.get("/api/v1/me/")  # the token's last-used write happens once a minute
-    # the claim (one statement; it was BEGIN, SET LOCAL, INSERT, COMMIT) sent together with the token
-    # lookup (with memberships), rate upsert, the view's own transaction (BEGIN, INSERT, COMMIT),
-    # storing the response
-    with django_assert_num_queries(7) as ctx:
+    # BEGIN, lock, record, token lookup (with memberships), rate upsert, the view's savepoint with
+    # its INSERT, the answer's INSERT, COMMIT
+    with django_assert_num_queries(10) as ctx:
         first = _post(client, {"name": "ci"}, "one")
     assert first.status_code == 201
     sqls = [query["sql"] for query in ctx.captured_queries]
-    assert "ON CONFLICT (scope, method, path, key) DO NOTHING" in sqls[0]
+    assert sqls[0] == "BEGIN"
+    assert sqls[1].startswith("SELECT pg_try_advisory_xact_lock(")
+    assert 'FROM "portal_idempotencyrecord"' in sqls[2]
     # authentication read the lookup's rows instead of querying again
     token_lookups = [i for i, sql in enumerate(sqls) if 'FROM "portal_apitoken"' in sql]
-    assert token_lookups == [1]
+    assert token_lookups == [3]
+    assert sqls[-2].startswith('INSERT INTO "portal_idempotencyrecord"')
+    assert (sqls.count("BEGIN"), sqls.count("COMMIT"), sqls[-1]) == (1, 1, "COMMIT")
     record = IdempotencyRecord.objects.get()
     assert (record.state, record.status_code, bytes(record.response_body)) == (
         IdempotencyRecord.STATE_COMPLETED,
         201,
         first.content,
     )
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW synchronous_commit")
-        assert cursor.fetchone()[0] == "on"
+    assert not connection.in_atomic_block
     replay = _post(client, {"name": "ci"}, "one")
     assert (replay.status_code, replay.content, replay["Idempotent-Replayed"]) == (
         201,
@@ -298,30 +324,20 @@ def test_outside_a_transaction_the_claim_is_one_statement_that_stores_and_replay
     assert ApiToken.objects.filter(name="ci").count() == 1
 
 
-def _commit_mode() -> str:
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW synchronous_commit")
-        return str(cursor.fetchone()[0])
-
-
 @pytest.mark.django_db(transaction=True)
-def test_a_claimed_request_flushes_its_commits_once_with_the_stored_answer() -> None:
-    """The view's commits do not wait for the WAL flush; the stored answer's commit waits for all of
-    them (WAL is ordered). Every way out leaves the session in its configured commit mode."""
-    if connection.vendor != "postgresql":
-        pytest.skip("commit modes are PostgreSQL's")
-    from django.http import HttpRequest, JsonResponse
-    from django.test import RequestFactory
+def test_a_view_that_fails_leaves_neither_its_writes_nor_an_answer() -> None:
+    """The view's writes and the stored answer commit together: a 5xx or an exception rolls back
+    both, a stored answer comes with the view's writes."""
 
-    from portal.api.idempotency import IdempotencyMiddleware
+    def creating(status: int) -> Any:
+        def view(request: HttpRequest) -> JsonResponse:
+            UserFactory(username=f"made-{status}")
+            return JsonResponse({"ok": True}, status=status)
 
-    seen: list[str] = []
-
-    def view(request: HttpRequest) -> JsonResponse:
-        seen.append(_commit_mode())
-        return JsonResponse({"ok": True}, status=201)
+        return view
 
     def failing(request: HttpRequest) -> JsonResponse:
+        UserFactory(username="made-then-raised")
         raise RuntimeError("boom")
 
     def post(key: str) -> HttpRequest:
@@ -333,16 +349,124 @@ def test_a_claimed_request_flushes_its_commits_once_with_the_stored_answer() -> 
             HTTP_AUTHORIZATION="Bearer tsr_abc_def",
         )
 
-    assert IdempotencyMiddleware(view)(post("one")).status_code == 201
-    assert seen == ["off"]  # the view ran with the flush deferred to the stored answer
-    assert _commit_mode() == "on"
-    stored = IdempotencyRecord.objects.get(key="one")
-    assert stored.state == IdempotencyRecord.STATE_COMPLETED
-    replay = IdempotencyMiddleware(view)(post("one"))  # the key is taken: no view, no store
-    assert replay["Idempotent-Replayed"] == "true"
-    assert seen == ["off"]
-    assert _commit_mode() == "on"
-    with pytest.raises(RuntimeError, match="boom"):
-        IdempotencyMiddleware(failing)(post("two"))
-    assert _commit_mode() == "on"
+    assert IdempotencyMiddleware(creating(201))(post("one")).status_code == 201
+    assert IdempotencyRecord.objects.get(key="one").status_code == 201
+    assert User.objects.filter(username="made-201").exists()
+    assert IdempotencyMiddleware(creating(503))(post("two")).status_code == 503
     assert not IdempotencyRecord.objects.filter(key="two").exists()
+    assert not User.objects.filter(username="made-503").exists()
+    with pytest.raises(RuntimeError, match="boom"):
+        IdempotencyMiddleware(failing)(post("three"))
+    assert not IdempotencyRecord.objects.filter(key="three").exists()
+    assert not User.objects.filter(username="made-then-raised").exists()
+    assert not connection.in_atomic_block
+
+
+# --- A request killed mid-way (issue item 7) ---------------------------------------------------------
+
+CODESPACES_URL = "/api/v1/codespaces/"
+ONE_CPU_CODESPACE = {
+    "template": "pytorch",
+    "gpu_mode": "none",
+    "cpu_milli": 1000,
+    "memory_mib": 2048,
+    "name": "nb1",
+}
+
+
+class ProcessKilled(BaseException):
+    """Stands for the worker process dying: nothing in the process catches it (not an Exception)."""
+
+
+def _create_codespace(client: Any) -> Any:
+    return client.post(
+        CODESPACES_URL, ONE_CPU_CODESPACE, format="json", HTTP_IDEMPOTENCY_KEY="create-nb1"
+    )
+
+
+@pytest.fixture
+def one_codespace_per_user(template: Any, quota_a: Any) -> Any:
+    """The pytorch template allows one codespace per user: a create that ran twice is refused."""
+    template.max_per_user = 1
+    template.save(update_fields=["max_per_user"])
+    return template
+
+
+def _die(*args: Any, **kwargs: Any) -> None:
+    raise ProcessKilled
+
+
+@pytest.mark.django_db
+def test_a_request_killed_before_its_answer_was_stored_leaves_nothing_and_the_retry_creates_once(
+    bob: Any, api_as: Any, one_codespace_per_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a create that dies after the codespace's INSERT, before its answer is stored
+    client = api_as(bob)
+    with monkeypatch.context() as patched:
+        patched.setattr("portal.api.idempotency._store", _die)
+        with pytest.raises(ProcessKilled):
+            _create_codespace(client)
+    # then nothing of it is left (the object and the answer commit together, or neither does)
+    assert Codespace.objects.filter(name="nb1").count() == 0
+    # and the retry runs against that clean state: the codespace, not "limit reached" or 409
+    retry = _create_codespace(client)
+    assert retry.status_code == 201, retry.json()
+    assert retry.json()["name"] == "nb1"
+    assert Codespace.objects.filter(name="nb1").count() == 1
+    again = _create_codespace(client)
+    assert (again.status_code, again.content) == (201, retry.content)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_killed_after_its_commit_is_answered_with_the_original_object_on_retry(
+    bob: Any, api_as: Any, one_codespace_per_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a create that dies after its transaction committed, before the client got the answer
+    # (the scheduling trigger runs after the commit)
+    client = api_as(bob)
+    with monkeypatch.context() as patched:
+        patched.setattr("scheduling.tasks.run_cycle_task.apply_async", _die)
+        with pytest.raises(ProcessKilled):
+            _create_codespace(client)
+    created = Codespace.objects.get(name="nb1")
+    # when the client retries with the same key
+    retry = _create_codespace(client)
+    # then it gets the original object with its original status
+    assert retry.status_code == 201, retry.json()
+    assert retry.json()["id"] == created.pk
+    assert retry["Idempotent-Replayed"] == "true"
+    assert Codespace.objects.filter(name="nb1").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_whose_database_session_is_killed_mid_way_is_retried_at_once_against_a_clean_state(
+    bob: Any, api_as: Any, one_codespace_per_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: the server ends the session of a process that died (here: terminated by itself
+    after the INSERT, before the answer), so the retry gets no 409 for a dead owner."""
+    if connection.vendor != "postgresql":
+        pytest.skip("terminates a PostgreSQL backend")
+
+    def killed_session(*args: Any, **kwargs: Any) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        raise ProcessKilled
+
+    client = api_as(bob)
+    with monkeypatch.context() as patched:
+        patched.setattr("portal.api.idempotency._store", killed_session)
+        with pytest.raises((ProcessKilled, DatabaseError)):
+            _create_codespace(client)
+    connection.close()
+    assert Codespace.objects.filter(name="nb1").count() == 0
+    retry = _create_codespace(client)
+    assert retry.status_code == 201, retry.json()
+    assert Codespace.objects.filter(name="nb1").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_key_on_a_path_longer_than_a_record_holds_is_a_400(alice: Any, api_as: Any) -> None:
+    response = _post(api_as(alice), {"name": "ci"}, "k", url="/api/v1/" + "x" * 600 + "/")
+    assert response.status_code == 400
+    assert list(response.json()["error"]["fields"]) == ["Idempotency-Key"]
+    assert IdempotencyRecord.objects.exists() is False

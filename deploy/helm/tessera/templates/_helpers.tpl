@@ -34,6 +34,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.django.csrfTrustedOrigins | quote }}
 - name: SECURE_SSL_REDIRECT
   value: {{ .Values.django.secureSslRedirect | quote }}
+- name: TESSERA_TRUST_PROXY_SSL_HEADER
+  value: {{ .Values.django.trustProxySslHeader | quote }}
+- name: TESSERA_TRUSTED_PROXY_COUNT
+  value: {{ .Values.django.trustedProxyCount | quote }}
 - name: LOG_LEVEL
   value: {{ .Values.django.logLevel | quote }}
 - name: TESSERA_VAR_DIR
