@@ -9,9 +9,11 @@ from django import forms
 from codespaces.choices import GpuMode
 from codespaces.models import MIB_PER_GIB, CodespaceTemplate, TemplatePreset
 from codespaces.services import TEMPLATE_FIELDS
+from portal.numbers import BIGINT_MAX
 from quotas.models import Quota
 
 CUSTOM = "custom"
+MAX_MEMORY_GIB = 64 * 1024  # 64 TiB: far above any node, well inside the MiB columns' range
 
 # Service field names → the form field that shows the error.
 SERVICE_FIELD_TO_FORM = {
@@ -81,6 +83,34 @@ class CodespaceCreateForm(forms.Form):
         }
 
 
+class SizePreviewForm(forms.Form):
+    """The picker's "check this custom size" body (JSON, in the page's units). The bounds only keep
+    the numbers finite and storable; the service checks the template's ranges and names the field."""
+
+    template = forms.CharField(max_length=63)
+    quota = forms.IntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
+    gpu_mode = forms.ChoiceField(choices=GpuMode.choices, required=False)
+    gpu_count = forms.IntegerField(required=False, min_value=0, max_value=64)
+    gpu_percent = forms.IntegerField(required=False, min_value=-1000, max_value=1000)
+    gpu_memory_gib = forms.IntegerField(required=False, min_value=-(10**6), max_value=10**6)
+    gpu_model = forms.CharField(required=False, max_length=63)
+    cpu_cores = forms.FloatField(required=False, min_value=0, max_value=10**4)
+    memory_gib = forms.IntegerField(required=False, min_value=0, max_value=MAX_MEMORY_GIB)
+
+    def size_fields(self) -> dict[str, Any]:
+        """The size in service units (`services.SizeRequest`)."""
+        data = self.cleaned_data
+        return {
+            "gpu_mode": data.get("gpu_mode") or GpuMode.SLICE,
+            "gpu_count": data.get("gpu_count") or 0,
+            "gpu_percent": data.get("gpu_percent") or 0,
+            "gpu_memory_gib": data.get("gpu_memory_gib") or 0,
+            "gpu_model": data.get("gpu_model") or "",
+            "cpu_milli": int((data.get("cpu_cores") or 0) * 1000),
+            "memory_mib": (data.get("memory_gib") or 0) * MIB_PER_GIB,
+        }
+
+
 # --- Templates (operators) -------------------------------------------------------------------------
 
 # Service field names → the template form's (the page speaks cores and GiB, the service milli and MiB).
@@ -92,9 +122,6 @@ TEMPLATE_FIELD_TO_FORM = {
     "allowed_tenant_slugs": "allowed_tenants",
     "presets": None,
 }
-
-
-MAX_MEMORY_GIB = 64 * 1024  # 64 TiB: far above any node, well inside the MiB columns' range
 
 
 def _cores(**kwargs: Any) -> forms.DecimalField:
