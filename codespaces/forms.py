@@ -7,13 +7,21 @@ from typing import Any, cast
 from django import forms
 
 from codespaces.choices import GpuMode
-from codespaces.models import MIB_PER_GIB, CodespaceTemplate, TemplatePreset
+from codespaces.models import (
+    MAX_HOME_VOLUME_GIB,
+    MAX_IDLE_MINUTES,
+    MAX_MEMORY_MIB,
+    MAX_PER_USER,
+    MIB_PER_GIB,
+    CodespaceTemplate,
+    TemplatePreset,
+)
 from codespaces.services import TEMPLATE_FIELDS
 from portal.numbers import BIGINT_MAX
 from quotas.models import Quota
 
 CUSTOM = "custom"
-MAX_MEMORY_GIB = 64 * 1024  # 64 TiB: far above any node, well inside the MiB columns' range
+MAX_MEMORY_GIB = MAX_MEMORY_MIB // MIB_PER_GIB  # 64 TiB: far above any node, inside the MiB columns
 
 # Service field names → the form field that shows the error.
 SERVICE_FIELD_TO_FORM = {
@@ -143,7 +151,7 @@ class TemplateForm(forms.Form):
         required=False, widget=forms.Textarea(attrs={"rows": 2}), max_length=2000
     )
     home_volume_gib = forms.IntegerField(
-        min_value=1, max_value=1024 * 1024, initial=50, label="Home volume (GiB)"
+        min_value=1, max_value=MAX_HOME_VOLUME_GIB, initial=50, label="Home volume (GiB)"
     )
     allow_custom = forms.BooleanField(
         required=False, initial=True, label="Developers may pick their own size in the ranges"
@@ -153,6 +161,7 @@ class TemplateForm(forms.Form):
     )
     whole_card_models = forms.CharField(
         required=False,
+        max_length=2000,
         label="Never sliced",
         help_text="GPU models given only as whole cards, comma-separated, e.g. T4, L4",
     )
@@ -168,16 +177,19 @@ class TemplateForm(forms.Form):
         min_value=0, max_value=16, initial=2, label="Whole GPUs, max"
     )
     idle_window_minutes = forms.IntegerField(
-        min_value=1, initial=60, label="Idle warning after (minutes)"
+        min_value=1, max_value=MAX_IDLE_MINUTES, initial=60, label="Idle warning after (minutes)"
     )
     idle_grace_minutes = forms.IntegerField(
-        min_value=1, initial=15, label="Stopped after the warning (minutes)"
+        min_value=1,
+        max_value=MAX_IDLE_MINUTES,
+        initial=15,
+        label="Stopped after the warning (minutes)",
     )
     idle_threshold_percent = forms.IntegerField(
         min_value=0, max_value=100, initial=5, label="Idle below GPU utilization (%)"
     )
     max_per_user = forms.IntegerField(
-        min_value=1, max_value=1000, initial=3, label="Codespaces per developer, max"
+        min_value=1, max_value=MAX_PER_USER, initial=3, label="Codespaces per developer, max"
     )
     allowed_tenants = forms.MultipleChoiceField(
         required=False,

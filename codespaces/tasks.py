@@ -16,7 +16,8 @@ def check_idle_codespaces_task() -> dict[str, object]:
     """Beat: warn idle running codespaces, stop those still idle after the warning, clear the rest.
 
     Idempotent: every change is a compare-and-set on the codespace's state, so two overlapping runs
-    cannot warn or stop twice.
+    cannot warn or stop twice. A codespace whose check raises is logged and counted (`failed`,
+    `failed_ids`); the others are still checked.
     """
     report = idle.check_idle_codespaces()
     if report.warned or report.stopped:
@@ -26,6 +27,8 @@ def check_idle_codespaces_task() -> dict[str, object]:
         "warned": report.warned,
         "stopped": report.stopped,
         "cleared": report.cleared,
+        "failed": len(report.failed_ids),
+        "failed_ids": report.failed_ids,
     }
 
 

@@ -76,11 +76,6 @@ class CodespaceTemplateSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["id", "version", "created_at", "updated_at"]
 
-    def validate_whole_card_models(self, value: Any) -> list[str]:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise serializers.ValidationError('A list of GPU model names, e.g. ["T4"].')
-        return value
-
 
 class CodespaceEventSerializer(serializers.ModelSerializer):
     actor: serializers.SlugRelatedField = serializers.SlugRelatedField(
