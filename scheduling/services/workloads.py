@@ -16,6 +16,7 @@ from django.utils import timezone
 from portal.db import insert
 from portal.errors import Conflict, InvalidInput, NotFoundError
 from portal.models import Tenant
+from portal.periodic import ItemFailures, run_each
 from portal.redis_clients import redis_client
 from quotas.models import Quota
 from scheduling import observers
@@ -571,45 +572,59 @@ def fail_workloads(workload_ids: Iterable[int], *, reason: str) -> list[int]:
     return [w.pk for w in workloads]
 
 
-def expire_gangs(*, group_id: int | None = None, now: Any = None) -> list[int]:
+def expire_gangs(
+    *, group_id: int | None = None, now: Any = None, failures: ItemFailures | None = None
+) -> list[int]:
     """Time out gangs whose deadline passed without `min_available` members placed: release what they
     hold, fail every unfinished member with the reason (which says how many were placed and why the rest
-    waited). Returns the ids of the gangs timed out. Run by each cycle and by beat."""
+    waited). Returns the ids of the gangs timed out. Run by each cycle and by beat. Each gang is timed
+    out on its own (`portal.periodic.run_each`): one that raises is logged and counted in `failures`,
+    and the others are still timed out."""
     now = now or timezone.now()
     qs = Gang.objects.filter(state=GangState.WAITING, deadline_at__lte=now)
     if group_id is not None:
         qs = qs.filter(quota__group_id=group_id)
-    timed_out = []
-    for gang in qs.select_related("quota"):
-        with transaction.atomic():
-            lock_shard(gang.quota.group_id)
-            g = Gang.objects.select_for_update().filter(pk=gang.pk, state=GangState.WAITING).first()
-            if g is None:
-                continue
-            members = list(g.members.exclude(state__in=TERMINAL_STATES).order_by("pk"))
-            active = sum(m.state in ACTIVE_STATES for m in members)
-            if active >= g.min_available:
-                continue
-            blocking = next((m.pending_reason for m in members if m.pending_reason), "")
-            reason = (
-                f"Job {g.name} timed out after {g.timeout_seconds} s: it needs {g.min_available} of "
-                f"{g.members.count()} pods placed together and {active} were; everything it held was "
-                f"released. Last reason: {blocking or 'no capacity'}"
-            )
-            held = _finish(
-                members,
-                state=WorkloadState.FAILED,
-                reason=reason,
-                now=now,
-                pending_reason=reason,
-                pending_code="gang_timeout",
-            )
-            release_on_backend(held)
-            Gang.objects.filter(pk=g.pk).update(
-                state=GangState.TIMED_OUT, reason=reason, updated_at=now
-            )
-            observers.notify_on_commit([(m.kind, m.pk) for m in members])
-            trigger_cycle(g.quota.group_id)
-            timed_out.append(g.pk)
-            logger.info("gang %s timed out: %s", g.pk, reason)
+    timed_out: list[int] = []
+
+    def expire(gang: Gang) -> None:
+        if _expire_gang(gang, now):
+            timed_out.append(gang.pk)
+
+    gangs = qs.select_related("quota").order_by("pk")
+    run_each(gangs, expire, task="gang-timeout", kind="gang", failures=failures)
     return timed_out
+
+
+def _expire_gang(gang: Gang, now: Any) -> bool:
+    """Time out one gang (shard lock, then the gang's row); False when it is no longer due."""
+    with transaction.atomic():
+        lock_shard(gang.quota.group_id)
+        g = Gang.objects.select_for_update().filter(pk=gang.pk, state=GangState.WAITING).first()
+        if g is None:
+            return False
+        members = list(g.members.exclude(state__in=TERMINAL_STATES).order_by("pk"))
+        active = sum(m.state in ACTIVE_STATES for m in members)
+        if active >= g.min_available:
+            return False
+        blocking = next((m.pending_reason for m in members if m.pending_reason), "")
+        reason = (
+            f"Job {g.name} timed out after {g.timeout_seconds} s: it needs {g.min_available} of "
+            f"{g.members.count()} pods placed together and {active} were; everything it held was "
+            f"released. Last reason: {blocking or 'no capacity'}"
+        )
+        held = _finish(
+            members,
+            state=WorkloadState.FAILED,
+            reason=reason,
+            now=now,
+            pending_reason=reason,
+            pending_code="gang_timeout",
+        )
+        release_on_backend(held)
+        Gang.objects.filter(pk=g.pk).update(
+            state=GangState.TIMED_OUT, reason=reason, updated_at=now
+        )
+        observers.notify_on_commit([(m.kind, m.pk) for m in members])
+        trigger_cycle(g.quota.group_id)
+        logger.info("gang %s timed out: %s", g.pk, reason)
+    return True
