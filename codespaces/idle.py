@@ -63,9 +63,9 @@ def check_idle_codespaces(now: datetime | None = None) -> IdleReport:
             by_window.setdefault(codespace.template.idle_window_minutes, []).append(
                 codespace.workload_id
             )
-    windows: dict[int, tuple[datetime, dict[int, float]]] = {}
+    windows: dict[int, tuple[datetime, dict[int, float | None]]] = {}
 
-    def window_of(minutes: int) -> tuple[datetime, dict[int, float]]:
+    def window_of(minutes: int) -> tuple[datetime, dict[int, float | None]]:
         """The window's start and its mean utilization per workload, once per window length (it
         raises for a window no datetime can hold; then only that window's codespaces fail)."""
         if minutes not in windows:

@@ -109,7 +109,7 @@ def sync_status_task(self: Any) -> dict[str, int]:
 
 
 @shared_task
-def reconcile_task() -> dict[str, int]:
+def reconcile_task() -> dict[str, Any]:
     """Beat: time out gangs past their deadline and fix drift between workload states and placements.
     A gang whose timeout raises is logged and counted (`gangs_failed`); the others still time out."""
     failures = ItemFailures()

@@ -19,7 +19,7 @@ from portal.models import Tenant
 from portal.periodic import ItemFailures, run_each
 from portal.redis_clients import redis_client
 from quotas.models import Quota
-from scheduling import observers
+from scheduling import limits, observers
 from scheduling.choices import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -31,6 +31,7 @@ from scheduling.choices import (
 )
 from scheduling.lock_objects import lock_shard, lock_shards
 from scheduling.models import Gang, Placement, Workload
+from scheduling.services.feasibility import check_gang_fits
 from scheduling.services.snapshot import bump_shards_for_nodes
 
 logger = logging.getLogger(__name__)
@@ -151,9 +152,12 @@ def _validate_resources(
             ]
     if out["gpu_count"] and out["gpu_milli"] >= 1000:
         out["gpu_memory_mib"] = 0  # a whole card comes with all its memory
-    models = list(gpu_models or ())
-    if not all(isinstance(m, str) and m.strip() for m in models) or len(models) > 16:
+    raw_models = gpu_models or ()
+    models = list(raw_models) if isinstance(raw_models, list | tuple) else [None]
+    if not all(isinstance(m, str) and m.strip() for m in models):
         errors["gpu_models"] = ["A list of GPU model names (at most 16), e.g. ['A100', 'H100']."]
+    elif model_errors := limits.gpu_model_errors(models):
+        errors["gpu_models"] = model_errors
     out["gpu_models"] = [m.strip() for m in models if isinstance(m, str)]
     labels = node_labels or {}
     if not isinstance(labels, Mapping) or not all(
@@ -161,6 +165,8 @@ def _validate_resources(
     ):
         errors["node_labels"] = ['An object of label names to values, e.g. {"zone": "zone-a"}.']
         labels = {}
+    elif label_errors := limits.node_label_errors(labels):
+        errors["node_labels"] = label_errors
     out["node_labels"] = dict(labels)
     if topology not in TopologyPolicy.values:
         errors["topology"] = [f"One of {', '.join(TopologyPolicy.values)}; got {topology!r}."]
@@ -289,7 +295,8 @@ def submit_gang(
     preemptible: bool = True,
 ) -> Gang:
     """Queue a gang job: its members (dicts of submit_workload resource fields) are placed together, at
-    least `min_available` of them, or none; after `timeout_seconds` without that it times out."""
+    least `min_available` of them, or none; after `timeout_seconds` without that it times out. A job
+    that can never fit its pool is refused (`feasibility.NeverFits`, with the numbers)."""
     _check_name(name)
     _check_quota(tenant, quota)
     if not isinstance(members, Sequence) or not 1 <= len(members) <= MAX_GANG_MEMBERS:
@@ -343,6 +350,7 @@ def submit_gang(
             raise InvalidInput(
                 f"Pod {i} must be an object of resources.", fields={f"members[{i}]": ["An object."]}
             ) from exc
+    check_gang_fits(quota.group, specs, min_available=min_available)
     now = timezone.now()
     try:
         with transaction.atomic():

@@ -208,8 +208,10 @@ def test_a_gang_whose_timeout_raises_does_not_stop_the_others(monkeypatch: Any) 
     from scheduling.tasks import reconcile_task
 
     small_cluster(gpu_nodes=1, gpus_per_node=4)
+    # the pool has the 4 GPUs the job needs (so it may wait), but one is broken (so it never places)
+    Gpu.objects.filter(index=3).update(healthy=False)
     q = make_quota(make_group())
-    member = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 4, "gpu_milli": 1000}
+    member = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 2, "gpu_milli": 1000}
     gangs = [
         services.submit_gang(
             tenant=q.tenant,
@@ -243,8 +245,10 @@ def test_gang_timeout_fails_members_with_reason() -> None:
     from django.utils import timezone
 
     small_cluster(gpu_nodes=1, gpus_per_node=4)
+    # the pool has the 4 GPUs the job needs (so it may wait), but one is broken (so it never places)
+    Gpu.objects.filter(index=3).update(healthy=False)
     q = make_quota(make_group())
-    member = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 4, "gpu_milli": 1000}
+    member = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 2, "gpu_milli": 1000}
     gang = services.submit_gang(
         tenant=q.tenant, quota=q, name="big", owner=None, members=[member] * 2,
         min_available=2, timeout_seconds=30,
