@@ -18,6 +18,8 @@ MAX_LABEL_PREFIX_LENGTH = 253
 MAX_LABEL_VALUE_LENGTH = 63
 MAX_GPU_MODELS = 16
 MAX_GPU_MODEL_LENGTH = 63
+# An operator's reason (drain, GPU health), shown to the users whose workloads it requeues.
+MAX_REASON_LENGTH = 500
 
 _NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

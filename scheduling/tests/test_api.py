@@ -317,3 +317,27 @@ def test_fail_gpu_via_api_requeues_exactly_its_workloads(
     assert r.json()["requeued"] == on_it
     states = dict(Workload.objects.values_list("pk", "state"))
     assert {pk for pk, s in states.items() if s == WorkloadState.PENDING} == set(on_it)
+
+
+def test_api_drain_stores_the_reason_and_refuses_one_over_500_characters(
+    operator: Any, quota_a: Any, api_as: Any
+) -> None:
+    # issue 15: a drain reason is kept whole or refused with the bound, never dropped
+    w = services.submit_workload(
+        tenant=quota_a.tenant, quota=quota_a, kind="codespace", name="w",
+        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=1000,
+    )  # fmt: skip
+    services.run_cycle(quota_a.group_id)
+    node = Placement.objects.get(workload=w).node
+    client = api_as(operator)
+    refused = client.post(f"/api/v1/nodes/{node.pk}/drain/", {"reason": "x" * 501}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["fields"] == {
+        "reason": ["Ensure this field has no more than 500 characters."]
+    }
+    node.refresh_from_db()
+    assert node.cordoned is False
+    done = client.post(f"/api/v1/nodes/{node.pk}/drain/", {"reason": "y" * 500}, format="json")
+    assert (done.status_code, done.json()) == (200, {"requeued": [w.pk]})
+    w.refresh_from_db()
+    assert (w.state, w.pending_reason) == (WorkloadState.PENDING, "y" * 500)
