@@ -21,6 +21,7 @@ from codespaces.choices import (
 )
 from portal.models import Tenant, dns_label_validator
 from quotas.models import Quota
+from scheduling.limits import MAX_GPU_MODEL_LENGTH
 
 MIB_PER_GIB = display.MIB_PER_GIB
 
@@ -32,7 +33,6 @@ MAX_CPU_MILLI = 10**7
 MAX_MEMORY_MIB = 64 * 1024 * 1024  # 64 TiB
 MAX_PER_USER = 1000
 MAX_WHOLE_CARD_MODELS = 32
-MAX_GPU_MODEL_LENGTH = 63
 
 
 def validate_gpu_model_names(value: object) -> None:

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from portal.api.concurrency import version_conflict
 from portal.errors import Conflict, InvalidInput
+from portal.labels import node_label_errors
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
 from quotas.models import (
@@ -445,7 +446,11 @@ def _clean_selector(value: Any) -> dict[str, str]:
                 ]
             },
         )
-    return {str(k): str(v) for k, v in value.items()}
+    selector = {str(k): str(v) for k, v in value.items()}
+    errors = node_label_errors(selector)
+    if errors:
+        raise InvalidInput(f"node_selector: {errors[0]}", fields={"node_selector": errors})
+    return selector
 
 
 def _check_group_mins(group: QuotaGroup, capacity: GroupCapacity, field_name: str) -> None:

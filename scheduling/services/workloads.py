@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from portal.db import insert
 from portal.errors import Conflict, InvalidInput, NotFoundError
+from portal.labels import node_label_errors
 from portal.models import Tenant
 from portal.periodic import ItemFailures, run_each
 from portal.redis_clients import redis_client
@@ -165,7 +166,7 @@ def _validate_resources(
     ):
         errors["node_labels"] = ['An object of label names to values, e.g. {"zone": "zone-a"}.']
         labels = {}
-    elif label_errors := limits.node_label_errors(labels):
+    elif label_errors := node_label_errors(labels):
         errors["node_labels"] = label_errors
     out["node_labels"] = dict(labels)
     if topology not in TopologyPolicy.values:
