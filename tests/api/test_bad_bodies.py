@@ -81,3 +81,27 @@ def test_json_nested_beyond_the_recursion_limit_is_a_400(operator: Any, api_as: 
     response = api_as(operator).post("/api/v1/jobs/", body, content_type="application/json")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "parse_error"
+
+
+READS = sorted(
+    path
+    for path, item in SCHEMA["paths"].items()
+    if "get" in item and not re.search(r"{[^}]+}", path) and not path.startswith("/api/v1/schema")
+)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", [*READS, "/dashboards/chargeback.csv", "/codespaces/status.json"])
+def test_a_nul_in_the_query_string_is_a_400_naming_the_parameter(
+    path: str, operator: Any, api_as: Any
+) -> None:
+    # PostgreSQL refuses NUL in a query parameter: ?search=a%00b was a 500 there
+    client = api_as(operator)
+    client.force_login(operator)
+    response = client.get(f"{path}?search=a%00b&ids=1")
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert (error["code"], error["fields"]) == (
+        "invalid",
+        {"search": ["The value contains a NUL character."]},
+    )
