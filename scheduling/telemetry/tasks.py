@@ -15,7 +15,8 @@ logger = logging.getLogger(__name__)
 @shared_task(autoretry_for=(PrometheusError,), retry_backoff=10, retry_kwargs={"max_retries": 2})
 def ingest_telemetry_task() -> dict[str, object]:
     """Record this minute's telemetry (simulated or Prometheus) and refresh the hour's rollups.
-    Idempotent per minute; a Prometheus outage is retried twice, then the minute is left empty."""
+    Idempotent per minute; a Prometheus outage is retried twice, then the minute is left empty. A quota
+    group whose figures raise is left out of the minute (`failed_groups`); the others are recorded."""
     report = ingestion.ingest_minute()
     logger.info(
         "telemetry %s %s: %d workloads, %d GPUs, %d pools",
@@ -25,7 +26,13 @@ def ingest_telemetry_task() -> dict[str, object]:
         report.gpus,
         report.pools,
     )
-    return {"minute": report.minute.isoformat(), "workloads": report.workloads}
+    if report.failed_groups:
+        logger.error("telemetry %s: quota groups left out: %s", report.minute, report.failed_groups)
+    return {
+        "minute": report.minute.isoformat(),
+        "workloads": report.workloads,
+        "failed_groups": report.failed_groups,
+    }
 
 
 @shared_task
