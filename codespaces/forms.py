@@ -12,6 +12,7 @@ from codespaces.models import (
     MAX_IDLE_MINUTES,
     MAX_MEMORY_MIB,
     MAX_PER_USER,
+    MAX_PRESETS,
     MIB_PER_GIB,
     CodespaceTemplate,
     TemplatePreset,
@@ -291,7 +292,9 @@ class PresetForm(forms.Form):
         }
 
 
-PresetFormSet = forms.formset_factory(PresetForm, extra=2, can_delete=True, max_num=30)
+PresetFormSet = forms.formset_factory(
+    PresetForm, extra=2, can_delete=True, max_num=MAX_PRESETS, validate_max=True
+)
 
 
 def preset_values(formset: forms.BaseFormSet) -> list[dict[str, Any]]:

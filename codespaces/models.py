@@ -33,6 +33,8 @@ MAX_CPU_MILLI = 10**7
 MAX_MEMORY_MIB = 64 * 1024 * 1024  # 64 TiB
 MAX_PER_USER = 1000
 MAX_WHOLE_CARD_MODELS = 32
+MAX_PRESETS = 30
+MAX_ALLOWED_TENANTS = 1000
 
 
 def validate_gpu_model_names(value: object) -> None:

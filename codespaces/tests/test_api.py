@@ -377,6 +377,12 @@ def test_list_query_count_does_not_grow_with_rows(
             "whole_card_models",
         ),
         (
+            "31 presets",
+            {"presets": [{"name": f"p{i}", "label": "P", "gpu_mode": "none"} for i in range(31)]},
+            "presets",
+        ),
+        ("100,000 teams", {"allowed_tenant_slugs": ["team-a"] * 100_000}, "allowed_tenant_slugs"),
+        (
             "1,000 GPU model names",
             {"whole_card_models": [f"m{i}" for i in range(1000)]},
             "whole_card_models",
