@@ -44,7 +44,9 @@ class TemplatePresetSerializer(serializers.ModelSerializer):
 class CodespaceTemplateSerializer(serializers.ModelSerializer):
     """A template with its presets. Operators write it (If-Match with the ETag on updates)."""
 
-    presets = TemplatePresetSerializer(many=True, required=False, max_length=MAX_PRESETS)
+    presets: serializers.ListSerializer = serializers.ListSerializer(
+        child=TemplatePresetSerializer(), required=False, max_length=MAX_PRESETS
+    )
     allowed_tenants: serializers.SlugRelatedField = serializers.SlugRelatedField(
         many=True, slug_field="slug", read_only=True, help_text="Empty = every tenant."
     )
