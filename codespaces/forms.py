@@ -7,11 +7,22 @@ from typing import Any, cast
 from django import forms
 
 from codespaces.choices import GpuMode
-from codespaces.models import MIB_PER_GIB, CodespaceTemplate, TemplatePreset
+from codespaces.models import (
+    MAX_HOME_VOLUME_GIB,
+    MAX_IDLE_MINUTES,
+    MAX_MEMORY_MIB,
+    MAX_PER_USER,
+    MAX_PRESETS,
+    MIB_PER_GIB,
+    CodespaceTemplate,
+    TemplatePreset,
+)
 from codespaces.services import TEMPLATE_FIELDS
+from portal.numbers import BIGINT_MAX
 from quotas.models import Quota
 
 CUSTOM = "custom"
+MAX_MEMORY_GIB = MAX_MEMORY_MIB // MIB_PER_GIB  # 64 TiB: far above any node, inside the MiB columns
 
 # Service field names → the form field that shows the error.
 SERVICE_FIELD_TO_FORM = {
@@ -81,6 +92,34 @@ class CodespaceCreateForm(forms.Form):
         }
 
 
+class SizePreviewForm(forms.Form):
+    """The picker's "check this custom size" body (JSON, in the page's units). The bounds only keep
+    the numbers finite and storable; the service checks the template's ranges and names the field."""
+
+    template = forms.CharField(max_length=63)
+    quota = forms.IntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
+    gpu_mode = forms.ChoiceField(choices=GpuMode.choices, required=False)
+    gpu_count = forms.IntegerField(required=False, min_value=0, max_value=64)
+    gpu_percent = forms.IntegerField(required=False, min_value=-1000, max_value=1000)
+    gpu_memory_gib = forms.IntegerField(required=False, min_value=-(10**6), max_value=10**6)
+    gpu_model = forms.CharField(required=False, max_length=63)
+    cpu_cores = forms.FloatField(required=False, min_value=0, max_value=10**4)
+    memory_gib = forms.IntegerField(required=False, min_value=0, max_value=MAX_MEMORY_GIB)
+
+    def size_fields(self) -> dict[str, Any]:
+        """The size in service units (`services.SizeRequest`)."""
+        data = self.cleaned_data
+        return {
+            "gpu_mode": data.get("gpu_mode") or GpuMode.SLICE,
+            "gpu_count": data.get("gpu_count") or 0,
+            "gpu_percent": data.get("gpu_percent") or 0,
+            "gpu_memory_gib": data.get("gpu_memory_gib") or 0,
+            "gpu_model": data.get("gpu_model") or "",
+            "cpu_milli": int((data.get("cpu_cores") or 0) * 1000),
+            "memory_mib": (data.get("memory_gib") or 0) * MIB_PER_GIB,
+        }
+
+
 # --- Templates (operators) -------------------------------------------------------------------------
 
 # Service field names → the template form's (the page speaks cores and GiB, the service milli and MiB).
@@ -92,9 +131,6 @@ TEMPLATE_FIELD_TO_FORM = {
     "allowed_tenant_slugs": "allowed_tenants",
     "presets": None,
 }
-
-
-MAX_MEMORY_GIB = 64 * 1024  # 64 TiB: far above any node, well inside the MiB columns' range
 
 
 def _cores(**kwargs: Any) -> forms.DecimalField:
@@ -116,7 +152,7 @@ class TemplateForm(forms.Form):
         required=False, widget=forms.Textarea(attrs={"rows": 2}), max_length=2000
     )
     home_volume_gib = forms.IntegerField(
-        min_value=1, max_value=1024 * 1024, initial=50, label="Home volume (GiB)"
+        min_value=1, max_value=MAX_HOME_VOLUME_GIB, initial=50, label="Home volume (GiB)"
     )
     allow_custom = forms.BooleanField(
         required=False, initial=True, label="Developers may pick their own size in the ranges"
@@ -126,6 +162,7 @@ class TemplateForm(forms.Form):
     )
     whole_card_models = forms.CharField(
         required=False,
+        max_length=2000,
         label="Never sliced",
         help_text="GPU models given only as whole cards, comma-separated, e.g. T4, L4",
     )
@@ -141,16 +178,19 @@ class TemplateForm(forms.Form):
         min_value=0, max_value=16, initial=2, label="Whole GPUs, max"
     )
     idle_window_minutes = forms.IntegerField(
-        min_value=1, initial=60, label="Idle warning after (minutes)"
+        min_value=1, max_value=MAX_IDLE_MINUTES, initial=60, label="Idle warning after (minutes)"
     )
     idle_grace_minutes = forms.IntegerField(
-        min_value=1, initial=15, label="Stopped after the warning (minutes)"
+        min_value=1,
+        max_value=MAX_IDLE_MINUTES,
+        initial=15,
+        label="Stopped after the warning (minutes)",
     )
     idle_threshold_percent = forms.IntegerField(
         min_value=0, max_value=100, initial=5, label="Idle below GPU utilization (%)"
     )
     max_per_user = forms.IntegerField(
-        min_value=1, max_value=1000, initial=3, label="Codespaces per developer, max"
+        min_value=1, max_value=MAX_PER_USER, initial=3, label="Codespaces per developer, max"
     )
     allowed_tenants = forms.MultipleChoiceField(
         required=False,
@@ -252,7 +292,9 @@ class PresetForm(forms.Form):
         }
 
 
-PresetFormSet = forms.formset_factory(PresetForm, extra=2, can_delete=True, max_num=30)
+PresetFormSet = forms.formset_factory(
+    PresetForm, extra=2, can_delete=True, max_num=MAX_PRESETS, validate_max=True
+)
 
 
 def preset_values(formset: forms.BaseFormSet) -> list[dict[str, Any]]:

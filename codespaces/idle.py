@@ -20,18 +20,20 @@ from codespaces import lifecycle, services
 from codespaces.choices import CodespaceState, EventKind
 from codespaces.models import Codespace
 from portal.errors import Conflict
+from portal.periodic import run_each
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class IdleReport:
-    """What one idle check did (codespace names)."""
+    """What one idle check did (codespace names), and the codespaces whose check raised (ids)."""
 
     checked: int = 0
     warned: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     cleared: list[str] = field(default_factory=list)
+    failed_ids: list[int] = field(default_factory=list)
 
 
 def _latest(*moments: datetime | None) -> datetime | None:
@@ -40,7 +42,9 @@ def _latest(*moments: datetime | None) -> datetime | None:
 
 
 def check_idle_codespaces(now: datetime | None = None) -> IdleReport:
-    """Warn, stop or clear every RUNNING codespace according to its template's idle policy."""
+    """Warn, stop or clear every RUNNING codespace according to its template's idle policy. Each
+    codespace is checked on its own (`portal.periodic.run_each`): one that raises is logged with its id
+    and listed in `failed_ids`, and the others are still checked."""
     from scheduling.telemetry import services as telemetry
 
     now = now or timezone.now()
@@ -49,29 +53,43 @@ def check_idle_codespaces(now: datetime | None = None) -> IdleReport:
         Codespace.objects.filter(state=CodespaceState.RUNNING)
         .exclude(workload__isnull=True)
         .select_related("template", "owner")
+        .order_by("pk")
     )
     workload_ids = [c.workload_id for c in running if c.workload_id is not None]
     activity = telemetry.last_activity(workload_ids) if workload_ids else {}
-    by_window: dict[int, list[Codespace]] = {}
+    by_window: dict[int, list[int]] = {}
     for codespace in running:
-        by_window.setdefault(codespace.template.idle_window_minutes, []).append(codespace)
-    for minutes, group in by_window.items():
-        since = now - timedelta(minutes=minutes)
-        ids = [c.workload_id for c in group if c.workload_id is not None]
-        utilization = telemetry.mean_gpu_utilization(ids, since)
-        for codespace in group:
-            report.checked += 1
-            try:
-                _check_one(
-                    codespace,
-                    now=now,
-                    since=since,
-                    utilization=utilization.get(codespace.workload_id),  # type: ignore[arg-type]
-                    telemetry_activity=activity.get(codespace.workload_id),  # type: ignore[arg-type]
-                    report=report,
-                )
-            except Conflict:
-                logger.info("codespace %s changed during the idle check; skipped", codespace.name)
+        if codespace.workload_id is not None:
+            by_window.setdefault(codespace.template.idle_window_minutes, []).append(
+                codespace.workload_id
+            )
+    windows: dict[int, tuple[datetime, dict[int, float | None]]] = {}
+
+    def window_of(minutes: int) -> tuple[datetime, dict[int, float | None]]:
+        """The window's start and its mean utilization per workload, once per window length (it
+        raises for a window no datetime can hold; then only that window's codespaces fail)."""
+        if minutes not in windows:
+            since = now - timedelta(minutes=minutes)
+            windows[minutes] = (since, telemetry.mean_gpu_utilization(by_window[minutes], since))
+        return windows[minutes]
+
+    def check(codespace: Codespace) -> None:
+        report.checked += 1
+        since, utilization = window_of(codespace.template.idle_window_minutes)
+        try:
+            _check_one(
+                codespace,
+                now=now,
+                since=since,
+                utilization=utilization.get(codespace.workload_id),  # type: ignore[arg-type]
+                telemetry_activity=activity.get(codespace.workload_id),  # type: ignore[arg-type]
+                report=report,
+            )
+        except Conflict:
+            logger.info("codespace %s changed during the idle check; skipped", codespace.name)
+
+    failures = run_each(running, check, task="idle-stop", kind="codespace")
+    report.failed_ids = failures.failed_ids
     return report
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -20,8 +21,34 @@ from codespaces.choices import (
 )
 from portal.models import Tenant, dns_label_validator
 from quotas.models import Quota
+from scheduling.limits import MAX_GPU_MODEL_LENGTH
 
 MIB_PER_GIB = display.MIB_PER_GIB
+
+# Bounds of what operators may set on a template (form, API and model; the idle ones also in the
+# database). A larger idle window is no policy: 9,999,999,999 minutes made every idle check overflow.
+MAX_IDLE_MINUTES = 30 * 24 * 60
+MAX_HOME_VOLUME_GIB = 1024 * 1024
+MAX_CPU_MILLI = 10**7
+MAX_MEMORY_MIB = 64 * 1024 * 1024  # 64 TiB
+MAX_PER_USER = 1000
+MAX_WHOLE_CARD_MODELS = 32
+MAX_PRESETS = 30
+MAX_ALLOWED_TENANTS = 1000
+
+
+def validate_gpu_model_names(value: object) -> None:
+    """At most MAX_WHOLE_CARD_MODELS GPU model names, each a string of at most MAX_GPU_MODEL_LENGTH."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValidationError('A list of GPU model names, e.g. ["T4"].')
+    if len(value) > MAX_WHOLE_CARD_MODELS:
+        raise ValidationError(f"At most {MAX_WHOLE_CARD_MODELS} GPU models (got {len(value)}).")
+    long = [v for v in value if len(v) > MAX_GPU_MODEL_LENGTH]
+    if long:
+        raise ValidationError(
+            f"A GPU model name has at most {MAX_GPU_MODEL_LENGTH} characters "
+            f"(one has {len(long[0])})."
+        )
 
 
 class CodespaceTemplate(models.Model):
@@ -36,33 +63,50 @@ class CodespaceTemplate(models.Model):
     display_name = models.CharField(max_length=120)
     image = models.CharField(max_length=255)
     description = models.TextField(blank=True)
-    home_volume_gib = models.PositiveIntegerField(default=50, validators=[MinValueValidator(1)])
+    home_volume_gib = models.PositiveIntegerField(
+        default=50, validators=[MinValueValidator(1), MaxValueValidator(MAX_HOME_VOLUME_GIB)]
+    )
     allow_custom = models.BooleanField(
         default=True, help_text="Users may pick their own size within the ranges below."
     )
     allow_slices = models.BooleanField(default=True)
     whole_card_models = models.JSONField(
-        default=list, blank=True, help_text='GPU models that cannot be sliced, e.g. ["T4"]'
+        default=list,
+        blank=True,
+        validators=[validate_gpu_model_names],
+        help_text='GPU models that cannot be sliced, e.g. ["T4"]',
     )
-    min_cpu_milli = models.PositiveIntegerField(default=500)
-    max_cpu_milli = models.PositiveIntegerField(default=16000)
-    min_memory_mib = models.PositiveIntegerField(default=1024)
-    max_memory_mib = models.PositiveIntegerField(default=131072)
-    max_gpu_count = models.PositiveSmallIntegerField(default=2)
+    min_cpu_milli = models.PositiveIntegerField(
+        default=500, validators=[MaxValueValidator(MAX_CPU_MILLI)]
+    )
+    max_cpu_milli = models.PositiveIntegerField(
+        default=16000, validators=[MaxValueValidator(MAX_CPU_MILLI)]
+    )
+    min_memory_mib = models.PositiveIntegerField(
+        default=1024, validators=[MaxValueValidator(MAX_MEMORY_MIB)]
+    )
+    max_memory_mib = models.PositiveIntegerField(
+        default=131072, validators=[MaxValueValidator(MAX_MEMORY_MIB)]
+    )
+    max_gpu_count = models.PositiveSmallIntegerField(default=2, validators=[MaxValueValidator(16)])
     idle_window_minutes = models.PositiveIntegerField(
-        default=60, validators=[MinValueValidator(1)], help_text="Idle this long → warned."
+        default=60,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_IDLE_MINUTES)],
+        help_text="Idle this long → warned (at most 30 days).",
     )
     idle_grace_minutes = models.PositiveIntegerField(
         default=15,
-        validators=[MinValueValidator(1)],
-        help_text="After the warning, still idle this long → stopped.",
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_IDLE_MINUTES)],
+        help_text="After the warning, still idle this long → stopped (at most 30 days).",
     )
     idle_threshold_percent = models.PositiveSmallIntegerField(
         default=5,
         validators=[MaxValueValidator(100)],
         help_text="Mean GPU utilization below this counts as idle.",
     )
-    max_per_user = models.PositiveSmallIntegerField(default=3, validators=[MinValueValidator(1)])
+    max_per_user = models.PositiveSmallIntegerField(
+        default=3, validators=[MinValueValidator(1), MaxValueValidator(MAX_PER_USER)]
+    )
     allowed_tenants = models.ManyToManyField(
         Tenant, blank=True, related_name="codespace_templates", help_text="Empty = every tenant."
     )
@@ -73,6 +117,16 @@ class CodespaceTemplate(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(idle_window_minutes__gte=1, idle_window_minutes__lte=MAX_IDLE_MINUTES),
+                name="template_idle_window_1_minute_to_30_days",
+            ),
+            models.CheckConstraint(
+                condition=Q(idle_grace_minutes__gte=1, idle_grace_minutes__lte=MAX_IDLE_MINUTES),
+                name="template_idle_grace_1_minute_to_30_days",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.display_name or self.name

@@ -47,6 +47,7 @@ from portal.db import (
 from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
+from portal.periodic import ItemFailures, run_each
 from portal.scoping import is_operator, tenant_ids_for
 from quotas import usage
 from quotas.models import Quota
@@ -744,34 +745,43 @@ def placement_summary(workload_id: int) -> dict[str, str]:
     }
 
 
-def sync_from_workloads(workload_ids: list[int] | tuple[int, ...]) -> int:
+def sync_from_workloads(
+    workload_ids: list[int] | tuple[int, ...], *, failures: ItemFailures | None = None
+) -> int:
     """Map the state of each codespace's current workload onto the codespace (observer callback).
 
     PENDING → QUEUED with pending reason and queue position; PLACED → PLACED → STARTING; RUNNING →
     RUNNING; FAILED → FAILED with the reason; RELEASED/SUCCEEDED while the codespace was active (a
     reclaim) → STOPPED with a notice, home kept. Returns how many codespaces changed.
+    Each codespace is synced on its own (`portal.periodic.run_each`): one that raises is logged with its
+    id and counted in `failures`, and the others are still synced.
     """
     changed = 0
     codespaces = Codespace.objects.filter(workload_id__in=list(workload_ids)).select_related(
         "workload", "template", "owner", "tenant"
     )
-    for codespace in codespaces:
+
+    def sync(codespace: Codespace) -> None:
+        nonlocal changed
         try:
             changed += int(_sync_one(codespace))
         except Conflict:
             # Someone else moved it first (user stop, idle task); their transition wins.
             logger.info("codespace %s changed while syncing; skipped", codespace.pk)
+
+    run_each(codespaces, sync, task="codespace-sync", kind="codespace", failures=failures)
     return changed
 
 
-def reconcile_codespaces() -> int:
-    """Follow the workload of every active codespace (the observer's safety net, run on beat)."""
+def reconcile_codespaces(failures: ItemFailures | None = None) -> int:
+    """Follow the workload of every active codespace (the observer's safety net, run on beat).
+    Returns how many changed; codespaces whose sync raised are counted in `failures`."""
     ids = list(
         Codespace.objects.filter(state__in=(S.QUEUED, S.PLACED, S.STARTING, S.RUNNING))
         .exclude(workload__isnull=True)
         .values_list("workload_id", flat=True)
     )
-    return sync_from_workloads(ids)
+    return sync_from_workloads(ids, failures=failures)
 
 
 def _sync_one(codespace: Codespace) -> bool:

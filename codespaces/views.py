@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -19,11 +18,13 @@ from django.views.decorators.http import require_GET, require_POST
 from codespaces import services
 from codespaces.access import can_manage, codespace_for
 from codespaces.choices import CodespaceState
-from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm
+from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm, SizePreviewForm
 from codespaces.models import Codespace, CodespaceTemplate
 from codespaces.utilization import utilization_series
+from portal.api.parsers import load_json_object
 from portal.errors import DomainError
 from portal.forms import show_domain_error
+from portal.numbers import parse_int
 from portal.scoping import admin_tenant_ids_for, current_user, is_operator, require_operator
 
 
@@ -152,23 +153,16 @@ def preview_json(request: HttpRequest) -> JsonResponse:
     """The picker's "check this custom size" call: validation errors or the scheduler's preview."""
     tenant = _active_tenant(request)
     try:
-        payload = json.loads(request.body or b"{}")
-        template = services._resolve_template(payload.get("template"), tenant)
-        quota = services._resolve_quota(payload.get("quota"), tenant, payload.get("gpu_model", ""))
-        size = services.SizeRequest(
-            gpu_mode=str(payload.get("gpu_mode") or "slice"),
-            gpu_count=int(payload.get("gpu_count") or 0),
-            gpu_percent=int(payload.get("gpu_percent") or 0),
-            gpu_memory_gib=int(payload.get("gpu_memory_gib") or 0),
-            gpu_model=str(payload.get("gpu_model") or ""),
-            cpu_milli=int(float(payload.get("cpu_cores") or 0) * 1000),
-            memory_mib=int(payload.get("memory_gib") or 0) * 1024,
-        )
+        form = SizePreviewForm(load_json_object(request.body))
+        if not form.is_valid():
+            fields = {name: list(errors) for name, errors in form.errors.items()}
+            message = "; ".join(f"{name}: {errors[0]}" for name, errors in fields.items())
+            return JsonResponse({"valid": False, "message": message, "fields": fields}, status=400)
+        data = form.cleaned_data
+        template = services._resolve_template(data["template"], tenant)
+        quota = services._resolve_quota(data["quota"], tenant, data["gpu_model"])
+        size = services.SizeRequest(**form.size_fields())
         resources = services.validate_size(template, quota, size)
-    except (ValueError, TypeError):
-        return JsonResponse(
-            {"valid": False, "message": "Numbers only, please.", "fields": {}}, status=400
-        )
     except DomainError as exc:
         fields = {SERVICE_FIELD_TO_FORM.get(k, k) or k: v for k, v in exc.fields.items()}
         return JsonResponse({"valid": False, "message": exc.message, "fields": fields}, status=400)
@@ -260,10 +254,16 @@ def status_json(request: HttpRequest) -> JsonResponse:
     """Polled by the list and detail pages: state, location and a 60-minute utilization series for the
     codespaces named in `?ids=1,2,3` (only those the user may see)."""
     user = current_user(request)
-    try:
-        ids = [int(i) for i in request.GET.get("ids", "").split(",") if i.strip()][:100]
-    except ValueError:
-        return JsonResponse({"error": "ids must be numbers"}, status=400)
+    parsed = [parse_int(i, minimum=1) for i in request.GET.get("ids", "").split(",") if i.strip()]
+    if None in parsed:
+        return JsonResponse(
+            {
+                "error": "ids must be numbers (comma-separated codespace ids)",
+                "fields": {"ids": ["Comma-separated codespace ids, each a number."]},
+            },
+            status=400,
+        )
+    ids = [i for i in parsed if i is not None][:100]
     rows = services.scoped_codespaces(user).filter(pk__in=ids)
     since = timezone.now() - timedelta(minutes=60)
     series = utilization_series([c.workload_id for c in rows if c.workload_id], since)

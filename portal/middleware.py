@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from portal.api.errors import error_body
 from portal.scoping import tenants_for
 
 SESSION_KEY = "active_tenant_id"
@@ -32,4 +33,23 @@ class ActiveTenantMiddleware:
             if tenant is None:
                 tenant = tenants.order_by("slug").first()
             request.active_tenant = tenant  # type: ignore[attr-defined]
+        return self.get_response(request)
+
+
+class RefuseNulInQueryMiddleware:
+    """A NUL character in a query-string parameter (name or value) is a 400 naming the parameter, on
+    every page and endpoint: PostgreSQL refuses NUL in a query parameter, so it would be a 500 at the
+    first lookup (`?tenant=a%00b`) or an anonymous error. The body is the API's error body."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        for name, values in request.GET.lists():
+            if "\x00" in name or any("\x00" in value for value in values):
+                shown = name.replace("\x00", "\\x00")
+                message = "The value contains a NUL character."
+                return JsonResponse(
+                    error_body("invalid", f"{shown}: {message}", {shown: [message]}), status=400
+                )
         return self.get_response(request)

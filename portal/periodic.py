@@ -1,22 +1,79 @@
-"""Periodic tasks run at most once per period, whatever beat does.
+"""What every periodic task needs: it survives one bad row, and it runs at most once per period.
 
-Beat keeps its schedule in a local file: a beat killed and restarted (or two beats during a rolling
-deploy) re-sends the crontab entries of the current period, and a broker may deliver a message twice.
-A task whose work must happen once per period claims the period in the transaction that does the work
-(`claim_period`): the first run inserts the claim and works, every later run of the same period finds
-the claim (on PostgreSQL its INSERT waits for a run still in progress) and skips. A run that fails rolls
-its claim back with its work, so the retry or the redelivered message still does it.
+**One bad row never stops a periodic task** (docs/adr/0004): `run_each` runs a per-item function over
+rows, each in its own transaction (a savepoint inside a caller's), logs a failure with the row's id and
+goes on; the task returns the counts (`ItemFailures.as_dict()`), so operators see them in the task
+result and the log. Used by every beat task that loops over rows (idle auto-stop, codespace and gang
+reconcilers, telemetry ingestion). A failure is logged at ERROR with the traceback under the
+`tessera.periodic` logger, naming the task and the row: `idle-stop: codespace 17 failed: ...`.
+
+**At most once per period.** Beat keeps its schedule in a local file: a beat killed and restarted (or
+two beats during a rolling deploy) re-sends the crontab entries of the current period, and a broker may
+deliver a message twice. A task whose work must happen once per period claims the period in the
+transaction that does the work (`claim_period`): the first run inserts the claim and works, every later
+run of the same period finds the claim (on PostgreSQL its INSERT waits for a run still in progress) and
+skips. A run that fails rolls its claim back with its work, so the retry or the redelivered message
+still does it.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 from django.db import IntegrityError, transaction
 
 from portal.models import PeriodClaim
+from portal.transactions import run_in_transaction
 
+logger = logging.getLogger("tessera.periodic")
+
+T = TypeVar("T")
 CLAIM_RETENTION = timedelta(days=2)
+
+
+@dataclass
+class ItemFailures:
+    """How a `run_each` pass went: items done and the ids of the ones that raised."""
+
+    done: int = 0
+    failed_ids: list[Any] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return len(self.failed_ids)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"done": self.done, "failed": self.failed, "failed_ids": list(self.failed_ids)}
+
+
+def run_each(
+    items: Iterable[T],
+    work: Callable[[T], object],
+    *,
+    task: str,
+    kind: str,
+    key: Callable[[T], Any] = lambda item: getattr(item, "pk", item),
+    failures: ItemFailures | None = None,
+) -> ItemFailures:
+    """Call `work(item)` for every item, each in its own transaction (a savepoint inside a caller's:
+    a database error rolls back that item only and leaves the connection usable; a lost lock race is
+    retried, portal.transactions); an exception is logged with `kind` and `key(item)` and
+    counted, and the next item runs. Returns `failures` (a new one if None) with the counts."""
+    report = failures if failures is not None else ItemFailures()
+    for item in items:
+        try:
+            run_in_transaction(functools.partial(work, item), name=f"{task}: {kind} {key(item)}")
+        except Exception:
+            logger.exception("%s: %s %s failed", task, kind, key(item))
+            report.failed_ids.append(key(item))
+        else:
+            report.done += 1
+    return report
 
 
 def period_start(now: datetime, seconds: int) -> datetime:

@@ -68,6 +68,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # A NUL in the query string is a 400 naming the parameter (PostgreSQL refuses NUL).
+    "portal.middleware.RefuseNulInQueryMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -252,6 +254,9 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 TESSERA_API_RATE_PER_TOKEN = env_int("TESSERA_API_RATE_PER_TOKEN", 600, minimum=1)
+# A request body larger than this is refused (413 in the API) before it is parsed: the largest job
+# within the per-field bounds is far below 1 MiB.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("TESSERA_MAX_REQUEST_BODY_BYTES", 1024 * 1024, minimum=1024)
 TESSERA_API_RATE_PER_TENANT = env_int("TESSERA_API_RATE_PER_TENANT", 3000, minimum=1)
 TESSERA_API_RATE_WINDOW_SECONDS = env_int("TESSERA_API_RATE_WINDOW_SECONDS", 60, minimum=1)
 TESSERA_IDEMPOTENCY_TTL_HOURS = env_int("TESSERA_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)

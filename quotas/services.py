@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from portal.api.concurrency import version_conflict
 from portal.errors import Conflict, InvalidInput
+from portal.labels import node_label_errors
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
 from portal.transactions import retry_transaction
@@ -462,7 +463,11 @@ def _clean_selector(value: Any) -> dict[str, str]:
                 ]
             },
         )
-    return {str(k): str(v) for k, v in value.items()}
+    selector = {str(k): str(v) for k, v in value.items()}
+    errors = node_label_errors(selector)
+    if errors:
+        raise InvalidInput(f"node_selector: {errors[0]}", fields={"node_selector": errors})
+    return selector
 
 
 def _check_selector_is_disjoint(selector: dict[str, str], group_pk: int | None = None) -> None:

@@ -8,6 +8,7 @@ from django import forms
 
 from portal.errors import DomainError
 from quotas.models import Quota
+from scheduling.limits import MAX_REASON_LENGTH
 
 
 class JobForm(forms.Form):
@@ -51,7 +52,7 @@ class JobForm(forms.Form):
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(
-        max_length=500,
+        max_length=MAX_REASON_LENGTH,
         required=False,
         widget=forms.TextInput(attrs={"placeholder": "reason shown to users (optional)"}),
     )

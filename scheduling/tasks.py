@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import shared_task
 
+from portal.periodic import ItemFailures
 from quotas.models import QuotaGroup
 from scheduling.backends.base import BackendError
 from scheduling.backends.registry import get_backend
@@ -120,12 +121,16 @@ def sync_status_task(self: Any) -> dict[str, int]:
 
 
 @shared_task
-def reconcile_task() -> dict[str, int]:
-    """Beat: time out gangs past their deadline and fix drift between workload states and placements."""
-    timed_out = expire_gangs()
+def reconcile_task() -> dict[str, Any]:
+    """Beat: time out gangs past their deadline and fix drift between workload states and placements.
+    A gang whose timeout raises is logged and counted (`gangs_failed`); the others still time out."""
+    failures = ItemFailures()
+    timed_out = expire_gangs(failures=failures)
     drift = reconcile.reconcile_placements()
     return {
         "gangs_timed_out": len(timed_out),
+        "gangs_failed": failures.failed,
+        "gangs_failed_ids": failures.failed_ids,
         "requeued": len(drift.active_without_placement),
         "closed_placements": len(drift.placements_of_inactive),
     }

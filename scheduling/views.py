@@ -92,7 +92,11 @@ def node_action(request: HttpRequest, node_id: int, action: str) -> HttpResponse
     _require_operator(request)
     node = get_object_or_404(Node, pk=node_id)
     form = ReasonForm(request.POST)
-    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    if not form.is_valid():
+        for name, errors in form.errors.items():
+            messages.error(request, f"{name}: {errors[0]} Nothing was done.")
+        return redirect("scheduling:node", node_id=node.pk)
+    reason = form.cleaned_data["reason"]
     if action == "cordon":
         services.cordon_node(node.pk)
         messages.success(request, f"Node {node.name} cordoned: it takes no new work.")

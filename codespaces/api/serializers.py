@@ -13,7 +13,14 @@ from rest_framework import serializers
 
 from codespaces import display
 from codespaces.choices import CodespaceState, GpuMode
-from codespaces.models import Codespace, CodespaceEvent, CodespaceTemplate, TemplatePreset
+from codespaces.models import (
+    MAX_ALLOWED_TENANTS,
+    MAX_PRESETS,
+    Codespace,
+    CodespaceEvent,
+    CodespaceTemplate,
+    TemplatePreset,
+)
 from portal.api.serializers import InputSerializer
 
 
@@ -37,12 +44,17 @@ class TemplatePresetSerializer(serializers.ModelSerializer):
 class CodespaceTemplateSerializer(serializers.ModelSerializer):
     """A template with its presets. Operators write it (If-Match with the ETag on updates)."""
 
-    presets = TemplatePresetSerializer(many=True, required=False)
+    presets: serializers.ListSerializer = serializers.ListSerializer(
+        child=TemplatePresetSerializer(), required=False, max_length=MAX_PRESETS
+    )
     allowed_tenants: serializers.SlugRelatedField = serializers.SlugRelatedField(
         many=True, slug_field="slug", read_only=True, help_text="Empty = every tenant."
     )
     allowed_tenant_slugs = serializers.ListField(
-        child=serializers.SlugField(), write_only=True, required=False
+        child=serializers.SlugField(max_length=63),
+        write_only=True,
+        required=False,
+        max_length=MAX_ALLOWED_TENANTS,
     )
 
     class Meta:
@@ -75,11 +87,6 @@ class CodespaceTemplateSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = ["id", "version", "created_at", "updated_at"]
-
-    def validate_whole_card_models(self, value: Any) -> list[str]:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise serializers.ValidationError('A list of GPU model names, e.g. ["T4"].')
-        return value
 
 
 class CodespaceEventSerializer(serializers.ModelSerializer):

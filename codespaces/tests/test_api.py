@@ -357,3 +357,44 @@ def test_list_query_count_does_not_grow_with_rows(
         CodespaceFactory(owner=bob, tenant=team_a, quota=quota_a, template=template)
     with django_assert_max_num_queries(len(one.captured_queries)):
         assert len(api.get("/api/v1/codespaces/").json()["results"]) == 6
+
+
+@pytest.mark.parametrize(
+    ("_case", "changes", "field"),
+    [
+        (
+            "idle window beyond 30 days",
+            {"idle_window_minutes": 9_999_999_999},
+            "idle_window_minutes",
+        ),
+        ("idle grace beyond 30 days", {"idle_grace_minutes": 43_201}, "idle_grace_minutes"),
+        ("home volume beyond 1 PiB", {"home_volume_gib": 2**31 - 1}, "home_volume_gib"),
+        ("per-user limit beyond 1000", {"max_per_user": 30_000}, "max_per_user"),
+        ("CPU beyond 10,000 cores", {"max_cpu_milli": 2**31 - 1}, "max_cpu_milli"),
+        (
+            "a GPU model name of 10,000 characters",
+            {"whole_card_models": ["T" * 10_000]},
+            "whole_card_models",
+        ),
+        (
+            "31 presets",
+            {"presets": [{"name": f"p{i}", "label": "P", "gpu_mode": "none"} for i in range(31)]},
+            "presets",
+        ),
+        ("100,000 teams", {"allowed_tenant_slugs": ["team-a"] * 100_000}, "allowed_tenant_slugs"),
+        (
+            "1,000 GPU model names",
+            {"whole_card_models": [f"m{i}" for i in range(1000)]},
+            "whole_card_models",
+        ),
+    ],
+)
+def test_a_template_out_of_bounds_is_refused_by_the_api(
+    _case: str, changes: dict[str, Any], field: str, operator: Any, api_as: Any
+) -> None:
+    # issue 9/12: every number and string of a template has a bound
+    body = {"name": "bounded", "display_name": "B", "image": "r:4", **changes}
+    response = api_as(operator).post("/api/v1/templates/", body, format="json")
+    assert response.status_code == 400, response.json()
+    assert list(response.json()["error"]["fields"]) == [field]
+    assert not CodespaceTemplate.objects.filter(name="bounded").exists()

@@ -147,3 +147,56 @@ def test_no_samples_never_stops(running: Any) -> None:
     assert at(traveller, 200) == idle.IdleReport(checked=1)
     codespace.refresh_from_db()
     assert (codespace.state, codespace.idle_warned_at) == (S.RUNNING, None)
+
+
+def test_a_codespace_that_raises_does_not_stop_the_others(
+    running: Any,
+    bob: Any,
+    team_a: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: Any,
+    caplog: Any,
+) -> None:
+    # issue 9: one bad row (an OverflowError) made every codespace after it skip its idle check
+    codespace, traveller = running
+    other = create(bob, team_a, "bob-two", django_capture_on_commit_callbacks)
+    ingest(traveller, 0, 61, percent=1.0)
+    original = idle._check_one
+    first: list[str] = []
+
+    def flaky(candidate: Codespace, **kwargs: Any) -> None:
+        if not first:  # whichever comes first raises
+            first.append(candidate.name)
+            raise OverflowError("date value out of range")
+        original(candidate, **kwargs)
+
+    monkeypatch.setattr(idle, "_check_one", flaky)
+    with caplog.at_level("ERROR", logger="tessera.periodic"):
+        report = at(traveller, 61)
+    [bad] = first
+    good = ({"bob-dev", "bob-two"} - {bad}).pop()
+    bad_pk = codespace.pk if bad == "bob-dev" else other.pk
+    assert (report.checked, report.warned, report.failed_ids) == (2, [good], [bad_pk])
+    assert [r.getMessage() for r in caplog.records] == [f"idle-stop: codespace {bad_pk} failed"]
+    assert Codespace.objects.get(name=bad).idle_warned_at is None
+
+
+def test_the_idle_task_reports_failures(running: Any, monkeypatch: Any) -> None:
+    from codespaces.tasks import check_idle_codespaces_task
+
+    codespace, traveller = running
+    ingest(traveller, 0, 61, percent=1.0)
+
+    def broken(candidate: Codespace, **kwargs: Any) -> None:
+        raise ValueError("bad row")
+
+    monkeypatch.setattr(idle, "_check_one", broken)
+    traveller.move_to(T0 + timedelta(minutes=61))
+    assert check_idle_codespaces_task() == {
+        "checked": 1,
+        "warned": [],
+        "stopped": [],
+        "cleared": [],
+        "failed": 1,
+        "failed_ids": [codespace.pk],
+    }

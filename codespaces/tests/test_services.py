@@ -473,3 +473,20 @@ def test_whole_card_codespace_is_charged_its_cards_memory(
     assert (used.gpu_milli, used.gpu_memory_mib) == (1000, 16 * 1024)
     assert (h100.starts_now, h100.code) == (False, "quota_max")
     assert "GPU memory" in h100.reason
+
+
+@pytest.mark.parametrize("field", ["idle_window_minutes", "idle_grace_minutes"])
+def test_the_model_and_the_database_refuse_an_absurd_idle_window(field: str, template: Any) -> None:
+    # issue 9: a window of 9,999,999,999 minutes disabled idle auto-stop for everyone
+    from django.core.exceptions import ValidationError
+    from django.db import IntegrityError, transaction
+
+    from codespaces.models import CodespaceTemplate
+
+    setattr(template, field, 9_999_999_999)
+    with pytest.raises(ValidationError) as refused:
+        template.full_clean()
+    assert list(refused.value.message_dict) == [field]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        CodespaceTemplate.objects.filter(pk=template.pk).update(**{field: 43_201})
+    assert getattr(CodespaceTemplate.objects.get(pk=template.pk), field) <= 43_200

@@ -22,9 +22,40 @@ def test_reconcile_task_follows_a_missed_notification(
     # given the codespace lost track (as if an observer call was lost) ...
     Codespace.objects.filter(pk=codespace.pk).update(state=S.STARTING)
     # ... the reconciler on beat brings it back in line with its workload
-    assert reconcile_codespaces_task.delay().get() == 1
+    assert reconcile_codespaces_task.delay().get() == {"changed": 1, "failed": 0, "failed_ids": []}
     assert Codespace.objects.get(pk=codespace.pk).state == S.RUNNING
-    assert reconcile_codespaces_task.delay().get() == 0
+    assert reconcile_codespaces_task.delay().get() == {"changed": 0, "failed": 0, "failed_ids": []}
+
+
+def test_reconcile_task_syncs_the_others_when_one_codespace_raises(
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: Any,
+) -> None:
+    # issue 9: one bad row must not stop a periodic task
+    from codespaces import services
+
+    first = create(bob, team_a, "bob-one", django_capture_on_commit_callbacks)
+    second = create(bob, team_a, "bob-two", django_capture_on_commit_callbacks)
+    Codespace.objects.filter(pk__in=[first.pk, second.pk]).update(state=S.STARTING)
+    original = services._sync_one
+
+    def flaky(codespace: Codespace) -> bool:
+        if codespace.pk == first.pk:
+            raise KeyError("unexpected workload state")
+        return original(codespace)
+
+    monkeypatch.setattr(services, "_sync_one", flaky)
+    assert reconcile_codespaces_task.delay().get() == {
+        "changed": 1,
+        "failed": 1,
+        "failed_ids": [first.pk],
+    }
+    states = dict(Codespace.objects.values_list("name", "state"))
+    assert states == {"bob-one": S.STARTING, "bob-two": S.RUNNING}
 
 
 def test_idle_task_reports_what_it_did(
@@ -33,4 +64,11 @@ def test_idle_task_reports_what_it_did(
     create(bob, team_a, "bob-dev", django_capture_on_commit_callbacks)
     result = check_idle_codespaces_task.delay().get()
     # just started: nothing idle yet
-    assert result == {"checked": 1, "warned": [], "stopped": [], "cleared": []}
+    assert result == {
+        "checked": 1,
+        "warned": [],
+        "stopped": [],
+        "cleared": [],
+        "failed": 0,
+        "failed_ids": [],
+    }

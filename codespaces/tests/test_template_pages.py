@@ -135,6 +135,9 @@ def test_an_operator_creates_a_template_with_presets_and_teams(
         ({"min_memory_gib": 65}, (), "min_memory_gib", "memory minimum is above the maximum"),
         ({"name": "Not A Slug"}, (), "name", "Enter a valid"),
         ({"idle_threshold_percent": 101}, (), "idle_threshold_percent", "less than or equal"),
+        # issue 9: this window made the idle task raise OverflowError every minute
+        ({"idle_window_minutes": 9_999_999_999}, (), "idle_window_minutes", "less than or equal"),
+        ({"idle_grace_minutes": 43_201}, (), "idle_grace_minutes", "less than or equal to 43200"),
         ({}, ({**QUARTER, "gpu_percent": 0},), None, "compute must be 1-100%"),
         ({}, (QUARTER, {**WHOLE, "name": "quarter-h100"}), None, "is used twice"),
         ({}, ({**WHOLE, "gpu_count": 0},), None, "count of at least 1"),

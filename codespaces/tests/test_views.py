@@ -230,6 +230,65 @@ def test_preview_json_validates_and_answers(bob: Any, quota_a: Any, template: An
     assert Workload.objects.count() == 0
 
 
+PREVIEW_BODY = {
+    "template": "pytorch",
+    "gpu_mode": "slice",
+    "gpu_percent": 25,
+    "gpu_memory_gib": 20,
+    "gpu_model": "H100",
+    "cpu_cores": 4,
+    "memory_gib": 16,
+}
+
+
+@pytest.mark.parametrize(
+    ("_case", "raw", "field"),
+    [
+        ("a list", "[]", "non_field_errors"),
+        ("a string", '"x"', "non_field_errors"),
+        ("null", "null", "non_field_errors"),
+        ("not JSON", "{", "non_field_errors"),
+        ("cpu_cores inf", {"cpu_cores": "inf"}, "cpu_cores"),
+        ("cpu_cores 1e400", '{"template": "pytorch", "cpu_cores": 1e400}', "cpu_cores"),
+        ("cpu_cores NaN", '{"template": "pytorch", "cpu_cores": NaN}', "non_field_errors"),
+        ("gpu_count a huge int", {"gpu_count": 10**30}, "gpu_count"),
+        ("memory_gib a list", {"memory_gib": [1]}, "memory_gib"),
+        ("quota a huge int", {"quota": "99999999999999999999999"}, "quota"),
+        ("template with NUL", {"template": "py\x00torch"}, "template"),
+        ("gpu_model 10,000 characters", {"gpu_model": "H" * 10_000}, "gpu_model"),
+    ],
+)
+def test_preview_json_answers_bad_input_with_a_400_naming_the_field(
+    _case: str, raw: Any, field: str, bob: Any, quota_a: Any, template: Any
+) -> None:
+    # issue 11: these bodies were 500s (AttributeError, OverflowError, a NUL in a query)
+    import json
+
+    body = raw if isinstance(raw, str) else json.dumps({**PREVIEW_BODY, **raw})
+    response = client_for(bob).post(
+        reverse("codespaces:preview-json"), body, content_type="application/json"
+    )
+    assert response.status_code == 400
+    answer = response.json()
+    assert answer["valid"] is False
+    assert list(answer["fields"]) == [field]
+    assert Workload.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("_case", "ids"),
+    [("beyond a 64-bit integer", "99999999999999999999999"), ("not a number", "1,x")],
+)
+def test_status_json_refuses_ids_it_cannot_look_up(_case: str, ids: str, bob: Any) -> None:
+    # issue 11: an id beyond the database's integer range was an OverflowError (500)
+    response = client_for(bob).get(reverse("codespaces:status-json") + f"?ids={ids}")
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "ids must be numbers (comma-separated codespace ids)",
+        "fields": {"ids": ["Comma-separated codespace ids, each a number."]},
+    }
+
+
 def test_team_tab_only_for_admins(bob: Any, alice: Any, quota_a: Any) -> None:
     team_link = f'href="{reverse("codespaces:team")}"'
     assert team_link not in client_for(bob).get(reverse("codespaces:list")).content.decode()

@@ -41,7 +41,8 @@ ERROR_SCHEMA: dict[str, Any] = {
     "required": ["error"],
 }
 _DESCRIPTIONS = {
-    "400": "Invalid input (`invalid`), with `fields`.",
+    "400": "Invalid input (`invalid`), or a body no field can store (`parse_error`), with `fields`.",
+    "413": "`request_too_large`: the body is over DATA_UPLOAD_MAX_MEMORY_SIZE bytes.",
     "401": "Missing, invalid, expired or revoked credentials.",
     "403": "Authenticated but not allowed (e.g. an operator-only action).",
     "404": "No such object, or it belongs to another tenant.",
@@ -55,9 +56,9 @@ _DESCRIPTIONS = {
 }
 _COMMON = ("400", "401", "403", "404", "429")
 _BY_METHOD = {
-    "post": ("409", "422", "503"),
-    "put": ("409", "412", "428", "503"),
-    "patch": ("409", "412", "428", "503"),
+    "post": ("409", "413", "422", "503"),
+    "put": ("409", "412", "413", "428", "503"),
+    "patch": ("409", "412", "413", "428", "503"),
     "delete": ("409", "412", "503"),
 }
 

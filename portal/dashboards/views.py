@@ -21,6 +21,7 @@ from django.utils import timezone
 from portal import charts
 from portal.errors import DomainError
 from portal.models import Tenant
+from portal.numbers import parse_int
 from portal.scoping import current_user, is_operator, tenants_for
 from quotas.models import QuotaGroup
 from scheduling.telemetry import fragmentation as frag
@@ -343,14 +344,24 @@ def _savings(win: series.Window) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- chargeback
-def _chargeback_rows(request: HttpRequest) -> list[series.ChargebackRow]:
+def _chargeback_tenants(request: HttpRequest) -> list[Tenant] | None:
+    """The tenants a chargeback covers: the one named by ?tenant=slug among those the user may see
+    (404 otherwise), else all of the user's (None: every tenant, for operators)."""
     user = current_user(request)
-    raw = request.GET.get("months") or "3"
-    try:
-        months = int(raw)
-    except ValueError:
+    slug = request.GET.get("tenant")
+    if slug:
+        tenant = tenants_for(user).filter(slug=slug).first()
+        if tenant is None:
+            raise Http404("Not found.")
+        return [tenant]
+    return None if is_operator(user) else list(tenants_for(user))
+
+
+def _chargeback_rows(request: HttpRequest) -> list[series.ChargebackRow]:
+    months = parse_int(request.GET.get("months") or "3", minimum=-1, maximum=10**6)
+    if months is None:
         months = -1
-    tenants = None if is_operator(user) else list(tenants_for(user))
+    tenants = _chargeback_tenants(request)
     now = timezone.now()
     scope = None if tenants is None else sorted(t.pk for t in tenants)
     parts = ("chargeback", months, scope, now.strftime("%Y-%m"), _data_version())
@@ -365,6 +376,7 @@ def chargeback(request: HttpRequest) -> HttpResponse:
         reverse("dashboards:chargeback-data"),
         prices=sorted(series.gpu_hour_prices().items()),
         month_choices=(1, 3, 6, 12),
+        tenants=tenants_for(current_user(request)).order_by("slug"),
     )
 
 

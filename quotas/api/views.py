@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.api.concurrency import ETagMixin, etag_for, expected_version
+from portal.api.pagination import NewestFirstCursorPagination
 from portal.errors import Forbidden, InvalidInput
 from portal.models import Tenant
 from portal.scoping import is_operator, scope_queryset, tenant_ids_for
@@ -213,9 +214,14 @@ class QuotaViewSet(ETagMixin, viewsets.ModelViewSet):
         rows = services.what_if(quota.group, quota, dict(payload.validated_data))
         return Response([what_if_row(row) for row in rows])
 
-    @extend_schema(responses={200: QuotaChangeSerializer(many=True), 404: ERRORS[404]})
-    @action(detail=True, methods=["get"])
+    @extend_schema(
+        responses={200: QuotaChangeSerializer(many=True), 404: ERRORS[404]},
+        description="The quota's changes, newest first, a cursor page at a time (`?limit=`).",
+    )
+    @action(detail=True, methods=["get"], filter_backends=[])
     def history(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         quota = self.get_object()
-        changes = QuotaChange.objects.filter(quota=quota).select_related("actor")[:200]
-        return Response(QuotaChangeSerializer(changes, many=True).data)
+        changes = QuotaChange.objects.filter(quota=quota).select_related("actor")
+        paginator = NewestFirstCursorPagination()
+        page = paginator.paginate_queryset(changes, request, view=self)
+        return paginator.get_paginated_response(QuotaChangeSerializer(page, many=True).data)

@@ -194,9 +194,27 @@ def test_update_returns_reclaim_warning_and_history(setup, api_as, operator):
     assert response.status_code == 200
     assert "will trigger reclaim" in response.json()["warnings"][0]
     history = client.get(_url(qa, "history/")).json()
-    assert [(h["action"], h["actor"], h["note"], h["changed"]) for h in history] == [
+    assert [(h["action"], h["actor"], h["note"], h["changed"]) for h in history["results"]] == [
         ("updated", "operator", "budget", [["gpu_max_gpu_milli", 6000, 2000]]),
     ]
+
+
+def test_history_is_a_cursor_page_newest_first_as_the_schema_says(setup, api_as, operator):
+    # issue 14: the schema promised PaginatedQuotaChangeList, the view answered a bare list
+    _, qa, _ = setup
+    client = api_as(operator)
+    for version, limit in enumerate((5000, 4000, 3000), start=1):
+        response = client.patch(
+            _url(qa), {"gpu_max_gpu_milli": limit}, format="json", HTTP_IF_MATCH=f'"{version}"'
+        )
+        assert response.status_code == 200
+    first = client.get(_url(qa, "history/?limit=2")).json()
+    assert sorted(first) == ["next", "previous", "results"]
+    assert [h["changed"][0][2] for h in first["results"]] == [3000, 4000]
+    assert first["previous"] is None
+    rest = client.get(first["next"]).json()
+    assert [h["changed"][0][2] for h in rest["results"]] == [5000]
+    assert rest["next"] is None
 
 
 def test_what_if_returns_siblings_before_and_after(setup, api_as, operator, team_b):

@@ -247,3 +247,21 @@ def test_observer_is_told_after_commit(group, team_a, django_capture_on_commit_c
     finally:
         services._observers.remove(seen.append)
     assert seen == [group.pk]
+
+
+@pytest.mark.parametrize(
+    ("_case", "selector", "message"),
+    [
+        ("too many labels", {f"k{i}": "v" for i in range(33)}, "At most 32 node labels (got 33)."),
+        ("a value of 64 characters", {"pool": "p" * 64},
+         "Label 'pool': the value has at most 63 characters (got 64)."),
+    ],
+)  # fmt: skip
+def test_a_node_selector_follows_the_kubernetes_label_rules(
+    _case: str, selector: dict[str, str], message: str
+) -> None:
+    # issue 12: every collection and string has a bound
+    with pytest.raises(InvalidInput) as refused:
+        services.create_group(name="inference", node_selector=selector)
+    assert refused.value.fields == {"node_selector": [message]}
+    assert not QuotaGroup.objects.filter(name="inference").exists()

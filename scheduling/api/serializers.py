@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling.choices import TopologyPolicy, UtilizationProfile
+from scheduling.limits import MAX_REASON_LENGTH
 from scheduling.models import Gang, Gpu, Node, Placement, PlacementGpu, Workload
 
 
@@ -117,7 +118,19 @@ class NodeDetailSerializer(NodeSerializer):
 
 class GpuHealthSerializer(serializers.Serializer):
     healthy = serializers.BooleanField()
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=MAX_REASON_LENGTH, default=""
+    )
+
+
+class DrainSerializer(serializers.Serializer):
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=MAX_REASON_LENGTH,
+        default="",
+        help_text="Shown to the users whose workloads are requeued (default: the node is drained).",
+    )
 
 
 class OperatorResultSerializer(serializers.Serializer):

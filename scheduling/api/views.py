@@ -23,6 +23,7 @@ from portal.scoping import (
 from quotas.models import Quota
 from scheduling import services
 from scheduling.api.serializers import (
+    DrainSerializer,
     GpuHealthSerializer,
     GpuSerializer,
     JobCreateSerializer,
@@ -69,11 +70,15 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         node = services.uncordon_node(self.get_object().pk)
         return Response(NodeDetailSerializer(node, context=self.get_serializer_context()).data)
 
-    @extend_schema(request=None, responses={200: OperatorResultSerializer})
+    @extend_schema(request=DrainSerializer, responses={200: OperatorResultSerializer})
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         _require_operator(request)
-        return Response({"requeued": services.drain_node(self.get_object().pk)})
+        node = self.get_object()
+        payload = DrainSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        reason = payload.validated_data["reason"]
+        return Response({"requeued": services.drain_node(node.pk, reason=reason)})
 
     @extend_schema(request=None, responses={200: OperatorResultSerializer})
     @action(detail=True, methods=["post"])

@@ -11,9 +11,10 @@ import logging
 
 from django.db import transaction
 
-from portal.errors import NotFoundError
+from portal.errors import InvalidInput, NotFoundError
 from portal.transactions import retry_transaction
 from scheduling.backends.registry import get_backend
+from scheduling.limits import MAX_REASON_LENGTH
 from scheduling.lock_objects import lock_shards
 from scheduling.models import Gpu, Node, Placement
 from scheduling.services.snapshot import bump_shards_for_nodes, groups_for_nodes
@@ -86,9 +87,17 @@ def uncordon_node(node_id: int) -> Node:
     return _node(node_id)
 
 
+def _check_reason(reason: str) -> None:
+    if len(reason) > MAX_REASON_LENGTH:
+        message = f"At most {MAX_REASON_LENGTH} characters (got {len(reason)})."
+        raise InvalidInput(f"reason: {message}", fields={"reason": [message]})
+
+
 @retry_transaction
 def drain_node(node_id: int, *, reason: str = "") -> list[int]:
-    """Cordon the node and requeue every workload on it. Returns the requeued workload ids."""
+    """Cordon the node and requeue every workload on it (their pending reason: `reason`, at most
+    MAX_REASON_LENGTH characters, else InvalidInput). Returns the requeued workload ids."""
+    _check_reason(reason)
     with transaction.atomic():
         _lock_for(_node(node_id))
         node = cordon_node(node_id)

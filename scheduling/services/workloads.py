@@ -15,12 +15,14 @@ from django.utils import timezone
 
 from portal.db import insert
 from portal.errors import Conflict, InvalidInput, NotFoundError
+from portal.labels import node_label_errors
 from portal.models import Tenant
+from portal.periodic import ItemFailures, run_each
 from portal.redis_clients import redis_client
 from portal.transactions import retry_transaction
 from quotas.models import Quota, QuotaGroup
 from quotas.usage import WHOLE_CARD_MILLI
-from scheduling import observers
+from scheduling import limits, observers
 from scheduling.choices import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -33,6 +35,7 @@ from scheduling.choices import (
 from scheduling.lock_objects import lock_shard, lock_shards
 from scheduling.models import Gang, Placement, Workload
 from scheduling.services.charge import PoolCards, recharge_pending, whole_card_memory_mib
+from scheduling.services.feasibility import check_gang_fits
 from scheduling.services.slicing import models_for_slice, whole_card_only_models
 from scheduling.services.snapshot import bump_shards_for_nodes
 
@@ -161,9 +164,12 @@ def _validate_resources(
             ]
     if out["gpu_count"] and out["gpu_milli"] >= 1000:
         out["gpu_memory_mib"] = 0  # a whole card comes with all its memory
-    models = list(gpu_models or ())
-    if not all(isinstance(m, str) and m.strip() for m in models) or len(models) > 16:
+    raw_models = gpu_models or ()
+    models = list(raw_models) if isinstance(raw_models, list | tuple) else [None]
+    if not all(isinstance(m, str) and m.strip() for m in models):
         errors["gpu_models"] = ["A list of GPU model names (at most 16), e.g. ['A100', 'H100']."]
+    elif model_errors := limits.gpu_model_errors(models):
+        errors["gpu_models"] = model_errors
     out["gpu_models"] = [m.strip() for m in models if isinstance(m, str)]
     labels = node_labels or {}
     if not isinstance(labels, Mapping) or not all(
@@ -171,6 +177,8 @@ def _validate_resources(
     ):
         errors["node_labels"] = ['An object of label names to values, e.g. {"zone": "zone-a"}.']
         labels = {}
+    elif label_errors := node_label_errors(labels):
+        errors["node_labels"] = label_errors
     out["node_labels"] = dict(labels)
     if topology not in TopologyPolicy.values:
         errors["topology"] = [f"One of {', '.join(TopologyPolicy.values)}; got {topology!r}."]
@@ -321,7 +329,8 @@ def submit_gang(
     preemptible: bool = True,
 ) -> Gang:
     """Queue a gang job: its members (dicts of submit_workload resource fields) are placed together, at
-    least `min_available` of them, or none; after `timeout_seconds` without that it times out."""
+    least `min_available` of them, or none; after `timeout_seconds` without that it times out. A job
+    that can never fit its pool is refused (`feasibility.NeverFits`, with the numbers)."""
     _check_name(name)
     _check_quota(tenant, quota)
     if not isinstance(members, Sequence) or not 1 <= len(members) <= MAX_GANG_MEMBERS:
@@ -380,6 +389,7 @@ def submit_gang(
             raise InvalidInput(
                 f"Pod {i} must be an object of resources.", fields={f"members[{i}]": ["An object."]}
             ) from exc
+    check_gang_fits(quota.group, specs, min_available=min_available)
     now = timezone.now()
     try:
         with transaction.atomic():
@@ -628,19 +638,27 @@ def fail_workloads(workload_ids: Iterable[int], *, reason: str) -> list[int]:
     return [w.pk for w in workloads]
 
 
-def expire_gangs(*, group_id: int | None = None, now: Any = None) -> list[int]:
+def expire_gangs(
+    *, group_id: int | None = None, now: Any = None, failures: ItemFailures | None = None
+) -> list[int]:
     """Time out gangs whose deadline passed without `min_available` members placed: release what they
     hold, fail every unfinished member with the reason (which says how many were placed and why the rest
-    waited). Returns the ids of the gangs timed out. Run by each cycle and by beat."""
+    waited). Returns the ids of the gangs timed out. Run by each cycle and by beat. Each gang is timed
+    out on its own (`portal.periodic.run_each`): one that raises is logged and counted in `failures`,
+    and the others are still timed out."""
     now = now or timezone.now()
     qs = Gang.objects.filter(state=GangState.WAITING, deadline_at__lte=now)
     if group_id is not None:
         qs = qs.filter(quota__group_id=group_id)
-    return [
-        gang_id
-        for gang_id, gang_group_id in qs.order_by("pk").values_list("pk", "quota__group_id")
-        if _expire_gang(gang_id, gang_group_id, now)
-    ]
+    timed_out: list[int] = []
+
+    def expire(gang: tuple[int, int]) -> None:
+        if _expire_gang(gang[0], gang[1], now):
+            timed_out.append(gang[0])
+
+    gangs = qs.order_by("pk").values_list("pk", "quota__group_id")
+    run_each(gangs, expire, task="gang-timeout", kind="gang", key=lambda g: g[0], failures=failures)
+    return timed_out
 
 
 @retry_transaction

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from django.utils import timezone
 
+from portal.periodic import ItemFailures, run_each
 from portal.transactions import run_in_transaction
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadKind, WorkloadState
@@ -213,6 +214,7 @@ class IngestReport:
     gpus: int
     quotas: int
     pools: int
+    failed_groups: list[int] = field(default_factory=list)
 
 
 def ingest_minute(
@@ -221,7 +223,9 @@ def ingest_minute(
     """Record one minute of telemetry (the minute containing `now`) and refresh that hour's rollups.
 
     Idempotent per minute (rows are replaced). Reads placements, inventory and quota snapshots; writes only
-    telemetry tables, in one transaction.
+    telemetry tables, in one transaction. Each quota group's figures and pool row are computed on their
+    own (`portal.periodic.run_each`): a group that raises is logged, listed in `failed_groups` and left
+    out of this minute, and the other groups are still recorded.
     """
     from scheduling.telemetry import rollups
 
@@ -281,10 +285,14 @@ def ingest_minute(
     ).values_list("quota_id", flat=True):
         pending_by_quota[quota_id] += 1
 
-    quota_rows = _quota_rows(minute, groups, quotas, workload_rows, workload_node, pending_by_quota)
-    pool_rows = _pool_rows(
-        minute, groups, quotas, nodes, gpus, shares_full, metrics, gpu_allocated, pending_by_quota
+    failures = ItemFailures()
+    quota_rows = _quota_rows(
+        minute, groups, quotas, workload_rows, workload_node, pending_by_quota, failures
     )
+    pool_rows = _pool_rows(
+        minute, groups, quotas, nodes, gpus, shares_full, metrics, gpu_allocated, pending_by_quota,
+        failures,
+    )  # fmt: skip
 
     def write() -> None:
         WorkloadSample.objects.filter(ts=minute).delete()
@@ -307,6 +315,7 @@ def ingest_minute(
         gpus=len(gpu_rows),
         quotas=len(quotas),
         pools=len(pool_rows),
+        failed_groups=sorted(set(failures.failed_ids)),
     )
 
 
@@ -317,12 +326,18 @@ def _quota_rows(
     workload_rows: Sequence[WorkloadSample],
     workload_node: dict[int, Node],
     pending_by_quota: dict[int, int],
+    failures: ItemFailures,
 ) -> list[QuotaSample]:
     """One row per quota with its quota figures and pending count (gpu_model ""), plus one row per
-    (quota, GPU model) it holds with the allocation, use and idle allocation."""
+    (quota, GPU model) it holds with the allocation, use and idle allocation. Quotas of a group whose
+    figures raise (counted in `failures`) get no figures row this minute."""
     figures: dict[int, tuple[float, float, float, float]] = {}
-    for group in groups:
+
+    def figures_of(group: QuotaGroup) -> None:
         figures.update(quota_figures(group))
+
+    run_each(groups, figures_of, task="telemetry-ingestion", kind="quota group", failures=failures)
+    failed = set(failures.failed_ids)
     by_model: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for row in workload_rows:
         model = workload_node[row.workload_id].gpu_model
@@ -334,6 +349,8 @@ def _quota_rows(
     quota_by_id = {q.pk: q for q in quotas}
     out = []
     for quota in quotas:
+        if quota.group_id in failed:
+            continue
         minimum, maximum, runtime, borrowed = figures.get(quota.pk, (0.0, 0.0, 0.0, 0.0))
         out.append(
             QuotaSample(
@@ -380,6 +397,7 @@ def _pool_rows(
     metrics: MinuteMetrics,
     gpu_allocated: dict[int, int],
     pending_by_quota: dict[int, int],
+    failures: ItemFailures,
 ) -> list[PoolSample]:
     cycle_ms = dict(
         Shard.objects.filter(last_cycle_ms__isnull=False).values_list("group_id", "last_cycle_ms")
@@ -387,8 +405,9 @@ def _pool_rows(
     gpus_by_node: dict[int, list[Gpu]] = defaultdict(list)
     for gpu in gpus:
         gpus_by_node[gpu.node_id].append(gpu)
-    out = []
-    for group in groups:
+    out: list[PoolSample] = []
+
+    def pool_row(group: QuotaGroup) -> None:
         member_ids = {n.pk for n in nodes if node_in_group(n, group)}
         healthy = [
             g
@@ -433,4 +452,6 @@ def _pool_rows(
                 cycle_ms=cycle_ms.get(group.pk),
             )
         )
+
+    run_each(groups, pool_row, task="telemetry-ingestion", kind="quota group", failures=failures)
     return out

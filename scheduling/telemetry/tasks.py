@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.periodic import claim_period, period_start
+from portal.transactions import run_in_transaction
 from scheduling.telemetry import ingestion, rollups
 from scheduling.telemetry.prometheus import PrometheusError
 
@@ -25,13 +26,20 @@ PRUNE_PERIOD_SECONDS = 3600
 def ingest_telemetry_task() -> dict[str, object]:
     """Record this minute's telemetry (simulated or Prometheus) and refresh the hour's rollups, once
     per minute: a second run for a minute already recorded skips. A Prometheus outage rolls the claim
-    back and is retried twice, then the minute is left empty."""
+    back and is retried twice, then the minute is left empty. A quota group whose figures raise is
+    left out of the minute (`failed_groups`); the others are recorded."""
     minute = period_start(timezone.now(), INGEST_PERIOD_SECONDS)
-    with transaction.atomic():
+
+    def claim_and_ingest() -> ingestion.IngestReport | None:
         if not claim_period("telemetry.ingest", minute):
-            logger.info("telemetry %s: already ingested, skipped", minute.isoformat())
-            return {"minute": minute.isoformat(), "skipped": "already ran for this minute"}
-        report = ingestion.ingest_minute(minute)
+            return None
+        return ingestion.ingest_minute(minute)
+
+    # The claim and the minute's rows commit together; a lost lock race runs both again.
+    report = run_in_transaction(claim_and_ingest, name="telemetry ingestion")
+    if report is None:
+        logger.info("telemetry %s: already ingested, skipped", minute.isoformat())
+        return {"minute": minute.isoformat(), "skipped": "already ran for this minute"}
     logger.info(
         "telemetry %s %s: %d workloads, %d GPUs, %d pools",
         report.source,
@@ -40,7 +48,13 @@ def ingest_telemetry_task() -> dict[str, object]:
         report.gpus,
         report.pools,
     )
-    return {"minute": report.minute.isoformat(), "workloads": report.workloads}
+    if report.failed_groups:
+        logger.error("telemetry %s: quota groups left out: %s", report.minute, report.failed_groups)
+    return {
+        "minute": report.minute.isoformat(),
+        "workloads": report.workloads,
+        "failed_groups": report.failed_groups,
+    }
 
 
 @shared_task

@@ -81,6 +81,97 @@ def test_job_submit_rejects_bad_input_with_400_and_writes_nothing(
     assert not Workload.objects.exists()
 
 
+def _member(**changes: Any) -> dict[str, Any]:
+    return {**JOB, "member": {**JOB["member"], **changes}}
+
+
+@pytest.mark.parametrize(
+    ("_case", "body", "field", "message"),
+    [
+        ("2,000 node labels", _member(node_labels={f"k{i}": "v" for i in range(2000)}),
+         "members[0].node_labels", "At most 32 node labels (got 2000)."),
+        ("label name of 64 characters", _member(node_labels={"k" * 64: "v"}),
+         "members[0].node_labels", f"Label {'k' * 64!r}: the name after the prefix has at most 63 "
+         "characters (got 64)."),
+        ("label prefix of 254 characters", _member(node_labels={"a" * 254 + "/zone": "v"}),
+         "members[0].node_labels", "Label prefix " + repr("a" * 254) + ": a DNS subdomain of at "
+         "most 253 characters (got 254)."),
+        ("label value of 64 characters", _member(node_labels={"zone": "v" * 64}),
+         "members[0].node_labels", "Label 'zone': the value has at most 63 characters (got 64)."),
+        ("label name with a space", _member(node_labels={"my zone": "a"}),
+         "members[0].node_labels", "Label 'my zone': a name is letters, digits, '-', '_' and '.', "
+         "starting and ending with a letter or digit."),
+        ("GPU model of 10,000 characters", _member(gpu_models=["A" * 10_000]),
+         "members[0].gpu_models", "A GPU model name has at most 63 characters (got 10000)."),
+    ],
+)  # fmt: skip
+def test_job_submit_bounds_labels_and_model_names_like_kubernetes(
+    _case: str,
+    body: dict[str, Any],
+    field: str,
+    message: str,
+    alice: Any,
+    quota_a: Any,
+    api_as: Any,
+) -> None:
+    # issue 12: a 208 KB job with 2,000 node labels slowed every cycle of its pool 30-fold
+    r = api_as(alice).post("/api/v1/jobs/", body, format="json")
+    assert r.status_code == 400
+    assert r.json()["error"]["fields"] == {field: [message]}
+    assert not Gang.objects.exists()
+    assert not Workload.objects.exists()
+
+
+def test_job_submit_accepts_prefixed_kubernetes_labels(
+    alice: Any, quota_a: Any, api_as: Any
+) -> None:
+    labels = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "pool": "training"}
+    Node.objects.filter(name="training-g0").update(labels=labels)
+    r = api_as(alice).post("/api/v1/jobs/", _member(node_labels=labels), format="json")
+    assert r.status_code == 201, r.json()
+    assert Workload.objects.filter(node_labels=labels).count() == 2
+
+
+@pytest.mark.parametrize(
+    ("_case", "body", "field", "message"),
+    [
+        ("more GPUs than the pool", {**JOB, "pods": 3, "member": {**JOB["member"], "gpu_count": 4}},
+         "pods", "The job needs 3 pods × 4 GPUs = 12 GPUs placed together; pool training has 8."),
+        ("min_available beyond the pool", {**JOB, "pods": 4, "min_available": 3,
+                                           "member": {**JOB["member"], "gpu_count": 4}},
+         "min_available",
+         "The job needs 3 pods × 4 GPUs = 12 GPUs placed together; pool training has 8."),
+        ("more GPUs per pod than any node", _member(gpu_count=8), "members[0].gpu_count",
+         "Each pod needs 8 GPUs on one node; the largest node of pool training has 4."),
+        ("more CPU per pod than any node", _member(cpu_milli=64000), "members[0].cpu_milli",
+         "Each pod needs 64000 milli-CPU on one node; the largest node of pool training has 32000."),
+        ("more memory per pod than any node", _member(memory_mib=200_000), "members[0].memory_mib",
+         "Each pod needs 200000 MiB of memory on one node; the largest node of pool training has "
+         "131072."),
+        ("labels no node has", _member(node_labels={"zone": "mars"}), "members[0].node_labels",
+         "No node of pool training has the labels zone=mars."),
+        ("a GPU model the pool lacks", _member(gpu_models=["H100"]), "members[0].gpu_models",
+         "No node of pool training has a GPU of model H100 (it has: A100)."),
+    ],
+)  # fmt: skip
+def test_job_that_can_never_fit_its_pool_is_refused_at_submit_with_the_numbers(
+    _case: str,
+    body: dict[str, Any],
+    field: str,
+    message: str,
+    alice: Any,
+    quota_a: Any,
+    api_as: Any,
+) -> None:
+    # issue 12: 512 pods x 16 GPUs in an 80-GPU pool used to wait forever
+    r = api_as(alice).post("/api/v1/jobs/", body, format="json")
+    assert r.status_code == 400, r.json()
+    error = r.json()["error"]
+    assert (error["code"], error["fields"]) == ("never_fits", {field: [message]})
+    assert not Gang.objects.exists()
+    assert not Workload.objects.exists()
+
+
 def test_job_submit_refuses_quota_of_another_team(
     alice: Any, quota_a: Any, quota_b: Any, api_as: Any
 ) -> None:
@@ -293,3 +384,27 @@ def test_job_slice_is_refused_when_the_pool_has_no_model_that_allows_slices(
         assert "whole cards" in reason
     assert not Gang.objects.exists()
     assert not Workload.objects.exists()
+
+
+def test_api_drain_stores_the_reason_and_refuses_one_over_500_characters(
+    operator: Any, quota_a: Any, api_as: Any
+) -> None:
+    # issue 15: a drain reason is kept whole or refused with the bound, never dropped
+    w = services.submit_workload(
+        tenant=quota_a.tenant, quota=quota_a, kind="codespace", name="w",
+        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=1000,
+    )  # fmt: skip
+    services.run_cycle(quota_a.group_id)
+    node = Placement.objects.get(workload=w).node
+    client = api_as(operator)
+    refused = client.post(f"/api/v1/nodes/{node.pk}/drain/", {"reason": "x" * 501}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["fields"] == {
+        "reason": ["Ensure this field has no more than 500 characters."]
+    }
+    node.refresh_from_db()
+    assert node.cordoned is False
+    done = client.post(f"/api/v1/nodes/{node.pk}/drain/", {"reason": "y" * 500}, format="json")
+    assert (done.status_code, done.json()) == (200, {"requeued": [w.pk]})
+    w.refresh_from_db()
+    assert (w.state, w.pending_reason) == (WorkloadState.PENDING, "y" * 500)

@@ -11,7 +11,7 @@ from portal.errors import InvalidInput
 from quotas.models import QuotaGroup
 from scheduling import services
 from scheduling.choices import GangState, WorkloadState
-from scheduling.models import Gpu, Placement, PlacementGpu, Shard, Workload
+from scheduling.models import Gang, Gpu, Placement, PlacementGpu, Shard, Workload
 from scheduling.services import snapshot as snap
 from scheduling.tests.factories import make_group, make_quota, small_cluster
 
@@ -200,13 +200,56 @@ def test_gang_places_all_members_together() -> None:
     assert nodes == {"training-g0", "training-g1"}
 
 
+def test_a_gang_whose_timeout_raises_does_not_stop_the_others(monkeypatch: Any) -> None:
+    # issue 9: one bad row must not stop a periodic task
+    import time_machine
+    from django.utils import timezone
+
+    from scheduling.services import workloads
+    from scheduling.tasks import reconcile_task
+
+    small_cluster(gpu_nodes=1, gpus_per_node=4)
+    # the pool has the 4 GPUs the job needs (so it may wait), but one is broken (so it never places)
+    Gpu.objects.filter(index=3).update(healthy=False)
+    q = make_quota(make_group())
+    member = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 2, "gpu_milli": 1000}
+    gangs = [
+        services.submit_gang(
+            tenant=q.tenant,
+            quota=q,
+            name=name,
+            owner=None,
+            members=[member] * 2,
+            min_available=2,
+            timeout_seconds=30,
+        )  # fmt: skip
+        for name in ("first", "second")
+    ]
+    services.run_cycle(q.group_id)
+    original = workloads._expire_gang
+
+    def flaky(gang: Any, now: Any) -> bool:
+        if gang.pk == gangs[0].pk:
+            raise OverflowError("date value out of range")
+        return original(gang, now)
+
+    monkeypatch.setattr(workloads, "_expire_gang", flaky)
+    with time_machine.travel(timezone.now() + timezone.timedelta(seconds=31)):
+        result = reconcile_task()
+    assert (result["gangs_timed_out"], result["gangs_failed_ids"]) == (1, [gangs[0].pk])
+    states = dict(Gang.objects.values_list("name", "state"))
+    assert states == {"first": GangState.WAITING, "second": GangState.TIMED_OUT}
+
+
 def test_gang_timeout_fails_members_with_reason() -> None:
     import time_machine
     from django.utils import timezone
 
     small_cluster(gpu_nodes=1, gpus_per_node=4)
+    # the pool has the 4 GPUs the job needs (so it may wait), but one is broken (so it never places)
+    Gpu.objects.filter(index=3).update(healthy=False)
     q = make_quota(make_group())
-    member = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 4, "gpu_milli": 1000}
+    member = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 2, "gpu_milli": 1000}
     gang = services.submit_gang(
         tenant=q.tenant, quota=q, name="big", owner=None, members=[member] * 2,
         min_available=2, timeout_seconds=30,

@@ -107,6 +107,21 @@ def test_operator_drains_a_node_from_the_page(operator: Any, quota_a: Any) -> No
     )
 
 
+def test_a_drain_reason_over_500_characters_is_refused_naming_the_field(
+    operator: Any, quota_a: Any
+) -> None:
+    # issue 15: the reason was silently dropped and the node drained with the default text
+    w = place_slice(quota_a)
+    node = Placement.objects.get(workload=w).node
+    r = login(operator).post(f"/cluster/nodes/{node.pk}/drain/", {"reason": "x" * 501}, follow=True)
+    assert "reason: Ensure this value has at most 500 characters (it has 501)." in (
+        r.content.decode().replace("&#x27;", "'")
+    )
+    w.refresh_from_db()
+    node.refresh_from_db()
+    assert (w.state, node.cordoned) == (WorkloadState.PLACED, False)
+
+
 def test_operator_fails_a_gpu_from_the_page(operator: Any, quota_a: Any) -> None:
     w = place_slice(quota_a)
     gpu = Placement.objects.get(workload=w).gpu_shares.get().gpu

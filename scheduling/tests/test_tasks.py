@@ -155,11 +155,23 @@ def test_reconciler_fixes_drift_both_ways(quota: Any) -> None:
     Placement.objects.filter(workload=a).delete()  # active without placement
     Workload.objects.filter(pk=b.pk).update(state=WorkloadState.FAILED)  # placement of inactive
     result = tasks.reconcile_task()
-    assert result == {"gangs_timed_out": 0, "requeued": 1, "closed_placements": 1}
+    assert result == {
+        "gangs_timed_out": 0,
+        "gangs_failed": 0,
+        "gangs_failed_ids": [],
+        "requeued": 1,
+        "closed_placements": 1,
+    }
     a.refresh_from_db()
     assert a.state == WorkloadState.PENDING
     assert not Placement.objects.filter(released_at__isnull=True).exists()
-    assert tasks.reconcile_task() == {"gangs_timed_out": 0, "requeued": 0, "closed_placements": 0}
+    assert tasks.reconcile_task() == {
+        "gangs_timed_out": 0,
+        "gangs_failed": 0,
+        "gangs_failed_ids": [],
+        "requeued": 0,
+        "closed_placements": 0,
+    }
 
 
 def test_fail_node_requeues_everything_on_it(quota: Any) -> None:

@@ -205,6 +205,40 @@ def test_chargeback_operators_see_all_members_their_own_and_csv(client, bob, ope
     assert client.get("/dashboards/chargeback/data/?months=99").status_code == 400
 
 
+CSV_HEADER = [
+    "month",
+    "tenant",
+    "gpu_model",
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "price_per_gpu_hour",
+    "charge",
+]
+
+
+def test_chargeback_tenant_narrows_the_table_and_the_csv(client, bob, operator, charges):
+    # issue 14: ?tenant= was ignored, so the CSV of one team held every team's charges
+    client.force_login(operator)
+    body = client.get("/dashboards/chargeback/data/?months=1&tenant=team-b").json()
+    assert body["tables"]["chargeback"]["rows"] == [
+        ["2026-11", "team-b", "A100", 4.0, 2.0, "2.5", "10.00"],
+    ]
+    assert body["summary"]["total_cost"] == "10.00"
+    response = client.get("/dashboards/chargeback.csv?months=1&tenant=team-b")
+    assert list(csv.reader(io.StringIO(response.content.decode()))) == [
+        CSV_HEADER,
+        ["2026-11", "team-b", "A100", "4.000", "2.000", "2.5", "10.00"],
+    ]
+    # a member names only their own teams; another team's slug is not found
+    client.force_login(bob)
+    assert client.get("/dashboards/chargeback.csv?tenant=team-b").status_code == 404
+    assert client.get("/dashboards/chargeback/data/?tenant=team-b").status_code == 404
+    own = client.get("/dashboards/chargeback.csv?months=1&tenant=team-a")
+    assert list(csv.reader(io.StringIO(own.content.decode())))[1:] == [
+        ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00"],
+    ]
+
+
 def test_payloads_are_shared_until_the_next_ingestion(
     client, bob, ingested, django_assert_max_num_queries
 ):

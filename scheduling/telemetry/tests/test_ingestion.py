@@ -116,3 +116,26 @@ def test_prune_drops_minute_rows_after_48_hours_and_hour_rows_after_400_days(tel
     report = prune(T0 + timedelta(days=401))
     assert report.hour_rows == 4 + 4 + 1
     assert QuotaSample.objects.count() == 0
+
+
+def test_a_pool_that_raises_is_left_out_and_the_others_are_recorded(telemetry_cluster, monkeypatch):
+    # issue 9: one bad row must not stop a periodic task (here: the whole minute of every pool)
+    from scheduling.telemetry import ingestion
+    from scheduling.tests.factories import make_group, make_quota
+
+    other = make_group("h100")
+    make_quota(other, telemetry_cluster.quotas["team-a"].tenant, name="team-a-h100")
+    broken = telemetry_cluster.quotas["team-a"].group
+    original = ingestion.quota_figures
+
+    def figures(group):
+        if group.pk == broken.pk:
+            raise ZeroDivisionError("bad snapshot")
+        return original(group)
+
+    monkeypatch.setattr(ingestion, "quota_figures", figures)
+    report = ingest_minute(T0 + timedelta(seconds=42), FixedMetrics(FIXED))
+    assert report.failed_groups == [broken.pk]
+    assert (report.workloads, report.gpus, report.pools) == (4, 4, 2)
+    figure_rows = QuotaSample.objects.filter(resolution=Resolution.MINUTE, gpu_model="")
+    assert sorted(figure_rows.values_list("group__name", flat=True)) == ["h100"]
