@@ -228,10 +228,10 @@ def test_a_gang_whose_timeout_raises_does_not_stop_the_others(monkeypatch: Any) 
     services.run_cycle(q.group_id)
     original = workloads._expire_gang
 
-    def flaky(gang: Any, now: Any) -> bool:
-        if gang.pk == gangs[0].pk:
+    def flaky(gang_id: int, group_id: int, now: Any) -> bool:
+        if gang_id == gangs[0].pk:
             raise OverflowError("date value out of range")
-        return original(gang, now)
+        return original(gang_id, group_id, now)
 
     monkeypatch.setattr(workloads, "_expire_gang", flaky)
     with time_machine.travel(timezone.now() + timezone.timedelta(seconds=31)):

@@ -10,7 +10,7 @@ import time_machine
 
 from scheduling import services
 from scheduling.choices import GangState, WorkloadState
-from scheduling.models import Gang, Placement
+from scheduling.models import Gang, Node, Placement
 from scheduling.tests.factories import make_group, make_quota, small_cluster
 
 pytestmark = pytest.mark.django_db
@@ -85,8 +85,10 @@ def test_gang_that_cannot_gather_again_times_out_at_its_fresh_deadline() -> None
 
 def test_gang_that_never_gathers_times_out_at_its_submit_deadline() -> None:
     with time_machine.travel(START, tick=False) as clock:
-        # given a gang that needs two 4-GPU nodes on a cluster of one
-        small_cluster(gpu_nodes=1, gpus_per_node=4)
+        # given a gang that needs two 4-GPU nodes on a cluster of two, one of them cordoned
+        # (a pool that could never hold it is refused at submit instead)
+        small_cluster(gpu_nodes=2, gpus_per_node=4)
+        services.cordon_node(Node.objects.order_by("name").last().pk)
         q = make_quota(make_group())
         gang = submit_pair(q)
         # then it waits until submit + 30 s and times out then

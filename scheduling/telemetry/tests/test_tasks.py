@@ -20,7 +20,7 @@ def test_ingesting_the_same_minute_twice_does_the_work_once(telemetry_cluster):
     with time_machine.travel(T0 + timedelta(seconds=5), tick=False):
         first = ingest_telemetry_task.apply().get()
     rows = set(WorkloadSample.objects.values_list("pk", "ts"))
-    assert first == {"minute": T0.isoformat(), "workloads": 4}
+    assert first == {"minute": T0.isoformat(), "workloads": 4, "failed_groups": []}
     assert len(rows) == 4
     # when a restarted beat sends it again within the same minute
     with time_machine.travel(T0 + timedelta(seconds=40), tick=False):
@@ -31,7 +31,11 @@ def test_ingesting_the_same_minute_twice_does_the_work_once(telemetry_cluster):
     # and the next minute is ingested as usual
     with time_machine.travel(T0 + timedelta(seconds=65), tick=False):
         following = ingest_telemetry_task.apply().get()
-    assert following == {"minute": (T0 + timedelta(minutes=1)).isoformat(), "workloads": 4}
+    assert following == {
+        "minute": (T0 + timedelta(minutes=1)).isoformat(),
+        "workloads": 4,
+        "failed_groups": [],
+    }
     assert WorkloadSample.objects.filter(ts=T0 + timedelta(minutes=1)).count() == 4
 
 
