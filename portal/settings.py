@@ -260,11 +260,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("TESSERA_MAX_REQUEST_BODY_BYTES", 1024 * 1
 TESSERA_API_RATE_PER_TENANT = env_int("TESSERA_API_RATE_PER_TENANT", 3000, minimum=1)
 TESSERA_API_RATE_WINDOW_SECONDS = env_int("TESSERA_API_RATE_WINDOW_SECONDS", 60, minimum=1)
 TESSERA_IDEMPOTENCY_TTL_HOURS = env_int("TESSERA_IDEMPOTENCY_TTL_HOURS", 24, minimum=1)
-# api: Redis for rate counters (else the database).
-TESSERA_API_RATE_REDIS_URL = env_str("TESSERA_API_RATE_REDIS_URL", "")
-
 # --- Cache (rate limits, per-worker snapshots' version checks) --------------------------------------
 REDIS_URL = env_str("REDIS_URL", "")
+# api: Redis for rate counters; by default the cache's Redis when there is one, else the database
+# (whose counter rows an idempotent POST holds until it commits: fine for one developer, not for a team).
+TESSERA_API_RATE_REDIS_URL = env_str("TESSERA_API_RATE_REDIS_URL", REDIS_URL)
 CACHES = {
     "default": (
         {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
