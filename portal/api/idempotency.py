@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Callable
 from datetime import timedelta
@@ -43,6 +44,8 @@ from portal.api.errors import error_body
 from portal.authentication import remember_token_rows, token_statement
 from portal.db import Statement, commit_pipelined, run_together
 from portal.models import IdempotencyRecord, hash_token
+
+logger = logging.getLogger(__name__)
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -260,6 +263,27 @@ class IdempotencyMiddleware:
         now = timezone.now()
         lookup = {"scope": scope, "method": "POST", "path": request.path, "key": key}
         fingerprint = request_fingerprint(request)
+        connection.ensure_connection()
+        session = connection.connection
+        try:
+            response = self._run_once(request, lookup, fingerprint, now)
+        except Exception:  # psycopg's own errors too: its pipeline raises them unwrapped
+            if not _session_lost(session):
+                raise
+            response = None
+        if response is not None and (response.status_code < 500 or not _session_lost(session)):
+            return response
+        # The database ended our session mid-request (a restart, a failover, an operator's
+        # pg_terminate_backend): the request's one transaction died with it, or committed with its
+        # answer if only the COMMIT's acknowledgement was lost. Either way, running it once more on a
+        # new connection gives the original answer: the stored one, or the only creation.
+        logger.warning("idempotent POST %s: database session lost, running it again", request.path)
+        connection.close()
+        return self._run_once(request, lookup, fingerprint, timezone.now())
+
+    def _run_once(
+        self, request: HttpRequest, lookup: dict[str, str], fingerprint: str, now: Any
+    ) -> HttpResponse:
         # One transaction for the lock, the view's writes and the answer; an exception (a process
         # dying) rolls all of it back. Its COMMIT travels with the answer's INSERT.
         with transaction.atomic():
@@ -273,6 +297,12 @@ class IdempotencyMiddleware:
                 with commit_pipelined():
                     _store(lookup, fingerprint, response, now)
         return response
+
+
+def _session_lost(session: Any) -> bool:
+    """Whether the database session the request started on is gone: Django dropped it (and may
+    have opened another since, e.g. to log the error) or the server ended it."""
+    return connection.connection is not session or not connection.is_usable()
 
 
 def prune_expired(now: Any = None) -> int:

@@ -470,3 +470,54 @@ def test_a_key_on_a_path_longer_than_a_record_holds_is_a_400(alice: Any, api_as:
     assert response.status_code == 400
     assert list(response.json()["error"]["fields"]) == ["Idempotency-Key"]
     assert IdempotencyRecord.objects.exists() is False
+
+
+def _terminate_own_session() -> None:
+    """What a PostgreSQL restart, failover or an operator's pg_terminate_backend does to a request."""
+    with psycopg.connect(_dsn(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
+
+
+def _dsn() -> str:
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+    return f"postgresql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("where", ["in the view", "while storing the answer"])
+def test_a_post_whose_database_session_is_ended_mid_request_is_answered_as_if_nothing_happened(
+    where: str, bob: Any, api_as: Any, one_codespace_per_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chaos suite's 500: a session ended mid-request. The request was one transaction that
+    died with the session, so the middleware runs it once more on a new connection: 201, created
+    once (a second create would be refused: one codespace per user)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("terminates a PostgreSQL backend")
+    import codespaces.api.views
+    import portal.api.idempotency
+
+    target = (
+        (codespaces.api.views.services, "create_codespace")
+        if where == "in the view"
+        else (portal.api.idempotency, "_store")
+    )
+    original = getattr(*target)
+    calls = []
+
+    def ended_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            _terminate_own_session()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(*target, ended_once)
+    client = api_as(bob)
+    client.raise_request_exception = False
+    response = _create_codespace(client)
+    assert response.status_code == 201, response.content
+    assert len(calls) == 2
+    assert Codespace.objects.filter(name="nb1").count() == 1
+    replay = _create_codespace(client)
+    assert (replay.status_code, replay["Idempotent-Replayed"]) == (201, "true")
+    assert replay.json()["id"] == response.json()["id"]
