@@ -9,7 +9,7 @@ import time_machine
 
 from scheduling import services
 from scheduling.choices import GangState, WorkloadState
-from scheduling.models import Shard, Workload
+from scheduling.models import Node, Shard, Workload
 from scheduling.services import cycle
 from scheduling.tests.factories import make_group, make_quota, small_cluster
 
@@ -24,7 +24,9 @@ def test_cycle_records_and_decides_at_the_time_it_got_the_shard_lock(
 ) -> None:
     with time_machine.travel(START, tick=False) as clock:
         # given a slice waiting and a gang whose deadline falls while the next cycle waits for the lock
-        small_cluster(gpu_nodes=1, gpus_per_node=4)
+        # (two nodes, one cordoned: a pool that could never hold the gang refuses it at submit)
+        small_cluster(gpu_nodes=2, gpus_per_node=4)
+        services.cordon_node(Node.objects.order_by("name").last().pk)
         q = make_quota(make_group())
         w = services.submit_workload(
             tenant=q.tenant, quota=q, kind="job_pod", name="nb", cpu_milli=1000,
