@@ -19,6 +19,7 @@ from portal.models import Tenant
 from portal.redis_clients import redis_client
 from portal.transactions import retry_transaction
 from quotas.models import Quota, QuotaGroup
+from quotas.reclaim import with_whole_gangs
 from quotas.usage import WHOLE_CARD_MILLI
 from scheduling import observers
 from scheduling.choices import (
@@ -553,19 +554,34 @@ def cancel_gang(gang_id: int, *, reason: str) -> Gang:
 @retry_transaction
 def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) -> list[int]:
     """Put active workloads back in the queue (PENDING) with `reason`: their placements close, the backend
-    removes their objects, observers hear it, cycles run. Used by GPU/node failures, drains and reclaim.
-    Must run inside a transaction that holds the shards' locks (it takes them when it does not)."""
+    removes their objects, observers hear it, cycles run. Used by GPU/node failures, drains, the status
+    sync and reclaim. Returns the ids requeued, ascending.
+
+    Gangs are all-or-nothing (quotas.reclaim.with_whole_gangs): every other active member of a gang
+    one of them belongs to is requeued with it, in the same transaction, its reason saying which member
+    it follows; the gang then gathers again with a fresh deadline (refresh_gang_states). Locks the
+    shards (of the workloads and of their gangs), then the workload rows in pk order (docs/adr/0002);
+    nested in a caller's transaction that already holds them, it takes them again at no cost."""
     ids = sorted(set(workload_ids))
     if not ids:
         return []
     with transaction.atomic():
         groups = set(
-            Workload.objects.filter(pk__in=ids).values_list("quota__group_id", flat=True).distinct()
-        )
+            Workload.objects.filter(pk__in=ids).values_list("quota__group_id", flat=True)
+        ) | set(Gang.objects.filter(members__in=ids).values_list("quota__group_id", flat=True))
         lock_shards(groups)
+        hit = dict(
+            Workload.objects.filter(pk__in=ids, state__in=ACTIVE_STATES).values_list(
+                "pk", "gang_id"
+            )
+        )
+        mates = Workload.objects.filter(
+            gang_id__in={g for g in hit.values() if g}, state__in=ACTIVE_STATES
+        ).values_list("pk", "gang_id")
+        whole = with_whole_gangs(hit, [*hit.items(), *mates])
         workloads = list(
             Workload.objects.select_for_update()
-            .filter(pk__in=ids, state__in=ACTIVE_STATES)
+            .filter(pk__in=whole, state__in=ACTIVE_STATES)
             .order_by("pk")
         )
         if not workloads:
@@ -573,22 +589,50 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
         now = timezone.now()
         held = _release_placements(workloads, now)
         recharge_pending([w.pk for w in workloads])
-        Workload.objects.filter(pk__in=[w.pk for w in workloads]).update(
-            state=WorkloadState.PENDING,
-            placed_at=None,
-            started_at=None,
-            failure_reason=reason,
-            pending_reason=reason,
-            pending_code=code,
-            queue_position=None,
-            updated_at=now,
-        )
+        for why, members in _requeue_reasons(workloads, set(hit), reason):
+            Workload.objects.filter(pk__in=[w.pk for w in members]).update(
+                state=WorkloadState.PENDING,
+                placed_at=None,
+                started_at=None,
+                failure_reason=why,
+                pending_reason=why,
+                pending_code=code,
+                queue_position=None,
+                updated_at=now,
+            )
         release_on_backend(held)
         refresh_gang_states(_gangs_touched(workloads))
         observers.notify_on_commit([(w.kind, w.pk) for w in workloads])
         for gid in groups:
             trigger_cycle(gid)
     return [w.pk for w in workloads]
+
+
+def _requeue_reasons(
+    workloads: Sequence[Workload], hit: set[int], reason: str
+) -> list[tuple[str, list[Workload]]]:
+    """The reason each requeued workload is given: `reason` for those the fault hit; for their gang
+    mates, that they follow their gang and which member the fault hit."""
+    direct = [w for w in workloads if w.pk in hit]
+    out: list[tuple[str, list[Workload]]] = [(reason, direct)] if direct else []
+    first_hit: dict[int, Workload] = {}
+    for w in direct:
+        if w.gang_id:
+            first_hit.setdefault(w.gang_id, w)
+    followers: dict[int, list[Workload]] = {}
+    for w in workloads:
+        if w.pk not in hit and w.gang_id and w.gang_id in first_hit:
+            followers.setdefault(w.gang_id, []).append(w)
+    for gang_id, members in sorted(followers.items()):
+        cause = first_hit[gang_id]
+        out.append(
+            (
+                f"Requeued with its gang: member {cause.name} was requeued ({reason}) and a gang "
+                "runs whole or not at all.",
+                members,
+            )
+        )
+    return out
 
 
 @retry_transaction
