@@ -1,5 +1,6 @@
 """Gangs are all-or-nothing under faults too: requeueing one member (its GPU or node failed, its node was
-drained, its pod disappeared) requeues every placed member of its gang in the same transaction."""
+drained, its pod disappeared) requeues every placed member of its gang in the same transaction, and a
+member whose pod failed takes down the members that can no longer reach `min_available` without it."""
 
 from __future__ import annotations
 
@@ -24,14 +25,14 @@ START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 MEMBER = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 4, "gpu_milli": 1000}
 
 
-def placed_pair(clock: Any) -> tuple[Gang, Workload, Workload]:
-    """A gang of 2 × 4 GPUs (min_available=2) placed whole on two of three nodes, running, then 10
+def placed_pair(clock: Any, *, min_available: int = 2) -> tuple[Gang, Workload, Workload]:
+    """A gang of 2 × 4 GPUs (min_available=2 unless told) placed whole on two of three nodes, running, then 10
     minutes pass (long after its 30 s gathering deadline)."""
     small_cluster(gpu_nodes=3, gpus_per_node=4)
     q = make_quota(make_group())
     gang = services.submit_gang(
         tenant=q.tenant, quota=q, name="train", owner=None, members=[MEMBER] * 2,
-        min_available=2, timeout_seconds=30,
+        min_available=min_available, timeout_seconds=30,
     )  # fmt: skip
     services.run_cycle(q.group_id)
     first, second = gang.members.order_by("pk")
@@ -117,3 +118,38 @@ def test_requeued_gang_regathers_on_the_spare_nodes_at_the_next_cycle() -> None:
     gang.refresh_from_db()
     assert gang.state == GangState.PLACED
     assert not Placement.objects.filter(released_at__isnull=True, node_id=failed_node).exists()
+
+
+def test_failed_member_of_a_gang_that_needs_it_fails_the_gang_and_releases_the_rest() -> None:
+    with time_machine.travel(START, tick=False) as clock:
+        # given a running gang that needs both its members
+        gang, first, second = placed_pair(clock)
+        # when the pod of one member fails
+        apply_status_reports([StatusReport(first.pk, ObservedPhase.FAILED, "OOMKilled")])
+    # then the other one fails with it (it cannot run alone), saying why, and holds nothing
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.state, second.state) == (WorkloadState.FAILED, WorkloadState.FAILED)
+    assert first.failure_reason == "OOMKilled"
+    assert "with its gang" in second.failure_reason
+    assert first.name in second.failure_reason
+    assert "OOMKilled" in second.failure_reason
+    assert not Placement.objects.filter(workload__gang=gang, released_at__isnull=True).exists()
+    gang.refresh_from_db()
+    assert gang.state == GangState.FAILED
+    assert run_audit(only=["gang_whole"]).counts == {"gang_whole": 0}
+
+
+def test_failed_member_of_a_gang_that_still_has_min_available_leaves_the_rest_running() -> None:
+    with time_machine.travel(START, tick=False) as clock:
+        # given a running gang of two that needs only one
+        gang, first, second = placed_pair(clock, min_available=1)
+        # when the pod of one member fails
+        apply_status_reports([StatusReport(first.pk, ObservedPhase.FAILED, "OOMKilled")])
+    # then the other one runs on
+    second.refresh_from_db()
+    assert second.state == WorkloadState.RUNNING
+    assert Placement.objects.filter(workload=second, released_at__isnull=True).exists()
+    gang.refresh_from_db()
+    assert gang.state == GangState.RUNNING
+    assert run_audit(only=["gang_whole"]).counts == {"gang_whole": 0}
