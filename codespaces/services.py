@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -49,6 +50,7 @@ from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
 from portal.periodic import ItemFailures, run_each
 from portal.scoping import is_operator, tenant_ids_for
+from portal.transactions import retry_lost_races
 from quotas import usage
 from quotas.models import Quota
 from scheduling import services as scheduling_services
@@ -57,6 +59,7 @@ from scheduling.choices import WorkloadKind
 from scheduling.models import Placement, PlacementGpu, Workload
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 SLUG_PATTERN = re.compile(r"[-a-zA-Z0-9_]{1,63}")
 S = CodespaceState
 
@@ -494,11 +497,14 @@ def create_codespace(
 
     # A name clash is left to the live-name unique constraint (no racy pre-check): the IntegrityError
     # rolls the whole transaction back and names the field.
-    try:
+    def create_locked() -> Codespace:
         with atomic_pipelined():
-            codespace = _create_locked(
+            return _create_locked(
                 user, tenant, template_obj, preset_obj, quota_obj, resources, name
             )
+
+    try:
+        codespace = retry_lost_races(create_locked, name="create_codespace")
     except IntegrityError as exc:
         if not Codespace.objects.exclude(state=S.DELETED).filter(name=name).exists():
             raise
@@ -597,35 +603,66 @@ def _create_locked(
     return codespace
 
 
+def _as_one_transaction(codespace: Codespace, action: Callable[[], T], name: str) -> T:
+    """Run a codespace action as one transaction, the outermost one (release_workload and
+    submit_workload nest in it), run again from the start when it lost a lock race
+    (`portal.transactions.retry_lost_races`; Busy → 503 when every attempt did). Each attempt starts
+    from the codespace as the caller passed it: the in-memory changes of a lost attempt
+    (`lifecycle.transition` sets the new state on the object) are undone with its rows."""
+    fields = [f.attname for f in Codespace._meta.concrete_fields]
+    before = {field_name: getattr(codespace, field_name) for field_name in fields}
+
+    def restore() -> None:
+        for field_name, value in before.items():
+            setattr(codespace, field_name, value)
+
+    def attempt() -> T:
+        restore()
+        with transaction.atomic():
+            return action()
+
+    try:
+        return retry_lost_races(attempt, name=name)
+    except BaseException:
+        restore()
+        raise
+
+
 def start_codespace(codespace: Codespace, *, actor: Any) -> Codespace:
     """Queue a stopped or failed codespace again (a new workload; the home volume is reused).
 
     Credits the GPU-hours an idle stop freed (cards' worth × time stopped) to `gpu_hours_freed`.
+    One transaction, retried when it lost a lock race (`_as_one_transaction`).
     """
     if codespace.state not in STARTABLE_STATES:
         raise lifecycle.refuse_action(codespace, "start")
+    return _as_one_transaction(
+        codespace, lambda: _start(codespace, actor=actor), "codespaces.start_codespace"
+    )
+
+
+def _start(codespace: Codespace, *, actor: Any) -> Codespace:
     now = timezone.now()
-    with transaction.atomic():
-        extra: dict[str, Any] = {}
-        if codespace.idle_stopped_at is not None:
-            hours = (now - codespace.idle_stopped_at).total_seconds() / 3600
-            extra["gpu_hours_freed"] = codespace.gpu_hours_freed + hours * codespace.gpu_fraction
-            extra["idle_stopped_at"] = None
-        lifecycle.transition(
-            codespace,
-            S.QUEUED,
-            message="Started again: queued for placement; the home volume is kept.",
-            actor=actor,
-            failure_reason="",
-            pending_reason="",
-            pending_code="",
-            queue_position=None,
-            idle_warned_at=None,
-            last_activity_at=now,
-            **extra,
-        )
-        workload = _submit(codespace)
-        lifecycle.update_in_state(codespace, expected=S.QUEUED, workload=workload)
+    extra: dict[str, Any] = {}
+    if codespace.idle_stopped_at is not None:
+        hours = (now - codespace.idle_stopped_at).total_seconds() / 3600
+        extra["gpu_hours_freed"] = codespace.gpu_hours_freed + hours * codespace.gpu_fraction
+        extra["idle_stopped_at"] = None
+    lifecycle.transition(
+        codespace,
+        S.QUEUED,
+        message="Started again: queued for placement; the home volume is kept.",
+        actor=actor,
+        failure_reason="",
+        pending_reason="",
+        pending_code="",
+        queue_position=None,
+        idle_warned_at=None,
+        last_activity_at=now,
+        **extra,
+    )
+    workload = _submit(codespace)
+    lifecycle.update_in_state(codespace, expected=S.QUEUED, workload=workload)
     return codespace
 
 
@@ -659,11 +696,13 @@ def stop_codespace(
 ) -> Codespace:
     """Stop: release the placement (the GPU share goes back to the pool), keep the home volume.
 
-    QUEUED/PLACED/STARTING/RUNNING → STOPPING → STOPPED in one transaction.
+    QUEUED/PLACED/STARTING/RUNNING → STOPPING → STOPPED in one transaction, retried when it lost a
+    lock race (`_as_one_transaction`).
     """
     if codespace.state not in STOPPABLE_STATES:
         raise lifecycle.refuse_action(codespace, "stop")
-    with transaction.atomic():
+
+    def stop() -> Codespace:
         lifecycle.transition(codespace, S.STOPPING, message=reason, actor=actor)
         _release(codespace, reason=reason, delete_home=False)
         lifecycle.transition(
@@ -677,14 +716,18 @@ def stop_codespace(
             **_cleared_placement(),
             **fields,
         )
-    return codespace
+        return codespace
+
+    return _as_one_transaction(codespace, stop, "codespaces.stop_codespace")
 
 
 def delete_codespace(codespace: Codespace, *, actor: Any) -> Codespace:
-    """Delete: release the placement and delete the home volume; DELETING → DELETED."""
+    """Delete: release the placement and delete the home volume; DELETING → DELETED. One
+    transaction, retried when it lost a lock race (`_as_one_transaction`)."""
     if codespace.state not in DELETABLE_STATES:
         raise lifecycle.refuse_action(codespace, "delete")
-    with transaction.atomic():
+
+    def delete() -> Codespace:
         lifecycle.transition(
             codespace,
             S.DELETING,
@@ -700,7 +743,9 @@ def delete_codespace(codespace: Codespace, *, actor: Any) -> Codespace:
             deleted_at=timezone.now(),
             **_cleared_placement(),
         )
-    return codespace
+        return codespace
+
+    return _as_one_transaction(codespace, delete, "codespaces.delete_codespace")
 
 
 def keep_codespace(codespace: Codespace, *, actor: Any) -> Codespace:

@@ -6,7 +6,8 @@ PostgreSQL aborts one of two transactions that wait for each other (SQLSTATE 40P
 was committed, so running it again from the start is safe and gives the answer the caller would have
 had without the race. The lock order (docs/adr/0002) keeps these rare; this is the net under it.
 
-`retry_transaction` (decorator) and `run_in_transaction` run a function in `transaction.atomic()`,
+`retry_transaction` (decorator) and `run_in_transaction` run a function in `transaction.atomic()`
+(`retry_lost_races` one that opens its transaction itself),
 up to `TESSERA_DB_RETRY_ATTEMPTS` times with jittered exponential backoff, and raise
 `portal.errors.Busy` (HTTP 503, `Retry-After`) when every attempt lost. Other errors are raised at
 once. `transaction.on_commit` callbacks of a lost attempt are discarded with it, so they run once,
@@ -74,15 +75,36 @@ def run_in_transaction(
     """`func()` in `transaction.atomic()`, run again (up to `attempts`, default the setting) when
     it lost a lock race; raises Busy when every attempt did. `name` (default: the function's) is
     what the log lines call it. See the module docstring."""
-    if not _outermost(using):
+
+    def attempt() -> T:
         with transaction.atomic(using=using):
             return func()
+
+    return retry_lost_races(
+        attempt,
+        using=using,
+        attempts=attempts,
+        name=name or getattr(func, "__qualname__", repr(func)),
+    )
+
+
+def retry_lost_races(
+    func: Callable[[], T],
+    *,
+    using: str = DEFAULT_DB_ALIAS,
+    attempts: int | None = None,
+    name: str | None = None,
+) -> T:
+    """`func()`, which opens its transaction itself (e.g. with `portal.db.atomic_pipelined`), run
+    again when that transaction lost a lock race, like `run_in_transaction`; raises Busy when every
+    attempt did. Called inside a transaction `func` does not own, it runs `func` once."""
+    if not _outermost(using):
+        return func()
     total = attempts or int(settings.TESSERA_DB_RETRY_ATTEMPTS)
     name = name or getattr(func, "__qualname__", repr(func))
     for attempt in range(1, total + 1):
         try:
-            with transaction.atomic(using=using):
-                return func()
+            return func()
         except OperationalError as exc:
             if not is_lock_conflict(exc):
                 raise

@@ -52,3 +52,6 @@ urlpatterns = [
     path("", include("portal.dashboards.metrics_urls")),
     path("admin/", admin.site.urls),
 ]
+
+# An unhandled exception anywhere (a view or a middleware): JSON on /api/ paths, HTML elsewhere.
+handler500 = views.server_error

@@ -9,9 +9,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views import defaults
 from django.views.decorators.http import require_POST
 
 from portal import services
+from portal.api.middleware import api_error_response, is_api_path
 from portal.forms import TenantSwitchForm, TokenForm
 from portal.middleware import SESSION_KEY
 from portal.models import ApiToken, Membership
@@ -84,3 +86,11 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
     if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         target = reverse("home")
     return redirect(target)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: the API's JSON error body on /api/ paths (whichever layer raised), Django's HTML
+    page elsewhere. Touches no database: it also answers when the connection is what failed."""
+    if is_api_path(request):
+        return api_error_response(500)
+    return defaults.server_error(request)

@@ -19,7 +19,7 @@ home kept); this module only decides. Pure given a snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -103,6 +103,25 @@ class _Unit:
 _LATEST = datetime.max.replace(tzinfo=UTC)
 
 
+def with_whole_gangs(
+    chosen: Iterable[int], active: Iterable[tuple[int, int | None]]
+) -> tuple[int, ...]:
+    """The gang rule, for every path that stops running work (reclaim here, requeue after a fault in
+    scheduling.services.workloads): a gang is one unit, all its active members or none of them.
+
+    Args:
+        chosen: the workload ids picked to stop.
+        active: (workload id, gang id or None) of the active work the chosen ids belong to.
+
+    Returns:
+        The chosen ids plus every active member of a gang any chosen id belongs to, ascending.
+    """
+    pairs = list(active)
+    picked = set(chosen)
+    gangs = {gang_id for wid, gang_id in pairs if gang_id and wid in picked}
+    return tuple(sorted(picked | {wid for wid, gang_id in pairs if gang_id in gangs}))
+
+
 def _units(snapshot: GroupSnapshot, side: Side) -> list[_Unit]:
     """Active work on `side` grouped into reclaimable units; units with non-preemptible work are dropped."""
     grouped: dict[tuple[str, int], list[WorkloadUsage]] = {}
@@ -112,9 +131,13 @@ def _units(snapshot: GroupSnapshot, side: Side) -> list[_Unit]:
         key = ("gang", w.gang_id) if w.gang_id else ("workload", w.workload_id)
         grouped.setdefault(key, []).append(w)
     # A gang spanning sides is still one unit: all its active members, whatever their side.
+    active = {w.workload_id: w for w in snapshot.workloads if w.active}
+    pairs = [(w.workload_id, w.gang_id) for w in active.values()]
     for key, members in grouped.items():
         if key[0] == "gang":
-            members[:] = [w for w in snapshot.workloads if w.active and w.gang_id == key[1]]
+            members[:] = [
+                active[wid] for wid in with_whole_gangs((m.workload_id for m in members), pairs)
+            ]
     units = []
     for members in grouped.values():
         if not all(m.preemptible for m in members):

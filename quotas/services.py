@@ -512,6 +512,7 @@ def _check_group_mins(group: QuotaGroup, capacity: GroupCapacity, field_name: st
                 raise InvalidInput(message, fields={field_name: [message]})
 
 
+@retry_transaction
 def create_group(
     *,
     name: str,
@@ -521,7 +522,8 @@ def create_group(
     actor: Any = None,
     note: str = "",
 ) -> Saved[QuotaGroup]:
-    """Create a quota group (a node pool selected by labels). Audited."""
+    """Create a quota group (a node pool selected by labels). Audited. One transaction, retried when
+    it lost a lock race (Busy when every attempt did)."""
     errors: dict[str, list[str]] = {}
     try:
         dns_label_validator(name)
@@ -571,6 +573,7 @@ def create_group(
     return Saved(group, warnings)
 
 
+@retry_transaction
 def update_group(
     group: QuotaGroup | int,
     *,
@@ -582,6 +585,7 @@ def update_group(
     """Change a group's description, node selector or overcommit flag. Compare-and-set; audited.
 
     Refuses (InvalidInput) a selector or flag change that would leave the quotas' mins above capacity.
+    One transaction, retried when it lost a lock race (Busy when every attempt did).
     """
     group_id = group if isinstance(group, int) else group.pk
     unknown = [k for k in changes if k not in EDITABLE_GROUP_FIELDS]
@@ -637,10 +641,12 @@ def update_group(
     return Saved(saved, [])
 
 
+@retry_transaction
 def delete_group(
     group: QuotaGroup | int, *, expected_version: int | None, actor: Any = None
 ) -> None:
-    """Delete an empty group (no quotas). Audited."""
+    """Delete an empty group (no quotas). Audited. One transaction, retried when it lost a lock
+    race (Busy when every attempt did)."""
     group_id = group if isinstance(group, int) else group.pk
     with transaction.atomic():
         locked = _lock_group(group_id)

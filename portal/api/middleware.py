@@ -4,6 +4,10 @@ DRF views already answer `{"error": {...}}` (portal.api.errors). Requests that n
 URL that matches no route (e.g. `/api/v1/codespaces/0.5/`) gets Django's HTML 404 page, and an unhandled
 exception the HTML 500 page. This middleware turns those into JSON with the same shape, so clients and the
 CLI can always read `error.code` and `error.message`.
+
+An exception raised by a middleware outside this one (the idempotency middleware when the database
+connection died, sessions, authentication) never passes through it: Django answers it with the project's
+`handler500` (`portal.views.server_error`), which answers `api_error_response(500)` for /api/ paths.
 """
 
 from __future__ import annotations
@@ -26,6 +30,16 @@ _DEFAULTS = {
 }
 
 
+def is_api_path(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def api_error_response(status_code: int) -> JsonResponse:
+    """The API error body for a bare HTTP status (no detail of what went wrong, never a traceback)."""
+    code, message = _DEFAULTS.get(status_code, ("error", f"HTTP {status_code}."))
+    return JsonResponse(error_body(code, message), status=status_code)
+
+
 class ApiErrorBodyMiddleware:
     """Rewrites non-JSON error responses of /api/ paths into the API error body (same status)."""
 
@@ -36,15 +50,12 @@ class ApiErrorBodyMiddleware:
         response = self.get_response(request)
         if (
             response.status_code < 400
-            or not request.path.startswith("/api/")
+            or not is_api_path(request)
             or response.get("Content-Type", "").startswith("application/json")
             or response.streaming
         ):
             return response
-        code, message = _DEFAULTS.get(
-            response.status_code, ("error", f"HTTP {response.status_code}.")
-        )
-        replacement = JsonResponse(error_body(code, message), status=response.status_code)
+        replacement = api_error_response(response.status_code)
         for header in ("Allow", "Retry-After", "WWW-Authenticate"):
             if response.has_header(header):
                 replacement[header] = response[header]

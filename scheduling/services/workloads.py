@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ from portal.periodic import ItemFailures, run_each
 from portal.redis_clients import redis_client
 from portal.transactions import retry_transaction
 from quotas.models import Quota, QuotaGroup
+from quotas.reclaim import with_whole_gangs
 from quotas.usage import WHOLE_CARD_MILLI
 from scheduling import limits, observers
 from scheduling.choices import (
@@ -571,19 +573,34 @@ def cancel_gang(gang_id: int, *, reason: str) -> Gang:
 @retry_transaction
 def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) -> list[int]:
     """Put active workloads back in the queue (PENDING) with `reason`: their placements close, the backend
-    removes their objects, observers hear it, cycles run. Used by GPU/node failures, drains and reclaim.
-    Must run inside a transaction that holds the shards' locks (it takes them when it does not)."""
+    removes their objects, observers hear it, cycles run. Used by GPU/node failures, drains, the status
+    sync and reclaim. Returns the ids requeued, ascending.
+
+    Gangs are all-or-nothing (quotas.reclaim.with_whole_gangs): every other active member of a gang
+    one of them belongs to is requeued with it, in the same transaction, its reason saying which member
+    it follows; the gang then gathers again with a fresh deadline (refresh_gang_states). Locks the
+    shards (of the workloads and of their gangs), then the workload rows in pk order (docs/adr/0002);
+    nested in a caller's transaction that already holds them, it takes them again at no cost."""
     ids = sorted(set(workload_ids))
     if not ids:
         return []
     with transaction.atomic():
         groups = set(
-            Workload.objects.filter(pk__in=ids).values_list("quota__group_id", flat=True).distinct()
-        )
+            Workload.objects.filter(pk__in=ids).values_list("quota__group_id", flat=True)
+        ) | set(Gang.objects.filter(members__in=ids).values_list("quota__group_id", flat=True))
         lock_shards(groups)
+        hit = dict(
+            Workload.objects.filter(pk__in=ids, state__in=ACTIVE_STATES).values_list(
+                "pk", "gang_id"
+            )
+        )
+        mates = Workload.objects.filter(
+            gang_id__in={g for g in hit.values() if g}, state__in=ACTIVE_STATES
+        ).values_list("pk", "gang_id")
+        whole = with_whole_gangs(hit, [*hit.items(), *mates])
         workloads = list(
             Workload.objects.select_for_update()
-            .filter(pk__in=ids, state__in=ACTIVE_STATES)
+            .filter(pk__in=whole, state__in=ACTIVE_STATES)
             .order_by("pk")
         )
         if not workloads:
@@ -591,16 +608,17 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
         now = timezone.now()
         held = _release_placements(workloads, now)
         recharge_pending([w.pk for w in workloads])
-        Workload.objects.filter(pk__in=[w.pk for w in workloads]).update(
-            state=WorkloadState.PENDING,
-            placed_at=None,
-            started_at=None,
-            failure_reason=reason,
-            pending_reason=reason,
-            pending_code=code,
-            queue_position=None,
-            updated_at=now,
-        )
+        for why, members in _requeue_reasons(workloads, set(hit), reason):
+            Workload.objects.filter(pk__in=[w.pk for w in members]).update(
+                state=WorkloadState.PENDING,
+                placed_at=None,
+                started_at=None,
+                failure_reason=why,
+                pending_reason=why,
+                pending_code=code,
+                queue_position=None,
+                updated_at=now,
+            )
         release_on_backend(held)
         refresh_gang_states(_gangs_touched(workloads))
         observers.notify_on_commit([(w.kind, w.pk) for w in workloads])
@@ -609,33 +627,117 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
     return [w.pk for w in workloads]
 
 
+def _requeue_reasons(
+    workloads: Sequence[Workload], hit: set[int], reason: str
+) -> list[tuple[str, list[Workload]]]:
+    """`reason` for the workloads the fault hit; for their gang mates, that they follow their gang
+    and which member the fault hit."""
+    return _reasons_for_followers(
+        workloads,
+        hit,
+        reason,
+        lambda cause: (
+            f"Requeued with its gang: member {cause.name} was requeued ({reason}) and a gang "
+            "runs whole or not at all."
+        ),
+    )
+
+
+def _reasons_for_followers(
+    workloads: Sequence[Workload],
+    hit: set[int],
+    reason: str,
+    follower_reason: Callable[[Workload], str],
+) -> list[tuple[str, list[Workload]]]:
+    """Groups `workloads` by the reason they are given: `reason` for those in `hit`, and per gang,
+    `follower_reason(first member hit)` for the members that go with them."""
+    direct = [w for w in workloads if w.pk in hit]
+    out: list[tuple[str, list[Workload]]] = [(reason, direct)] if direct else []
+    first_hit: dict[int, Workload] = {}
+    for w in direct:
+        if w.gang_id:
+            first_hit.setdefault(w.gang_id, w)
+    followers: dict[int, list[Workload]] = {}
+    for w in workloads:
+        if w.pk not in hit and w.gang_id and w.gang_id in first_hit:
+            followers.setdefault(w.gang_id, []).append(w)
+    for gang_id, members in sorted(followers.items()):
+        out.append((follower_reason(first_hit[gang_id]), members))
+    return out
+
+
 @retry_transaction
 def fail_workloads(workload_ids: Iterable[int], *, reason: str) -> list[int]:
-    """Mark active workloads FAILED (a permanent backend error or a pod that failed), releasing them."""
+    """Mark unfinished workloads FAILED (a permanent backend error or a pod that failed), releasing
+    them. Returns the ids failed, ascending.
+
+    A gang member takes down with it the active members of its gang that can no longer reach
+    `min_available` without it (they fail too, their reason naming the member), so the gang fails
+    instead of holding placements it cannot use; a gang that still has `min_available` runs on. Locks
+    the shards (of the workloads and of their gangs), then the workload rows in pk order."""
     ids = sorted(set(workload_ids))
     if not ids:
         return []
     with transaction.atomic():
         groups = set(
-            Workload.objects.filter(pk__in=ids).values_list("quota__group_id", flat=True).distinct()
-        )
+            Workload.objects.filter(pk__in=ids).values_list("quota__group_id", flat=True)
+        ) | set(Gang.objects.filter(members__in=ids).values_list("quota__group_id", flat=True))
         lock_shards(groups)
+        hit = dict(
+            Workload.objects.filter(pk__in=ids)
+            .exclude(state__in=TERMINAL_STATES)
+            .values_list("pk", "gang_id")
+        )
+        followers = _stranded_mates({g for g in hit.values() if g}, exclude=set(hit))
         workloads = list(
             Workload.objects.select_for_update()
-            .filter(pk__in=ids)
+            .filter(pk__in=[*hit, *followers])
             .exclude(state__in=TERMINAL_STATES)
             .order_by("pk")
         )
         if not workloads:
             return []
         now = timezone.now()
-        held = _finish(workloads, state=WorkloadState.FAILED, reason=reason, now=now)
+        held = []
+        for why, members in _fail_reasons(workloads, set(hit), reason):
+            held += _finish(members, state=WorkloadState.FAILED, reason=why, now=now)
         release_on_backend(held)
         refresh_gang_states(_gangs_touched(workloads))
         observers.notify_on_commit([(w.kind, w.pk) for w in workloads])
         for gid in groups:
             trigger_cycle(gid)
     return [w.pk for w in workloads]
+
+
+def _stranded_mates(gang_ids: set[int], *, exclude: set[int]) -> list[int]:
+    """The active members (outside `exclude`, the ones failing) of those gangs that are left with
+    fewer than `min_available` active members: a gang runs with at least that many or not at all."""
+    if not gang_ids:
+        return []
+    mates = list(
+        Workload.objects.filter(gang_id__in=gang_ids, state__in=ACTIVE_STATES)
+        .exclude(pk__in=exclude)
+        .values_list("pk", "gang_id")
+    )
+    needed = dict(Gang.objects.filter(pk__in=gang_ids).values_list("pk", "min_available"))
+    left = Counter(gang_id for _, gang_id in mates)
+    return sorted(pk for pk, gang_id in mates if left[gang_id] < needed[gang_id])
+
+
+def _fail_reasons(
+    workloads: Sequence[Workload], hit: set[int], reason: str
+) -> list[tuple[str, list[Workload]]]:
+    """`reason` for the workloads that failed; for the gang mates failing with them, which member
+    failed and why they cannot run on."""
+    return _reasons_for_followers(
+        workloads,
+        hit,
+        reason,
+        lambda cause: (
+            f"Failed with its gang: member {cause.name} failed ({reason}) and the job cannot run "
+            "with fewer than its minimum of pods."
+        ),
+    )
 
 
 def expire_gangs(
