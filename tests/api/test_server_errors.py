@@ -42,8 +42,8 @@ def assert_json_server_error(response: Any) -> None:
 @pytest.mark.django_db
 @override_settings(DEBUG=False)
 def test_api_500_in_the_idempotency_middleware_is_a_json_error_body(quiet_client: Any) -> None:
-    # given the database connection dies while the idempotency middleware claims the key
-    with mock.patch.object(idempotency, "_claim", side_effect=dead_database):
+    # given the database fails while the idempotency middleware takes the key
+    with mock.patch.object(idempotency, "_enter", side_effect=dead_database):
         # when a POST with an Idempotency-Key arrives
         response = quiet_client.post(
             "/api/v1/tokens/",
