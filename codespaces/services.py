@@ -50,7 +50,7 @@ from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
 from portal.periodic import ItemFailures, run_each
 from portal.scoping import is_operator, tenant_ids_for
-from portal.transactions import retry_lost_races
+from portal.transactions import in_one_transaction, retry_lost_races
 from quotas import usage
 from quotas.models import Quota
 from scheduling import services as scheduling_services
@@ -618,8 +618,7 @@ def _as_one_transaction(codespace: Codespace, action: Callable[[], T], name: str
 
     def attempt() -> T:
         restore()
-        with transaction.atomic():
-            return action()
+        return in_one_transaction(action)
 
     try:
         return retry_lost_races(attempt, name=name)

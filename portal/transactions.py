@@ -6,6 +6,10 @@ PostgreSQL aborts one of two transactions that wait for each other (SQLSTATE 40P
 was committed, so running it again from the start is safe and gives the answer the caller would have
 had without the race. The lock order (docs/adr/0002) keeps these rare; this is the net under it.
 
+The same holds for a transaction whose session the server ended while it ran (a restart, a
+failover, `pg_terminate_backend`): `in_one_transaction` tells that apart from a session lost at the
+COMMIT (which may have been applied: raised as it is) and it is run again on a new connection.
+
 `retry_transaction` (decorator) and `run_in_transaction` run a function in `transaction.atomic()`
 (`retry_lost_races` one that opens its transaction itself),
 up to `TESSERA_DB_RETRY_ATTEMPTS` times with jittered exponential backoff, and raise
@@ -76,16 +80,39 @@ def run_in_transaction(
     it lost a lock race; raises Busy when every attempt did. `name` (default: the function's) is
     what the log lines call it. See the module docstring."""
 
-    def attempt() -> T:
-        with transaction.atomic(using=using):
-            return func()
-
     return retry_lost_races(
-        attempt,
+        functools.partial(in_one_transaction, func, using=using),
         using=using,
         attempts=attempts,
         name=name or getattr(func, "__qualname__", repr(func)),
     )
+
+
+class SessionLost(Exception):
+    """The database ended the session (a restart, a failover, `pg_terminate_backend`) while a
+    transaction's body ran, before its COMMIT was sent: nothing of it was committed, so it is safe to
+    run again on a new connection (`in_one_transaction` raises it, `retry_lost_races` retries it)."""
+
+
+def in_one_transaction(func: Callable[[], T], *, using: str = DEFAULT_DB_ALIAS) -> T:
+    """`func()` in `transaction.atomic()`. A session the server ended while `func` ran is raised as
+    SessionLost; one lost at the COMMIT itself is not (the COMMIT may have been applied), and
+    neither is any other error."""
+    conn = connections[using]
+    conn.ensure_connection()
+    session = conn.connection
+    body_done = False
+    try:
+        with transaction.atomic(using=using):
+            result = func()
+            body_done = True
+        return result
+    except Exception as exc:  # psycopg's own errors too: its pipeline raises them unwrapped
+        if body_done or is_lock_conflict(exc) or isinstance(exc, SessionLost):
+            raise
+        if conn.connection is session and conn.is_usable():
+            raise
+        raise SessionLost(str(exc)) from exc
 
 
 def retry_lost_races(
@@ -105,6 +132,13 @@ def retry_lost_races(
     for attempt in range(1, total + 1):
         try:
             return func()
+        except SessionLost as exc:
+            connections[using].close()  # the next attempt opens a new session
+            if attempt == total:
+                raise
+            logger.warning("%s: database session lost (attempt %d of %d), running it again: %s",
+                           name, attempt, total, exc)  # fmt: skip
+            continue
         except OperationalError as exc:
             if not is_lock_conflict(exc):
                 raise

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from django.db import OperationalError, connection, connections
 
 
@@ -59,3 +60,13 @@ def lost_race(cause: BaseException | None, message: str = "deadlock detected") -
     exc = OperationalError(message)
     exc.__cause__ = cause
     return exc
+
+
+def terminate_own_session() -> None:
+    """End this connection's PostgreSQL session from another one, as a database restart, a failover
+    or an operator's `pg_terminate_backend` does to a request or task in the middle of its work."""
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+    dsn = f"postgresql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    with psycopg.connect(dsn, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])

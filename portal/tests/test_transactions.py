@@ -14,7 +14,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from portal import transactions
 from portal.errors import Busy
 from portal.models import Tenant
-from portal.tests.locks import lost_race, start
+from portal.tests.locks import lost_race, start, terminate_own_session
 from portal.transactions import retry_transaction, run_in_transaction
 
 DEADLOCK = psycopg.errors.DeadlockDetected
@@ -181,3 +181,44 @@ def test_two_transactions_that_deadlock_on_postgresql_both_commit(caplog: Any) -
     retries = [r.getMessage() for r in caplog.records if "lost a lock race" in r.getMessage()]
     assert len(retries) == 1
     assert "deadlock detected" in retries[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_whose_session_the_server_ended_runs_again_on_a_new_connection() -> None:
+    """The chaos suite's 500 on a codespace DELETE: the session was terminated mid-transaction.
+    Nothing of it was committed, so it runs again and commits once."""
+    if connection.vendor != "postgresql":
+        pytest.skip("terminates a PostgreSQL backend")
+    calls: list[int] = []
+
+    def create() -> Tenant:
+        calls.append(1)
+        tenant = Tenant.objects.create(slug="once", name="Once")
+        if len(calls) == 1:
+            terminate_own_session()
+            Tenant.objects.count()  # the next statement finds the session gone
+        return tenant
+
+    tenant = run_in_transaction(create)
+    assert len(calls) == 2
+    assert list(Tenant.objects.filter(slug="once").values_list("pk", flat=True)) == [tenant.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_lost_at_the_commit_is_not_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The COMMIT may have been applied before the session died: running the body again could do
+    it twice, so that error goes to the caller."""
+    if connection.vendor != "postgresql":
+        pytest.skip("terminates a PostgreSQL backend")
+    calls: list[int] = []
+
+    def create_then_lose_the_session_at_commit() -> None:
+        calls.append(1)
+        Tenant.objects.create(slug=f"t{len(calls)}", name="T")
+        transaction.on_commit(lambda: None)
+        terminate_own_session()  # the COMMIT at the block's end is the first statement to fail
+
+    with pytest.raises(Exception) as raised:
+        run_in_transaction(create_then_lose_the_session_at_commit)
+    assert not isinstance(raised.value, transactions.SessionLost)
+    assert calls == [1]

@@ -22,6 +22,7 @@ from portal.api.tasks import prune_api_records_task
 from portal.models import ApiToken, IdempotencyRecord, hash_token
 from portal.services import issue_token
 from portal.tests.factories import UserFactory
+from portal.tests.locks import terminate_own_session
 
 TOKENS_URL = "/api/v1/tokens/"
 
@@ -472,18 +473,6 @@ def test_a_key_on_a_path_longer_than_a_record_holds_is_a_400(alice: Any, api_as:
     assert IdempotencyRecord.objects.exists() is False
 
 
-def _terminate_own_session() -> None:
-    """What a PostgreSQL restart, failover or an operator's pg_terminate_backend does to a request."""
-    with psycopg.connect(_dsn(), autocommit=True) as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
-
-
-def _dsn() -> str:
-    s = connection.settings_dict
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
-    return f"postgresql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("where", ["in the view", "while storing the answer"])
 def test_a_post_whose_database_session_is_ended_mid_request_is_answered_as_if_nothing_happened(
@@ -508,7 +497,7 @@ def test_a_post_whose_database_session_is_ended_mid_request_is_answered_as_if_no
     def ended_once(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 1:
-            _terminate_own_session()
+            terminate_own_session()
         return original(*args, **kwargs)
 
     monkeypatch.setattr(*target, ended_once)
