@@ -24,7 +24,7 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import OperationalError, connection
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
@@ -70,9 +70,22 @@ def _hit_database(buckets: list[Bucket], window_start: int) -> dict[str, int]:
     else:
         values = ", ".join(["(%s, %s, 1)"] * len(buckets))
         sql = f"INSERT INTO {table} (bucket, window_start, count) VALUES {values} {conflict}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {row[0]: int(row[1]) for row in cursor.fetchall()}
+
+    def count() -> dict[str, int]:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {row[0]: int(row[1]) for row in cursor.fetchall()}
+
+    try:
+        return count()
+    except OperationalError:
+        # On its own (autocommit), the statement is safe to send again on a new session when the
+        # server ended ours (restart, failover, pg_terminate_backend): at worst a request is
+        # counted twice. Inside a caller's transaction the caller decides.
+        if connection.in_atomic_block or connection.is_usable():
+            raise
+        connection.close()
+        return count()
 
 
 # Every bucket counted in one round trip and one atomic step: INCR each key, give a new key its expiry.

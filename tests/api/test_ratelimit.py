@@ -161,3 +161,19 @@ def test_redis_counter_is_exact_under_concurrent_hits() -> None:
     ttl = int(client.ttl(key))  # type: ignore[arg-type]
     assert 0 < ttl <= 7200
     client.delete(key)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_counter_whose_session_the_server_ended_counts_on_a_new_one() -> None:
+    """The long chaos run's 500 on a DELETE: the session was terminated just before the request's
+    counter upsert. The upsert is its own transaction, so it is sent again on a new session."""
+    from django.db import connection
+
+    from portal.tests.locks import terminate_own_session
+
+    if connection.vendor != "postgresql":
+        pytest.skip("terminates a PostgreSQL backend")
+    with override_settings(TESSERA_API_RATE_REDIS_URL=""):
+        assert hit([Bucket("token:1", 10)], now=1000.0)[0] == {"token:1": 1}
+        terminate_own_session()
+        assert hit([Bucket("token:1", 10)], now=1000.0)[0] == {"token:1": 2}
