@@ -94,6 +94,14 @@ class SessionLost(Exception):
     run again on a new connection (`in_one_transaction` raises it, `retry_lost_races` retries it)."""
 
 
+def session_lost(session: object, *, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether the database session `session` (a `connection.connection` taken earlier) is gone:
+    Django dropped it (and may have opened another since, e.g. to log an error) or the server
+    ended it."""
+    conn = connections[using]
+    return conn.connection is not session or not conn.is_usable()
+
+
 def in_one_transaction(func: Callable[[], T], *, using: str = DEFAULT_DB_ALIAS) -> T:
     """`func()` in `transaction.atomic()`. A session the server ended while `func` ran is raised as
     SessionLost; one lost at the COMMIT itself is not (the COMMIT may have been applied), and
@@ -110,7 +118,7 @@ def in_one_transaction(func: Callable[[], T], *, using: str = DEFAULT_DB_ALIAS) 
     except Exception as exc:  # psycopg's own errors too: its pipeline raises them unwrapped
         if body_done or is_lock_conflict(exc) or isinstance(exc, SessionLost):
             raise
-        if conn.connection is session and conn.is_usable():
+        if not session_lost(session, using=using):
             raise
         raise SessionLost(str(exc)) from exc
 

@@ -44,6 +44,7 @@ from portal.api.errors import error_body
 from portal.authentication import remember_token_rows, token_statement
 from portal.db import Statement, commit_pipelined, run_together
 from portal.models import IdempotencyRecord, hash_token
+from portal.transactions import session_lost
 
 logger = logging.getLogger(__name__)
 
@@ -268,10 +269,10 @@ class IdempotencyMiddleware:
         try:
             response = self._run_once(request, lookup, fingerprint, now)
         except Exception:  # psycopg's own errors too: its pipeline raises them unwrapped
-            if not _session_lost(session):
+            if not session_lost(session):
                 raise
             response = None
-        if response is not None and (response.status_code < 500 or not _session_lost(session)):
+        if response is not None and (response.status_code < 500 or not session_lost(session)):
             return response
         # The database ended our session mid-request (a restart, a failover, an operator's
         # pg_terminate_backend): the request's one transaction died with it, or committed with its
@@ -297,12 +298,6 @@ class IdempotencyMiddleware:
                 with commit_pipelined():
                     _store(lookup, fingerprint, response, now)
         return response
-
-
-def _session_lost(session: Any) -> bool:
-    """Whether the database session the request started on is gone: Django dropped it (and may
-    have opened another since, e.g. to log the error) or the server ended it."""
-    return connection.connection is not session or not connection.is_usable()
 
 
 def prune_expired(now: Any = None) -> int:
