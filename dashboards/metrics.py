@@ -30,6 +30,13 @@ from django.conf import settings
 from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 
+from quotas.models import Quota, QuotaGroup
+from scheduling.choices import WorkloadState
+from scheduling.models import Placement, Workload
+from scheduling.services.audit import invariant_statuses, latest_run
+from scheduling.telemetry.ingestion import quota_figures
+from scheduling.telemetry.models import PoolSample, Resolution
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -93,13 +100,6 @@ def histogram(
 
 def collect() -> list[Family]:
     """Read the current figures from the database."""
-    from quotas.models import Quota, QuotaGroup
-    from scheduling.choices import WorkloadState
-    from scheduling.models import Placement, Workload
-    from scheduling.services.audit import invariant_statuses, latest_run
-    from scheduling.telemetry.ingestion import quota_figures
-    from scheduling.telemetry.models import PoolSample, Resolution
-
     allocated = Family(
         "tessera_tenant_gpu_allocated_milli",
         "GPU compute held by active placements (1000 = one card).",

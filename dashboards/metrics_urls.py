@@ -2,6 +2,6 @@
 
 from django.urls import path
 
-from portal.dashboards import metrics
+from dashboards import metrics
 
 urlpatterns = [path("metrics", metrics.metrics_view, name="metrics")]

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal.dashboards import views
+from dashboards import views
 
 app_name = "dashboards"
 urlpatterns = [

@@ -2,7 +2,7 @@
 
 Each builder takes plain values (lists of tuples / simple objects with attributes) and returns
 `{"data": [...], "layout": {...}}` with a title, axis units and hover text. Tenants keep the same colour
-on every chart (`tenant_color`), pools too (`pool_color`). Tested in portal/dashboards/tests/test_charts.py.
+on every chart (`tenant_color`), pools too (`pool_color`). Tested in dashboards/tests/test_charts.py.
 """
 
 from __future__ import annotations

@@ -413,7 +413,7 @@ CELERY_BEAT_SCHEDULE["scheduling-audit-invariants"] = {
     "schedule": TESSERA_AUDIT_INTERVAL_SECONDS,
 }
 
-# telemetry (scheduling.telemetry, portal.dashboards): ingest every minute, prune hourly; prices per GPU-hour.
+# telemetry (scheduling.telemetry, dashboards): ingest every minute, prune hourly; prices per GPU-hour.
 CELERY_BEAT_SCHEDULE["ingest-telemetry"] = {
     "task": "scheduling.telemetry.tasks.ingest_telemetry_task",
     "schedule": crontab(minute="*"),

@@ -48,8 +48,8 @@ urlpatterns = [
     path("quotas/", include("quotas.urls")),
     path("codespaces/", include("codespaces.urls")),
     path("cluster/", include("scheduling.urls")),
-    path("dashboards/", include("portal.dashboards.urls")),
-    path("", include("portal.dashboards.metrics_urls")),
+    path("dashboards/", include("dashboards.urls")),
+    path("", include("dashboards.metrics_urls")),
     path("admin/", admin.site.urls),
 ]
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from portal.dashboards.metrics import Family, histogram, render
+from dashboards.metrics import Family, histogram, render
 from scheduling.models import Shard
 from scheduling.telemetry.ingestion import ingest_minute
 from scheduling.telemetry.tests.fixtures import FIXED, T0, FixedMetrics
