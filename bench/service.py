@@ -130,7 +130,7 @@ class Worker:
 def _purge() -> None:
     """Empty every queue the workers consume (left-over cycle triggers would skew the next run)."""
     from portal.celery import app
-    from portal.queues import worker_queues
+    from scheduling.queues import worker_queues
 
     with app.connection_for_write() as conn:
         for queue in worker_queues():

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from portal.queues import DEFAULT_QUEUES
+
 QUEUE_PREFIX = "sched-"
 
 
@@ -23,5 +25,12 @@ def queue_for_group(group_id: int) -> str:
 
 
 def shard_queues() -> list[str]:
-    """Every shard queue a worker consumes (portal.queues.worker_queues adds `default`)."""
+    """Every shard queue a worker consumes (`worker_queues` adds `default`)."""
     return [f"{QUEUE_PREFIX}{i}" for i in range(queue_count())]
+
+
+def worker_queues() -> list[str]:
+    """Queues a worker consumes by default: `default` plus every shard queue."""
+    queues = list(DEFAULT_QUEUES)
+    queues.extend(q for q in shard_queues() if q not in queues)
+    return queues

@@ -13,8 +13,8 @@ import pytest
 from codespaces import services
 from codespaces.choices import CodespaceState as S
 from codespaces.models import Codespace
-from portal.queues import worker_queues
 from scheduling.models import Workload
+from scheduling.queues import worker_queues
 from scheduling.services import snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -13,12 +13,12 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Sum
 
-from portal.queues import worker_queues
 from scheduling import services, tasks
 from scheduling.choices import ACTIVE_STATES, GangState, WorkloadState
 from scheduling.engine import explain
 from scheduling.lock_objects import SHARD_LOCK_CLASS
 from scheduling.models import Gpu, Node, Placement, PlacementGpu, Workload
+from scheduling.queues import worker_queues
 from scheduling.services import snapshot as snap
 from scheduling.tests.factories import load_demo, make_group, make_quota
 

@@ -254,8 +254,7 @@ def test_cycle_task_and_beat_fan_out(quota: Any) -> None:
 
 
 def test_queues_cover_every_group(settings: Any) -> None:
-    from portal.queues import worker_queues
-    from scheduling.queues import queue_for_group, shard_queues
+    from scheduling.queues import queue_for_group, shard_queues, worker_queues
 
     settings.TESSERA_SCHEDULING_QUEUES = 3
     assert shard_queues() == ["sched-0", "sched-1", "sched-2"]

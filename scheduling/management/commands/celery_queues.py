@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from portal.queues import worker_queues
+from scheduling.queues import worker_queues
 
 
 class Command(BaseCommand):
