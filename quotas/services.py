@@ -413,15 +413,13 @@ def delete_quota(
     quota: Quota | int, *, expected_version: int | None, actor: Any = None, note: str = ""
 ) -> None:
     """Delete a quota that no workload references. Audited (the history row keeps its name)."""
-    from scheduling.models import Workload
-
     quota_id = quota if isinstance(quota, int) else quota.pk
     with transaction.atomic():
         current = Quota.objects.get(pk=quota_id)
         group = _lock_group(current.group_id)
         locked = _lock_quota(quota_id)
         _check_version(locked.version, expected_version)
-        referencing = Workload.objects.filter(quota=locked).count()
+        referencing = locked.workloads.count()
         if referencing:
             raise Conflict(
                 f"{referencing} workload(s) still reference quota {locked.name} (running, waiting or "

@@ -27,11 +27,10 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Case, F, When
 
+from quotas.cluster import cluster_rows
 from quotas.models import Quota, QuotaGroup
 from quotas.resources import Resources, Side, total
 from quotas.runtime import QuotaShareInput, ShareInput, runtime_1d, runtime_shares
-from scheduling.choices import ACTIVE_STATES, WorkloadState
-from scheduling.models import Node, Reservation, Workload
 
 SIDES = (Side.GPU, Side.CPU)
 
@@ -118,24 +117,26 @@ def _claims(group: QuotaGroup, nodes: Any) -> tuple[list[Any], tuple[NodeOverlap
 def matching_nodes(group: QuotaGroup) -> list[Any]:
     """The Node rows counted toward the group (all of them, cordoned or not): those its `node_selector`
     matches, except the ones an older group matches too (a node counts toward one group only)."""
-    return _claims(group, Node.objects.prefetch_related("gpus").order_by("name"))[0]
+    return _claims(group, cluster_rows().nodes().prefetch_related("gpus").order_by("name"))[0]
 
 
 def matching_node_ids(group: QuotaGroup) -> list[int]:
     """The primary keys of `matching_nodes(group)`, read without their GPUs."""
-    return [node.pk for node in _claims(group, Node.objects.only("pk", "name", "labels"))[0]]
+    return [
+        node.pk for node in _claims(group, cluster_rows().nodes().only("pk", "name", "labels"))[0]
+    ]
 
 
 def node_overlaps(group: QuotaGroup) -> tuple[NodeOverlap, ...]:
     """The nodes the group's selector matches that another group matches too, by name."""
-    return _claims(group, Node.objects.only("pk", "name", "labels").order_by("name"))[1]
+    return _claims(group, cluster_rows().nodes().only("pk", "name", "labels").order_by("name"))[1]
 
 
 def nodes_matching_both(selector: dict[str, Any], others: Sequence[dict[str, Any]]) -> list[str]:
     """Names of the nodes `selector` matches that one of the `others` selectors matches too."""
     return [
         name
-        for name, labels in Node.objects.order_by("name").values_list("name", "labels")
+        for name, labels in cluster_rows().nodes().order_by("name").values_list("name", "labels")
         if node_matches(labels, selector) and any(node_matches(labels, o) for o in others)
     ]
 
@@ -143,7 +144,7 @@ def nodes_matching_both(selector: dict[str, Any], others: Sequence[dict[str, Any
 def all_overlaps(node_names: Iterable[str] | None = None) -> list[NodeOverlap]:
     """Every node (of `node_names`, when given) that several groups match, by name."""
     ordered = claim_order(QuotaGroup.objects.all())
-    nodes = Node.objects.order_by("name")
+    nodes = cluster_rows().nodes().order_by("name")
     if node_names is not None:
         nodes = nodes.filter(name__in=list(node_names))
     found = []
@@ -181,16 +182,14 @@ def group_capacity(group: QuotaGroup, nodes: Sequence[Any] | None = None) -> Gro
     """The capacity of `group` per side (see the module docstring for the exact definition)."""
     overlaps: tuple[NodeOverlap, ...] = ()
     if nodes is None:
-        nodes, overlaps = _claims(group, Node.objects.prefetch_related("gpus").order_by("name"))
-    reservations = {
-        r.node_id: (int(r.cpu_milli), int(r.memory_mib))
-        for r in Reservation.objects.filter(node__in=[n.pk for n in nodes])
-    }
+        nodes, overlaps = _claims(
+            group, cluster_rows().nodes().prefetch_related("gpus").order_by("name")
+        )
+    reservations = cluster_rows().reservations([n.pk for n in nodes])
     gpu_side = Resources()
     cpu_side = Resources()
     counted = excluded = healthy_gpus = unhealthy_gpus = 0
     for node in nodes:
-        assert isinstance(node, Node)
         if node.cordoned or not node.healthy:
             excluded += 1
             continue
@@ -299,7 +298,7 @@ def usage_of(workload: Any) -> WorkloadUsage:
         quota_id=int(workload.quota_id),
         side=workload_side(workload),
         resources=workload_resources(workload),
-        active=workload.state in ACTIVE_STATES,
+        active=workload.state in cluster_rows().active_states,
         priority=int(workload.priority or 0),
         preemptible=bool(workload.preemptible),
         gang_id=workload.gang_id,
@@ -680,14 +679,7 @@ def build_snapshot(
 
 
 def _workload_rows(group: QuotaGroup) -> list[WorkloadUsage]:
-    rows = (
-        Workload.objects.filter(
-            quota__group=group, state__in=[WorkloadState.PENDING, *ACTIVE_STATES]
-        )
-        .select_related("gang")
-        .order_by("id")
-    )
-    return [usage_of(w) for w in rows]
+    return [usage_of(w) for w in cluster_rows().charged_workloads(int(group.pk))]
 
 
 def group_snapshot(group: QuotaGroup | int, *, headroom: bool = True) -> GroupSnapshot:
