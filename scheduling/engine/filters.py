@@ -196,3 +196,30 @@ def preferred_subset(
         if sub2.size:
             return sub2
     return cand
+
+
+def fit_counts(state: ClusterState, request: PlacementRequest) -> dict[str, int]:
+    """How many more copies of ``request`` fit right now, per node (nodes with 0 left out).
+
+    Counts each node independently (CPU, memory, reservation, GPU compute and memory, whole GPUs,
+    model, labels, cordon). The cluster total is ``sum(result.values())``.
+    """
+    mask = feasible_mask(state, request)
+    r = request
+    big = np.int64(1 << 40)
+    cnt = np.where(r.cpu_milli > 0, state.cpu_free // max(r.cpu_milli, 1), big)
+    cnt = np.minimum(cnt, np.where(r.memory_mib > 0, state.mem_free // max(r.memory_mib, 1), big))
+    if r.is_cpu_only:
+        room_c = (state.cpuonly_cpu_limit - state.cpuonly_cpu_used) // max(r.cpu_milli, 1)
+        room_m = (state.cpuonly_mem_limit - state.cpuonly_mem_used) // max(r.memory_mib, 1)
+        cnt = np.minimum(cnt, np.where(r.cpu_milli > 0, room_c, big))
+        cnt = np.minimum(cnt, np.where(r.memory_mib > 0, room_m, big))
+    elif r.is_whole_gpu:
+        cnt = np.minimum(cnt, state.whole_free // r.gpu_count)
+    else:
+        per = state.gpu_free // r.gpu_milli
+        if r.gpu_memory_mib > 0:
+            per = np.minimum(per, state.gpu_mem_free // r.gpu_memory_mib)
+        cnt = np.minimum(cnt, np.where(state.gpu_ok, per, 0).sum(axis=1))
+    cnt = np.where(mask, cnt, 0)
+    return {state.names[i]: int(cnt[i]) for i in np.flatnonzero(cnt)}

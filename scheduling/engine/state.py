@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .types import GPU_MILLI, Assignment, NodeSpec, PlacementRequest, ReservationPolicy
+from .types import GPU_MILLI, Assignment, NodeSpec, ReservationPolicy
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -371,36 +371,6 @@ class ClusterState:
         if key[i, j] <= 0 or self.gpu_free[i, j] == 0:
             return None
         return int(self.gpu_free[i, j]), int(self.gpu_mem_free[i, j])
-
-    def fit_counts(self, request: PlacementRequest) -> dict[str, int]:
-        """How many more copies of ``request`` fit right now, per node (nodes with 0 left out).
-
-        Counts each node independently (CPU, memory, reservation, GPU compute and memory, whole GPUs,
-        model, labels, cordon). The cluster total is ``sum(result.values())``.
-        """
-        from .filters import feasible_mask
-
-        mask = feasible_mask(self, request)
-        r = request
-        big = np.int64(1 << 40)
-        cnt = np.where(r.cpu_milli > 0, self.cpu_free // max(r.cpu_milli, 1), big)
-        cnt = np.minimum(
-            cnt, np.where(r.memory_mib > 0, self.mem_free // max(r.memory_mib, 1), big)
-        )
-        if r.is_cpu_only:
-            room_c = (self.cpuonly_cpu_limit - self.cpuonly_cpu_used) // max(r.cpu_milli, 1)
-            room_m = (self.cpuonly_mem_limit - self.cpuonly_mem_used) // max(r.memory_mib, 1)
-            cnt = np.minimum(cnt, np.where(r.cpu_milli > 0, room_c, big))
-            cnt = np.minimum(cnt, np.where(r.memory_mib > 0, room_m, big))
-        elif r.is_whole_gpu:
-            cnt = np.minimum(cnt, self.whole_free // r.gpu_count)
-        else:
-            per = self.gpu_free // r.gpu_milli
-            if r.gpu_memory_mib > 0:
-                per = np.minimum(per, self.gpu_mem_free // r.gpu_memory_mib)
-            cnt = np.minimum(cnt, np.where(self.gpu_ok, per, 0).sum(axis=1))
-        cnt = np.where(mask, cnt, 0)
-        return {self.names[i]: int(cnt[i]) for i in np.flatnonzero(cnt)}
 
     def nbytes(self) -> int:
         """Bytes held by the numpy arrays of the state (the memory figure of the bench)."""

@@ -1,5 +1,5 @@
 """The fragmentation map of a pool: free compute and memory per node × GPU, how many more slices of a
-preset fit and where (the engine's `ClusterState.fit_counts`), and fragmentation (the engine's FGD model:
+preset fit and where (the engine's `filters.fit_counts`), and fragmentation (the engine's FGD model:
 free GPU milli that the current request mix cannot use)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from portal.errors import InvalidInput
-from quotas.models import QuotaGroup
+from quotas.models import Quota, QuotaGroup
 from scheduling.choices import ACTIVE_STATES, WorkloadState
 from scheduling.engine import (
     Assignment,
@@ -19,6 +19,7 @@ from scheduling.engine import (
     PlacementRequest,
     typical_pods,
 )
+from scheduling.engine.filters import fit_counts
 from scheduling.models import Gpu, Node, PlacementGpu, Workload
 
 
@@ -176,7 +177,7 @@ def fragmentation_map(group: QuotaGroup, chosen: SlicePreset) -> FragmentationMa
         result.free_milli.append(row_milli)
         result.free_memory_mib.append(row_memory)
     result.free_milli_total = int(state.gpu_free[state.gpu_ok].sum()) if len(state) else 0
-    result.fits = state.fit_counts(_request(chosen)) if len(state) else {}
+    result.fits = fit_counts(state, _request(chosen)) if len(state) else {}
     result.fragmented_milli = round(_fragmented_milli(state, group), 1)
     return result
 
@@ -184,8 +185,6 @@ def fragmentation_map(group: QuotaGroup, chosen: SlicePreset) -> FragmentationMa
 def _fragmented_milli(state: ClusterState, group: QuotaGroup) -> float:
     """Σ over schedulable nodes of FGD's F(node) for the typical pods of the pool's active and pending GPU
     requests (the current request mix); 0 without any request."""
-    from quotas.models import Quota
-
     quota_ids = list(Quota.objects.filter(group=group).values_list("pk", flat=True))
     rows = Workload.objects.filter(
         quota_id__in=quota_ids,

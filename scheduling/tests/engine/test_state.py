@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling.engine import Assignment, ClusterState, ReservationPolicy
+from scheduling.engine.filters import fit_counts
 
 from .builders import cluster, node, req
 
@@ -72,9 +73,9 @@ def test_reservation_limits_cpu_only_work_on_gpu_nodes() -> None:
 def test_fit_counts_per_node() -> None:
     s = cluster(node("n1", 2, cpu=8000), node("n2", 1, model="T4"))
     r = req("r", cpu=1000, gpus=1, milli=300, gpu_models=("A100",))
-    assert s.fit_counts(r) == {"n1": 6}
+    assert fit_counts(s, r) == {"n1": 6}
     whole = req("w", cpu=1000, gpus=2, milli=1000)
-    assert s.fit_counts(whole) == {"n1": 1}
+    assert fit_counts(s, whole) == {"n1": 1}
 
 
 def test_state_for_5000_nodes_by_8_gpus_is_under_10_mb() -> None:
