@@ -17,7 +17,8 @@ from codespaces.choices import EventKind
 from codespaces.models import Codespace
 from codespaces.tests.test_services import BackendSpy, create, run_status_sync
 from scheduling.models import Gpu
-from scheduling.telemetry.ingestion import MinuteMetrics, Share, SyntheticMetrics, ingest_minute
+from scheduling.telemetry.ingestion import SyntheticMetrics, ingest_minute
+from scheduling.telemetry.samples import MinuteMetrics, Share
 
 pytestmark = pytest.mark.django_db
 

@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
 
+from django.conf import settings
 from django.utils import timezone
 
 from portal.periodic import ItemFailures, run_each
 from portal.transactions import run_in_transaction
 from quotas.models import Quota, QuotaGroup
+from quotas.usage import group_snapshot
 from scheduling.choices import WorkloadKind, WorkloadState
 from scheduling.models import Gpu, Node, PlacementGpu, Shard, Workload
-from scheduling.telemetry import synthetic
+from scheduling.telemetry import rollups, synthetic
 from scheduling.telemetry.models import (
     GpuSample,
     PoolSample,
@@ -36,46 +37,15 @@ from scheduling.telemetry.models import (
     Source,
     WorkloadSample,
 )
-
-GPU_MILLI = 1000
-
-
-@dataclass(frozen=True)
-class Share:
-    """One workload's share of one GPU, as placed."""
-
-    workload_id: int
-    workload_name: str
-    profile: str
-    gpu_id: int
-    gpu_uuid: str
-    gpu_milli: int
-    gpu_memory_mib: int
-
-
-@dataclass
-class MinuteMetrics:
-    """What a metrics source measured for one minute.
-
-    `workload_utilization`: SM % of the workload's own allocation; `workload_memory_mib`: GPU memory used;
-    `gpu_utilization`: SM % of the whole card; `gpu_memory_mib`: framebuffer used. Missing keys = no metric.
-    """
-
-    workload_utilization: dict[int, float] = field(default_factory=dict)
-    workload_memory_mib: dict[int, int] = field(default_factory=dict)
-    gpu_utilization: dict[int, float] = field(default_factory=dict)
-    gpu_memory_mib: dict[int, int] = field(default_factory=dict)
-
-
-class MetricsSource(Protocol):
-    @property
-    def source(self) -> str: ...
-
-    def measure(
-        self, minute: datetime, shares: Sequence[Share], gpus: Sequence[Gpu]
-    ) -> MinuteMetrics:
-        """Utilization and memory of the given shares and GPUs in `minute`."""
-        ...
+from scheduling.telemetry.prometheus import PrometheusMetrics
+from scheduling.telemetry.samples import (
+    GPU_MILLI,
+    MetricsSource,
+    MinuteMetrics,
+    Share,
+    percentile,
+    wait_seconds,
+)
 
 
 class SyntheticMetrics:
@@ -109,12 +79,8 @@ class SyntheticMetrics:
 
 def metrics_source() -> MetricsSource:
     """Prometheus when `TESSERA_PROMETHEUS_URL` is set, otherwise the synthetic source."""
-    from django.conf import settings
-
     url = getattr(settings, "TESSERA_PROMETHEUS_URL", "")
     if url:
-        from scheduling.telemetry.prometheus import PrometheusMetrics
-
         return PrometheusMetrics(url)
     return SyntheticMetrics()
 
@@ -136,8 +102,6 @@ def node_in_group(node: Node, group: QuotaGroup) -> bool:
 def quota_figures(group: QuotaGroup) -> dict[int, tuple[float, float, float, float]]:
     """(min, max, runtime share, borrowed) GPU milli of each quota of `group` on the GPU side, from
     `quotas.usage.group_snapshot`."""
-    from quotas.usage import group_snapshot
-
     snapshot = group_snapshot(group)
     return {
         quota_id: (
@@ -148,34 +112,6 @@ def quota_figures(group: QuotaGroup) -> dict[int, tuple[float, float, float, flo
         )
         for quota_id, usage in snapshot.quotas.items()
     }
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0–100) by linear interpolation between closest ranks; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return float(ordered[0])
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return float(ordered[low] + (ordered[high] - ordered[low]) * (position - low))
-
-
-def wait_seconds(group_quota_ids: Iterable[int], start: datetime, end: datetime) -> list[float]:
-    """Submit → placed waits (seconds) of the GPU workloads of these quotas placed in [start, end)."""
-    rows = Workload.objects.filter(
-        quota_id__in=list(group_quota_ids),
-        placed_at__gte=start,
-        placed_at__lt=end,
-        gpu_count__gt=0,
-    ).values_list("submitted_at", "placed_at")
-    return [
-        max((placed - submitted).total_seconds(), 0.0)
-        for submitted, placed in rows
-        if placed is not None
-    ]
 
 
 def active_shares() -> list[tuple[Share, Workload, Node]]:
@@ -227,8 +163,6 @@ def ingest_minute(
     own (`portal.periodic.run_each`): a group that raises is logged, listed in `failed_groups` and left
     out of this minute, and the other groups are still recorded.
     """
-    from scheduling.telemetry import rollups
-
     minute = floor_minute(now or timezone.now())
     source = source or metrics_source()
     shares_full = active_shares()

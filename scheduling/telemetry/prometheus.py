@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from scheduling.models import Gpu
-from scheduling.telemetry.ingestion import GPU_MILLI, MinuteMetrics, Share
 from scheduling.telemetry.models import Source
+from scheduling.telemetry.samples import GPU_MILLI, MinuteMetrics, Share
 
 TIMEOUT_SECONDS = 10.0
 

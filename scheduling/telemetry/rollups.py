@@ -14,7 +14,6 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from quotas.models import Quota
-from scheduling.telemetry.ingestion import percentile, wait_seconds
 from scheduling.telemetry.models import (
     GpuSample,
     PoolSample,
@@ -23,6 +22,7 @@ from scheduling.telemetry.models import (
     WorkloadHourly,
     WorkloadSample,
 )
+from scheduling.telemetry.samples import percentile, wait_seconds
 from scheduling.telemetry.synthetic import IDLE_THRESHOLD_PERCENT
 
 RAW_RETENTION = timedelta(hours=48)

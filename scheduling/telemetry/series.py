@@ -36,6 +36,7 @@ from scheduling.telemetry.models import (
     WorkloadHourly,
     WorkloadSample,
 )
+from scheduling.telemetry.samples import percentile, wait_seconds
 
 RANGES: dict[str, timedelta] = {
     "6h": timedelta(hours=6),
@@ -194,8 +195,6 @@ class ClusterSummary:
 
 def cluster_summary(win: Window) -> ClusterSummary:
     """Means over the window across pools; waits over the workloads placed in the window."""
-    from scheduling.telemetry.ingestion import percentile, wait_seconds
-
     agg = PoolSample.objects.filter(
         resolution=win.resolution, ts__gte=win.start, ts__lt=win.end
     ).aggregate(

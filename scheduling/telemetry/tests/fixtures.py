@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from scheduling.telemetry.ingestion import MinuteMetrics, Share
 from scheduling.telemetry.models import Source
+from scheduling.telemetry.samples import MinuteMetrics, Share
 
 T0 = datetime(2026, 11, 2, 10, 30, tzinfo=UTC)
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from scheduling.telemetry.ingestion import ingest_minute, percentile
+from scheduling.telemetry.ingestion import ingest_minute
 from scheduling.telemetry.models import (
     GpuSample,
     PoolSample,
@@ -16,6 +16,7 @@ from scheduling.telemetry.models import (
     WorkloadSample,
 )
 from scheduling.telemetry.rollups import prune, rollup_hour
+from scheduling.telemetry.samples import percentile
 from scheduling.telemetry.tests.fixtures import FIXED, T0, FixedMetrics
 
 pytestmark = pytest.mark.django_db

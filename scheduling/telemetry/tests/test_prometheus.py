@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from scheduling.models import Gpu
-from scheduling.telemetry.ingestion import Share
 from scheduling.telemetry.prometheus import attribute, by_uuid, by_uuid_and_pod
+from scheduling.telemetry.samples import Share
 
 
 def share(workload_id: int, name: str, uuid: str, milli: int, memory: int = 0) -> Share:
