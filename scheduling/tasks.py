@@ -24,6 +24,8 @@ from scheduling.services.workloads import (
 
 logger = logging.getLogger(__name__)
 
+MATERIALIZE_BATCH = 200
+
 
 @shared_task(acks_late=True)
 def run_cycle_task(group_id: int) -> dict[str, Any]:
@@ -178,3 +180,28 @@ def audit_invariants_task() -> dict[str, int]:
     if report.violations:
         logger.warning("audit: %s invariant violations: %s", report.violations, report.counts)
     return report.counts
+
+
+class TaskFollowUps:
+    """scheduling.followups.FollowUps through these Celery tasks (installed at app ready)."""
+
+    def run_cycle(self, group_id: int) -> None:
+        run_cycle_task.apply_async((group_id,), queue=queue_for_group(group_id))
+
+    def materialize(self, workload_ids: Sequence[int]) -> None:
+        ids = list(workload_ids)
+        for i in range(0, len(ids), MATERIALIZE_BATCH):
+            materialize_workloads_task.delay(ids[i : i + MATERIALIZE_BATCH])
+
+    def release(
+        self,
+        workload_id: int,
+        name: str,
+        delete_home: bool,
+        home_name: str,
+        *,
+        placement_id: int | None,
+    ) -> None:
+        release_backend_task.delay(
+            workload_id, name, delete_home, home_name, placement_id=placement_id
+        )

@@ -32,6 +32,7 @@ from scheduling import observers
 from scheduling.choices import ACTIVE_STATES, WorkloadState
 from scheduling.engine import GPU_MILLI, Assignment, GangSpec, typical_pods
 from scheduling.engine.planner import plan_in_place
+from scheduling.followups import followups
 from scheduling.lock_objects import lock_nodes, lock_shard
 from scheduling.models import Gpu, Placement, PlacementGpu, Shard, Workload
 from scheduling.services.charge import mark_placed_whole_cards
@@ -465,13 +466,7 @@ def _run_once(
 def _materialize_on_commit(workload_ids: Sequence[int]) -> None:
     ids = list(workload_ids)
 
-    def send() -> None:
-        from scheduling.tasks import materialize_workloads_task
-
-        for i in range(0, len(ids), 200):
-            materialize_workloads_task.delay(ids[i : i + 200])
-
-    transaction.on_commit(send)
+    transaction.on_commit(lambda: followups().materialize(ids))
 
 
 def run_cycle(group_id: int, *, limit: int | None = None, policy: str | None = None) -> CycleReport:

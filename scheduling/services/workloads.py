@@ -34,6 +34,7 @@ from scheduling.choices import (
     WorkloadKind,
     WorkloadState,
 )
+from scheduling.followups import followups
 from scheduling.lock_objects import lock_shard, lock_shards
 from scheduling.models import Gang, Placement, Workload
 from scheduling.services.charge import PoolCards, recharge_pending, whole_card_memory_mib
@@ -60,14 +61,11 @@ def trigger_cycle(group_id: int) -> None:
     """
 
     def send() -> None:
-        from scheduling.queues import queue_for_group
-        from scheduling.tasks import run_cycle_task
-
         ttl = max(2, int(3 * float(settings.TESSERA_CYCLE_INTERVAL_SECONDS)))
         if not dedupe_triggers() or redis_client(settings.REDIS_URL).set(
             cycle_queued_key(group_id), 1, nx=True, ex=ttl
         ):
-            run_cycle_task.apply_async((group_id,), queue=queue_for_group(group_id))
+            followups().run_cycle(group_id)
 
     transaction.on_commit(send)
 
@@ -101,10 +99,8 @@ def release_on_backend(held: Iterable[HeldPlacement], *, delete_home: bool = Fal
         return
 
     def send() -> None:
-        from scheduling.tasks import release_backend_task
-
         for wid, name, home_name, placement_id in items:
-            release_backend_task.delay(wid, name, delete_home, home_name, placement_id=placement_id)
+            followups().release(wid, name, delete_home, home_name, placement_id=placement_id)
 
     transaction.on_commit(send)
 

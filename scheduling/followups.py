@@ -1,0 +1,51 @@
+"""The work services hand to the task queue after a commit: run a shard's cycle, make placed workloads
+real on the backend, remove a placement's cluster objects.
+
+Tasks call services, so services may not import tasks: `scheduling.tasks.TaskFollowUps` implements this
+protocol with the Celery tasks and `scheduling.apps.SchedulingConfig.ready` installs it. Services send
+through `followups()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class FollowUps(Protocol):
+    def run_cycle(self, group_id: int) -> None:
+        """Queue one scheduling cycle of the shard on its queue."""
+        ...
+
+    def materialize(self, workload_ids: Sequence[int]) -> None:
+        """Queue making these placed workloads real on the backend."""
+        ...
+
+    def release(
+        self,
+        workload_id: int,
+        name: str,
+        delete_home: bool,
+        home_name: str,
+        *,
+        placement_id: int | None,
+    ) -> None:
+        """Queue removing the cluster objects of one placement of a workload."""
+        ...
+
+
+_installed: list[FollowUps] = []
+
+
+def install(sender: FollowUps) -> None:
+    """Make `sender` the way services queue follow-up work (the app's ready() calls this)."""
+    _installed[:] = [sender]
+
+
+def followups() -> FollowUps:
+    """The installed sender; ImproperlyConfigured before the scheduling app is ready."""
+    if not _installed:
+        raise ImproperlyConfigured("scheduling.followups: no sender installed.")
+    return _installed[0]
