@@ -21,6 +21,7 @@ from codespaces.choices import CodespaceState, EventKind
 from codespaces.models import Codespace
 from portal.errors import Conflict
 from portal.periodic import run_each
+from scheduling.telemetry import services as telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +46,6 @@ def check_idle_codespaces(now: datetime | None = None) -> IdleReport:
     """Warn, stop or clear every RUNNING codespace according to its template's idle policy. Each
     codespace is checked on its own (`portal.periodic.run_each`): one that raises is logged with its id
     and listed in `failed_ids`, and the others are still checked."""
-    from scheduling.telemetry import services as telemetry
-
     now = now or timezone.now()
     report = IdleReport()
     running = list(

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from codespaces import lifecycle, pools
@@ -37,6 +37,7 @@ from codespaces.models import (
     CodespaceTemplate,
     TemplatePreset,
 )
+from portal.api.concurrency import version_conflict
 from portal.compiled_query import CompiledQuerySet, evaluate_together
 from portal.db import (
     atomic_pipelined,
@@ -49,7 +50,7 @@ from portal.errors import Conflict, InvalidInput
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
 from portal.periodic import ItemFailures, run_each
-from portal.scoping import is_operator, tenant_ids_for
+from portal.scoping import admin_tenant_ids_for, is_operator, scope_queryset, tenant_ids_for
 from portal.transactions import in_one_transaction, retry_lost_races
 from quotas import usage
 from quotas.models import Quota
@@ -1108,8 +1109,6 @@ def savings(now: datetime | None = None) -> Savings:
 def visible_codespaces(user: Any, *, scope: str = "mine") -> QuerySet[Codespace]:
     """Codespaces for a listing: "mine" (the user's own), "team" (teams the user administers; all for
     operators), "all" (operators only; others get their teams' rows)."""
-    from portal.scoping import admin_tenant_ids_for, scope_queryset
-
     queryset = Codespace.objects.exclude(state=S.DELETED).select_related(
         "owner", "tenant", "template", "quota__group", "workload"
     )
@@ -1125,8 +1124,6 @@ def visible_codespaces(user: Any, *, scope: str = "mine") -> QuerySet[Codespace]
 def scoped_codespaces(user: Any, base: Any = None) -> Any:
     """Live codespaces of the user's tenants (all for operators): the base of every lookup. `base` is
     what to narrow (default: codespaces with their relations; the API list passes its compiled rows)."""
-    from portal.scoping import scope_queryset
-
     if base is None:
         base = Codespace.objects.select_related(
             "owner", "tenant", "template", "quota__group", "workload", "preset"
@@ -1234,10 +1231,6 @@ def update_template(
 ) -> CodespaceTemplate:
     """Update a template (operators); compare-and-set on `version` so concurrent edits cannot be lost
     (PreconditionFailed with the current version otherwise). Presets, when given, replace the old ones."""
-    from django.db.models import F
-
-    from portal.api.concurrency import version_conflict
-
     for name, value in fields.items():
         if name in TEMPLATE_FIELDS:
             setattr(template, name, value)

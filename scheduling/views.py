@@ -21,6 +21,8 @@ from portal.scoping import (
     get_scoped_or_404,
     is_operator,
     require_operator,
+    scope_queryset,
+    tenant_ids_for,
 )
 from quotas.models import Quota
 from scheduling import services
@@ -60,8 +62,6 @@ def node_detail(request: HttpRequest, node_id: int) -> HttpResponse:
     row = node_rows(request.user, [node])[0]
     user = request.user
     ops = is_operator(user)
-    from portal.scoping import tenant_ids_for
-
     mine = tenant_ids_for(user)
     placements = [
         p
@@ -137,8 +137,6 @@ def gpu_action(request: HttpRequest, gpu_id: int, action: str) -> HttpResponse:
 
 
 def _my_quotas(user: Any) -> Any:
-    from portal.scoping import scope_queryset
-
     return scope_queryset(Quota.objects.select_related("group", "tenant"), user).order_by(
         "tenant__slug", "group__name"
     )
@@ -174,8 +172,6 @@ def jobs(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Job {gang.name} submitted: {d['pods']} pods.")
             return redirect("scheduling:job", job_id=gang.pk)
-    from portal.scoping import scope_queryset
-
     gangs = scope_queryset(Gang.objects.select_related("tenant", "owner"), user).order_by(
         "-created_at"
     )[:100]

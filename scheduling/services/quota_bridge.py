@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import Count, F, Max, Q, Sum
+
 from quotas.admission import (
     check_admission,
     check_request,
@@ -25,11 +27,17 @@ from quotas.reclaim import plan_reclaim
 from quotas.resources import Resources, Side, human_amount, human_number, total
 from quotas.usage import (
     GroupSnapshot,
+    QuotaSpec,
+    WorkloadUsage,
+    build_snapshot,
     charged_gpu_memory_expression,
+    group_capacity,
     group_snapshot,
     usage_of,
     workload_side,
 )
+from scheduling.choices import ACTIVE_STATES, WorkloadState
+from scheduling.models import Gpu, Node, Workload
 
 logger = logging.getLogger(__name__)
 
@@ -175,10 +183,6 @@ _capacity_cache: dict[int, tuple[Any, Any]] = {}
 
 def _inventory_fingerprint(group: Any) -> tuple[Any, ...]:
     """Cheap summary of what the group's capacity depends on (nodes, their state, unhealthy GPUs)."""
-    from django.db.models import Count, Max, Q
-
-    from scheduling.models import Gpu, Node
-
     nodes = Node.objects.aggregate(
         n=Count("pk"),
         last=Max("updated_at"),
@@ -207,8 +211,6 @@ def _inventory_fingerprint(group: Any) -> tuple[Any, ...]:
 def warm_capacity(group: Any) -> None:
     """Read the group's capacity into the worker's cache now (an idle cycle does it, so the first busy
     cycle after a start or an inventory change does not pay seconds for it on a large cluster)."""
-    from quotas.usage import group_capacity
-
     key = _inventory_fingerprint(group)
     hit = _capacity_cache.get(group.pk)
     if hit is None or hit[0] != key:
@@ -219,8 +221,6 @@ def cycle_snapshot(group: Any) -> Any:
     """quotas.usage.group_snapshot for a cycle, with the group's capacity cached per worker while the
     inventory it depends on is unchanged (reading every node and GPU each cycle costs seconds on a
     5,000-node cluster), and without the per-quota headroom the cycle does not read."""
-    from quotas.usage import QuotaSpec, build_snapshot, group_capacity
-
     key = _inventory_fingerprint(group)
     hit = _capacity_cache.get(group.pk)
     if hit is None or hit[0] != key:
@@ -242,12 +242,6 @@ def aggregated_usage(group: Any) -> list[Any]:
     """The group's live workloads summed per (quota, side, active, preemptible): the same used, pending,
     demand and non-preemptible figures as one row per workload, read with one GROUP BY instead of
     thousands of model instances. Reclaim, which needs the individual units, reads a full snapshot."""
-    from django.db.models import F, Sum
-
-    from quotas.usage import WorkloadUsage
-    from scheduling.choices import ACTIVE_STATES, WorkloadState
-    from scheduling.models import Workload
-
     rows = (
         Workload.objects.filter(
             quota__group=group, state__in=[WorkloadState.PENDING, *ACTIVE_STATES]

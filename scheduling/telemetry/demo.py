@@ -9,6 +9,7 @@ from typing import IO
 from portal.errors import DomainError
 from quotas.models import Quota, QuotaGroup
 from scheduling.models import Placement, Workload
+from scheduling.services import run_cycle, submit_workload
 from scheduling.telemetry.backfill import backfill
 from scheduling.telemetry.models import WorkloadHourly
 
@@ -21,8 +22,6 @@ DEMO_JOBS = (
 
 
 def _submit_demo_jobs() -> int:
-    from scheduling.services import submit_workload
-
     submitted = 0
     for quota in Quota.objects.select_related("tenant", "group").order_by("group__name", "name"):
         for name, profile, count, milli, memory in DEMO_JOBS:
@@ -51,8 +50,6 @@ def _submit_demo_jobs() -> int:
 
 def seed(stdout: IO[str] | None = None) -> None:
     """Submit and place the demo jobs, then backfill 30 days of hourly rollups and the last hour of minutes."""
-    from scheduling.services import run_cycle
-
     submitted = _submit_demo_jobs()
     for group in QuotaGroup.objects.all():
         run_cycle(group.pk)
