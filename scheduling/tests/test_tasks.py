@@ -22,6 +22,7 @@ from scheduling.inventory import (
 from scheduling.models import Gpu, Node, Placement, SimulatedPod, Workload
 from scheduling.services import reconcile
 from scheduling.tests.factories import make_group, make_quota, small_cluster
+from scheduling.tests.traces import NODE_LIST, require_traces
 
 pytestmark = pytest.mark.django_db
 
@@ -227,10 +228,8 @@ def test_openb_csv_loader(tmp_path: Path) -> None:
 
 
 def test_openb_trace_file_loads_when_present() -> None:
-    path = Path(__file__).resolve().parents[3] / "shared/traces/openb/openb_node_list_gpu_node.csv"
-    if not path.exists():
-        pytest.skip(f"{path} is not in this checkout")
-    inv = load_openb_csv(path)
+    require_traces(NODE_LIST)
+    inv = load_openb_csv(NODE_LIST)
     assert len(inv) == 1213
     assert sum(len(n.gpus) for n in inv) == 24 * 1 + 518 * 2 + 54 * 4 + 617 * 8
 

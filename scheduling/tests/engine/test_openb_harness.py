@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-TRACE_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "openb"
-TOOL = TRACE_DIR.parent.parent / "tools" / "openb_workload.py"
+from bench.replay import run_one
+from scheduling.tests.traces import NODE_LIST, TOOL, TRACE_DIR, pod_list, require_traces
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (TRACE_DIR / "openb_pod_list_default.csv").exists() or not TOOL.exists(),
-    reason=f"the shared openb trace and workload tool are not at {TRACE_DIR} (../shared absent)",
-)
 @pytest.mark.parametrize(
     ("trace", "policy", "expected"),
     [
@@ -27,8 +21,7 @@ TOOL = TRACE_DIR.parent.parent / "tools" / "openb_workload.py"
 def test_replay_matches_published_seed_42(
     trace: str, policy: str, expected: tuple[float, float]
 ) -> None:
-    from bench.replay import run_one
-
+    require_traces(NODE_LIST, pod_list(trace), TOOL)
     result = run_one(
         {
             "trace_dir": str(TRACE_DIR),
