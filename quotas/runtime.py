@@ -1,8 +1,8 @@
 """Runtime shares: how much of a group's capacity each sibling quota may use right now.
 
 Pure, exact in integers, deterministic and independent of input order. It follows Koordinator's
-`runtime_quota_calculator.go` (see /work/shared/docs/k8s-integration.md §3.2 and docs/quotas.md), per
-dimension:
+`pkg/scheduler/plugins/elasticquota/core/runtime_quota_calculator.go` (docs/quotas.md says where we
+differ), per dimension:
 
 0. **Min scaling.** If the mins of a dimension add up to more than the capacity (nodes were lost), every min is
    scaled to `capacity × min / Σ min` — with largest-remainder rounding (ties by name), so the scaled mins add
