@@ -11,7 +11,7 @@ QuotaChange row (who, when, before, after, note, warnings). Callers registered w
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -266,32 +266,48 @@ def _check_version(current: int, expected: int | None) -> None:
 def _audit(
     *,
     action: str,
-    group: QuotaGroup | None,
-    quota: Quota | None,
-    subject: str,
-    subject_name: str,
-    tenant: Tenant | None,
+    subject: Quota | QuotaGroup,
     actor: Any,
     before: dict[str, Any] | None,
-    after: dict[str, Any] | None,
-    version: int,
-    note: str,
-    warnings: list[str],
+    note: str = "",
+    warnings: Sequence[str] = (),
 ) -> QuotaChange:
-    return QuotaChange.objects.create(
+    """The one ending of every quota and group change, inside its transaction: the history row (who,
+    why, before and after, the version, the warnings shown) and, after commit, the change observers of
+    the group (none for a deleted group: nothing is left to schedule)."""
+    deleted = action == ChangeAction.DELETED
+    if isinstance(subject, Quota):
+        group: QuotaGroup | None = subject.group
+        assert group is not None
+        names: dict[str, Any] = {
+            "group": group,
+            "quota": subject,
+            "subject": "quota",
+            "subject_name": f"{group.name}/{subject.name}",
+            "tenant": subject.tenant,
+        }
+    else:
+        group = None if deleted else subject
+        names = {
+            "group": group,
+            "quota": None,
+            "subject": "group",
+            "subject_name": subject.name,
+            "tenant": None,
+        }
+    change = QuotaChange.objects.create(
         action=action,
-        group=group,
-        quota=quota,
-        subject=subject,
-        subject_name=subject_name,
-        tenant=tenant,
         actor=actor if getattr(actor, "is_authenticated", False) else None,
         before=before,
-        after=after,
-        version=version,
+        after=None if deleted else subject.snapshot_fields(),
+        version=subject.version,
         note=(note or "")[:500],
-        warnings=warnings,
+        warnings=list(warnings),
+        **names,
     )
+    if group is not None:
+        _notify(group.pk)
+    return change
 
 
 # ---------------------------------------------------------------------------------------------- quotas
@@ -344,19 +360,12 @@ def create_quota(
             ) from exc
         _audit(
             action=ChangeAction.CREATED,
-            group=group,
-            quota=quota,
-            subject="quota",
-            subject_name=f"{group.name}/{quota.name}",
-            tenant=tenant,
+            subject=quota,
             actor=actor,
             before=None,
-            after=quota.snapshot_fields(),
-            version=quota.version,
             note=note,
             warnings=warnings,
         )
-        _notify(group.pk)
     return Saved(quota, warnings)
 
 
@@ -392,19 +401,12 @@ def update_quota(
         saved = Quota.objects.select_related("group", "tenant").get(pk=quota_id)
         _audit(
             action=ChangeAction.UPDATED,
-            group=group,
-            quota=saved,
-            subject="quota",
-            subject_name=f"{group.name}/{saved.name}",
-            tenant=saved.tenant,
+            subject=saved,
             actor=actor,
             before=before,
-            after=saved.snapshot_fields(),
-            version=saved.version,
             note=note,
             warnings=warnings,
         )
-        _notify(group.pk)
     return Saved(saved, warnings)
 
 
@@ -416,7 +418,7 @@ def delete_quota(
     quota_id = quota if isinstance(quota, int) else quota.pk
     with transaction.atomic():
         current = Quota.objects.get(pk=quota_id)
-        group = _lock_group(current.group_id)
+        _lock_group(current.group_id)  # the lock order: group row, then quota row (docs/adr)
         locked = _lock_quota(quota_id)
         _check_version(locked.version, expected_version)
         referencing = locked.workloads.count()
@@ -428,20 +430,12 @@ def delete_quota(
             )
         _audit(
             action=ChangeAction.DELETED,
-            group=group,
-            quota=locked,
-            subject="quota",
-            subject_name=f"{group.name}/{locked.name}",
-            tenant=locked.tenant,
+            subject=locked,
             actor=actor,
             before=locked.snapshot_fields(),
-            after=None,
-            version=locked.version,
             note=note,
-            warnings=[],
         )
         locked.delete()
-        _notify(group.pk)
 
 
 # ---------------------------------------------------------------------------------------------- groups
@@ -555,19 +549,12 @@ def create_group(
             )
         _audit(
             action=ChangeAction.CREATED,
-            group=group,
-            quota=None,
-            subject="group",
-            subject_name=group.name,
-            tenant=None,
+            subject=group,
             actor=actor,
             before=None,
-            after=group.snapshot_fields(),
-            version=group.version,
             note=note,
             warnings=warnings,
         )
-        _notify(group.pk)
     return Saved(group, warnings)
 
 
@@ -623,19 +610,11 @@ def update_group(
         saved = QuotaGroup.objects.get(pk=group_id)
         _audit(
             action=ChangeAction.UPDATED,
-            group=saved,
-            quota=None,
-            subject="group",
-            subject_name=saved.name,
-            tenant=None,
+            subject=saved,
             actor=actor,
             before=before,
-            after=saved.snapshot_fields(),
-            version=saved.version,
             note=note,
-            warnings=[],
         )
-        _notify(saved.pk)
     return Saved(saved, [])
 
 
@@ -657,17 +636,9 @@ def delete_group(
             )
         _audit(
             action=ChangeAction.DELETED,
-            group=None,
-            quota=None,
-            subject="group",
-            subject_name=locked.name,
-            tenant=None,
+            subject=locked,
             actor=actor,
             before=locked.snapshot_fields(),
-            after=None,
-            version=locked.version,
-            note="",
-            warnings=[],
         )
         locked.delete()  # the scheduling shard row goes with it (on_delete=CASCADE on its side)
 
