@@ -508,6 +508,36 @@ def refresh_gang_states(gang_ids: Iterable[int]) -> None:
         Gang.objects.filter(pk=gang.pk).update(**changes)
 
 
+def _lock_shards_of(workload_ids: Sequence[int]) -> set[int]:
+    """Lock the shards of these workloads and of their gangs (in id order); returns their group ids.
+    The first lock of every requeue and fail (docs/adr/0002: shards, then workload rows)."""
+    groups = set(
+        Workload.objects.filter(pk__in=workload_ids).values_list("quota__group_id", flat=True)
+    ) | set(Gang.objects.filter(members__in=workload_ids).values_list("quota__group_id", flat=True))
+    lock_shards(groups)
+    return groups
+
+
+def _after_leaving(
+    workloads: Sequence[Workload],
+    held: Sequence[HeldPlacement],
+    group_ids: Iterable[int],
+    *,
+    refresh_gangs: bool = True,
+    delete_home: bool = False,
+) -> None:
+    """The one ending of every service that takes workloads off their placements (release, cancel,
+    requeue, fail, gang timeout), inside its transaction: the backend removes the held placements'
+    objects, the gangs' states follow their members (unless the caller sets the gang's state itself),
+    observers hear of the workloads, and the shards' cycles run for the capacity freed; all on commit."""
+    release_on_backend(held, delete_home=delete_home)
+    if refresh_gangs:
+        refresh_gang_states(_gangs_touched(workloads))
+    observers.notify_on_commit([(w.kind, w.pk) for w in workloads])
+    for group_id in sorted(set(group_ids)):
+        trigger_cycle(group_id)
+
+
 @retry_transaction
 def release_workload(
     workload_id: int, *, reason: str, delete_home: bool = False, state: str = WorkloadState.RELEASED
@@ -527,12 +557,9 @@ def release_workload(
             return w
         now = timezone.now()
         held = _finish([w], state=state, reason=reason, now=now)
-        if held or delete_home:
-            release_on_backend(held or [(w, None)], delete_home=delete_home)
-        if w.gang_id:
-            refresh_gang_states([w.gang_id])
-        observers.notify_on_commit([(w.kind, w.pk)])
-        trigger_cycle(w.quota.group_id)
+        if delete_home and not held:
+            held = [(w, None)]  # no placement: the home volume still goes
+        _after_leaving([w], held, [w.quota.group_id], delete_home=delete_home)
     w.refresh_from_db()
     return w
 
@@ -555,13 +582,11 @@ def cancel_gang(gang_id: int, *, reason: str) -> Gang:
             gang.members.select_for_update().exclude(state__in=TERMINAL_STATES).order_by("pk")
         )
         held = _finish(members, state=WorkloadState.RELEASED, reason=reason, now=now)
-        release_on_backend(held)
         if gang.state != GangState.TIMED_OUT:
             Gang.objects.filter(pk=gang.pk).update(
                 state=GangState.CANCELLED, reason=reason, updated_at=now
             )
-        observers.notify_on_commit([(m.kind, m.pk) for m in members])
-        trigger_cycle(gang.quota.group_id)
+        _after_leaving(members, held, [gang.quota.group_id], refresh_gangs=False)
     gang.refresh_from_db()
     return gang
 
@@ -581,10 +606,7 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
     if not ids:
         return []
     with transaction.atomic():
-        groups = set(
-            Workload.objects.filter(pk__in=ids).values_list("quota__group_id", flat=True)
-        ) | set(Gang.objects.filter(members__in=ids).values_list("quota__group_id", flat=True))
-        lock_shards(groups)
+        groups = _lock_shards_of(ids)
         hit = dict(
             Workload.objects.filter(pk__in=ids, state__in=ACTIVE_STATES).values_list(
                 "pk", "gang_id"
@@ -615,11 +637,7 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
                 queue_position=None,
                 updated_at=now,
             )
-        release_on_backend(held)
-        refresh_gang_states(_gangs_touched(workloads))
-        observers.notify_on_commit([(w.kind, w.pk) for w in workloads])
-        for gid in groups:
-            trigger_cycle(gid)
+        _after_leaving(workloads, held, groups)
     return [w.pk for w in workloads]
 
 
@@ -675,10 +693,7 @@ def fail_workloads(workload_ids: Iterable[int], *, reason: str) -> list[int]:
     if not ids:
         return []
     with transaction.atomic():
-        groups = set(
-            Workload.objects.filter(pk__in=ids).values_list("quota__group_id", flat=True)
-        ) | set(Gang.objects.filter(members__in=ids).values_list("quota__group_id", flat=True))
-        lock_shards(groups)
+        groups = _lock_shards_of(ids)
         hit = dict(
             Workload.objects.filter(pk__in=ids)
             .exclude(state__in=TERMINAL_STATES)
@@ -697,11 +712,7 @@ def fail_workloads(workload_ids: Iterable[int], *, reason: str) -> list[int]:
         held = []
         for why, members in _fail_reasons(workloads, set(hit), reason):
             held += _finish(members, state=WorkloadState.FAILED, reason=why, now=now)
-        release_on_backend(held)
-        refresh_gang_states(_gangs_touched(workloads))
-        observers.notify_on_commit([(w.kind, w.pk) for w in workloads])
-        for gid in groups:
-            trigger_cycle(gid)
+        _after_leaving(workloads, held, groups)
     return [w.pk for w in workloads]
 
 
@@ -789,9 +800,7 @@ def _expire_gang(gang_id: int, group_id: int, now: Any) -> bool:
         pending_reason=reason,
         pending_code="gang_timeout",
     )
-    release_on_backend(held)
     Gang.objects.filter(pk=g.pk).update(state=GangState.TIMED_OUT, reason=reason, updated_at=now)
-    observers.notify_on_commit([(m.kind, m.pk) for m in members])
-    trigger_cycle(group_id)
+    _after_leaving(members, held, [group_id], refresh_gangs=False)
     logger.info("gang %s timed out: %s", g.pk, reason)
     return True
