@@ -1,4 +1,11 @@
-"""Small database helpers the ORM has no API for."""
+"""Small database helpers the ORM has no API for: statements sent together (PostgreSQL pipeline mode),
+ids reserved before the INSERT, an INSERT built once per model and column set.
+
+Kept for what they save on the API's hot paths: measured together with `portal.compiled_query` (its
+docstring has the figures and the command), switching them off costs the list 3.3 ms and the submit
+4.9 ms of CPU per request. On SQLite each helper is the plain path (statements one by one, ids from the
+INSERT, `save(force_insert=True)` semantics), which the default test run exercises.
+"""
 
 from __future__ import annotations
 
