@@ -27,7 +27,7 @@ transaction.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +35,7 @@ from quotas.admission import Admission, AdmissionSession
 from quotas.reclaim import Victim, plan_reclaim
 from quotas.usage import GroupSnapshot, WorkloadUsage
 from scheduling.engine import (
+    GPU_MILLI,
     Assignment,
     ClusterState,
     GangSpec,
@@ -204,7 +205,9 @@ def propose(cycle: CycleInput) -> Proposal:
 def conclude(proposal: Proposal, workloads: GroupSnapshot | None) -> CycleDecision:
     """Steps 5–6: the reclaim claim (on `workloads`, the group's workloads one by one) and everyone's
     waiting reason and position."""
-    claim = _reclaim(proposal, workloads) if workloads is not None else None
+    claim = None
+    if workloads is not None and proposal.reclaim_candidates:
+        claim = _reclaim(proposal, _with_placements(workloads, proposal))
     placed = {int(a.request_id) for a in proposal.placements}
     waiting: dict[int, Waiting] = {}
     position = 0
@@ -274,6 +277,20 @@ def _order(session: AdmissionSession, unit: Unit) -> tuple[Any, ...]:
 def _waits_for_capacity(unit: Unit, unplaced: Mapping[int, Unplaced]) -> bool:
     why = [unplaced[i] for i in unit.ids if i in unplaced]
     return bool(why) and all(u.reason.is_capacity for u in why)
+
+
+def _with_placements(workloads: GroupSnapshot, proposal: Proposal) -> GroupSnapshot:
+    """The group's workloads as they stand once this cycle's placements are written: each placed one
+    active, a whole card charged the memory of the card it got (scheduling.services.charge)."""
+    usages = {m.workload_id: m.usage for u in proposal.admitted for m in u.members}
+    placed = []
+    for a in proposal.placements:
+        u = usages[int(a.request_id)]
+        if a.gpu_indices and a.gpu_milli >= GPU_MILLI:
+            charged = len(a.gpu_indices) * a.gpu_memory_mib
+            u = replace(u, resources=replace(u.resources, gpu_memory_mib=charged))
+        placed.append(replace(u, active=True))
+    return workloads.with_workloads(placed) if placed else workloads
 
 
 def _reclaim(proposal: Proposal, workloads: GroupSnapshot) -> Reclaim | None:

@@ -35,7 +35,10 @@ def quota(quota_id: int, name: str, *, gpu_min: int = 0, gpu_max: int = 8) -> Qu
         tenant_id=quota_id,
         tenant_slug=name,
         lend_idle_min=True,
-        min={Side.GPU: Resources(gpu_milli=gpu_min * 1000), Side.CPU: Resources()},
+        min={
+            Side.GPU: Resources(gpu_milli=gpu_min * 1000, gpu_memory_mib=gpu_min * CARD_MIB),
+            Side.CPU: Resources(),
+        },
         max={Side.GPU: side(gpu_max, BIG), Side.CPU: side(0, BIG)},
         weight={Side.GPU: Resources(1, 1, 1, 1), Side.CPU: Resources(1, 1, 1, 1)},
     )
@@ -348,3 +351,22 @@ def test_a_snapshot_of_summed_usage_decides_the_same_as_one_of_single_workloads(
         aggregated.placements,
         aggregated.waiting,
     )
+
+
+def test_reclaim_counts_what_the_same_cycle_placed_as_in_use() -> None:
+    # 4 GPUs; team-b (min 0) borrows 2; team-a (min 2) asks for 3 one by one: two take the free GPUs in
+    # this cycle, the third finds none and takes back one of team-b's (the group is not "2 GPUs free").
+    cycle = cycle_input(
+        [quota(1, "team-a", gpu_min=2), quota(2, "team-b")],
+        [node("n1", 2), node("n2", 2)],
+        running=(
+            (usage(11, 2, active=True, started=1), "n1", (0,)),
+            (usage(12, 2, active=True, started=2), "n1", (1,)),
+        ),
+        waiting=(pending(1, 1, minute=0), pending(2, 1, minute=1), pending(3, 1, minute=2)),
+    )
+    decision = decide(cycle)
+    assert placed(decision) == {1: "n2", 2: "n2"}
+    assert decision.reclaim is not None
+    assert (decision.reclaim.claimant_ids, decision.reclaim.victim_ids) == ((3,), (12,))
+    assert codes(decision) == {3: ("reclaiming", 1)}
