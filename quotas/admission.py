@@ -9,6 +9,12 @@ Koordinator's PreFilter (k8s-integration.md §3.3) on the workload's side of its
    `quota_runtime`).
 `within_min` tells the caller whether the request runs within the guaranteed min (then it may reclaim
 borrowed capacity from siblings; see quotas.reclaim).
+
+One path: `AdmissionSession(snapshot)` admits requests one after another against one reading of the
+group and counts what it admitted, so the next request must fit on top of it (rules 1, 3 and 4 again,
+with the session's admitted work added). The scheduling cycle admits its candidates through one session;
+the picker and the what-if preview (`check_admission`) admit one request through a fresh one, so they
+say exactly what the cycle would decide for a request at the head of the queue.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ class AdmissionCode(str, Enum):
     EXCEEDS_CAPACITY = "exceeds_capacity"
     NONPREEMPTIBLE_BEYOND_MIN = "nonpreemptible_beyond_min"
     OVER_RUNTIME = "quota_runtime"
+    NO_QUOTA = "no_quota"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,52 +179,166 @@ def check_request(
     )
 
 
+class AdmissionSession:
+    """Admits requests one after another against one snapshot of a group, counting what it admitted.
+
+    `admit(members)` answers for one request (a workload, or the members of one gang: same quota, one
+    request per side) and, when it is allowed, adds it to the session's tally; `unadmit(members)` gives
+    back the tally of admitted members that found no capacity. A request is allowed when the rules of
+    `check_request` pass on the snapshot and, on top of what the session admitted before, it still fits
+    the quota's runtime share and max (`quota_runtime`), and non-preemptible work its guaranteed min
+    (`nonpreemptible_beyond_min`). Pure: no database access.
+    """
+
+    def __init__(self, snapshot: GroupSnapshot) -> None:
+        self.snapshot = snapshot
+        self._admitted: dict[tuple[int, Side], Resources] = {}
+        self._admitted_nonpreemptible: dict[tuple[int, Side], Resources] = {}
+
+    def share_ratio(self, quota_id: int, side: Side) -> float:
+        """How far a quota is along its runtime share on `side` (used / runtime, primary dimension):
+        lower = further below its share = served first (fair share)."""
+        if quota_id not in self.snapshot.quotas:
+            return 0.0
+        usage = self.snapshot.quota(quota_id).side(side)
+        dimension = "gpu_milli" if side is Side.GPU else "cpu_milli"
+        runtime = usage.runtime.get(dimension)
+        used = usage.used.get(dimension)
+        if runtime <= 0:
+            return float("inf") if used or usage.demand.get(dimension) else 0.0
+        return used / runtime
+
+    def admit(self, members: Sequence[WorkloadUsage], *, counted: bool | None = None) -> Admission:
+        """May the request of `members` start now, after what this session admitted before?
+
+        `counted`: True when every member is already part of the snapshot's pending demand (the cycle's
+        PENDING rows), False when none is (an unsaved request); None decides per member by
+        `snapshot.pending_ids`. Members not counted are added to the demand before the runtime shares
+        are computed."""
+        if not members:
+            raise ValueError("AdmissionSession.admit: no workload given")
+        quota_id = members[0].quota_id
+        if quota_id not in self.snapshot.quotas:
+            return Admission(
+                False,
+                AdmissionCode.NO_QUOTA.value,
+                f"Quota {quota_id} is not in group {self.snapshot.group_name}.",
+                False,
+            )
+        snapshot = self._with_demand(members, counted)
+        result: Admission | None = None
+        sides = [(side, [u for u in members if u.side is side]) for side in (Side.GPU, Side.CPU)]
+        for side, on_side in sides:
+            if not on_side:
+                continue
+            request = total(u.resources for u in on_side).only(side.dimensions)
+            preemptible = all(u.preemptible for u in on_side)
+            answer = check_request(
+                snapshot, quota_id, side, request, preemptible=preemptible, already_counted=True
+            )
+            if answer.allowed:
+                answer = self._check_after_admitted(
+                    snapshot, quota_id, side, request, preemptible, answer
+                )
+            if not answer.allowed:
+                return answer
+            result = answer if result is None else _both(result, answer)
+        assert result is not None
+        for side, on_side in sides:
+            if on_side:
+                request = total(u.resources for u in on_side).only(side.dimensions)
+                held = not all(u.preemptible for u in on_side)
+                self._count((quota_id, side), request, nonpreemptible=held)
+        return result
+
+    def unadmit(self, members: Sequence[WorkloadUsage]) -> None:
+        """Give back the tally of admitted `members` (never below zero)."""
+        for member in members:
+            amount = member.resources.only(member.side.dimensions).scaled(-1)
+            key = (member.quota_id, member.side)
+            self._count(key, amount, nonpreemptible=not member.preemptible)
+
+    def _with_demand(self, members: Sequence[WorkloadUsage], counted: bool | None) -> GroupSnapshot:
+        if counted is True:
+            return self.snapshot
+        known = self.snapshot.pending_ids if counted is None else frozenset()
+        missing = [u for u in members if not (u.workload_id and u.workload_id in known)]
+        return self.snapshot.with_workloads([replace(u, active=False) for u in missing])
+
+    def _check_after_admitted(
+        self,
+        snapshot: GroupSnapshot,
+        quota_id: int,
+        side: Side,
+        request: Resources,
+        preemptible: bool,
+        answer: Admission,
+    ) -> Admission:
+        """Rules 1, 4 and 3 again with what this session admitted before counted as in use."""
+        key = (quota_id, side)
+        before = self._admitted.get(key)
+        np_before = self._admitted_nonpreemptible.get(key)
+        if before is None and (preemptible or np_before is None):
+            return answer  # nothing admitted before: check_request already decided
+        state = snapshot.quota(quota_id)
+        usage = state.side(side)
+        label = f"{state.name} {side.label}"
+        before = before or Resources()
+        limit = usage.runtime.minimum(usage.max)
+        over = _first_over(usage.used + before + request, limit, side.dimensions)
+        if over is not None:
+            return Admission(
+                False,
+                AdmissionCode.OVER_RUNTIME.value,
+                f"{label}: {human_number(over, usage.used.get(over))} in use + "
+                f"{human_number(over, before.get(over))} admitted this cycle + request "
+                f"{human_number(over, request.get(over))} is more than its runtime share of "
+                f"{human_amount(over, limit.get(over))}; waiting for capacity to free up.",
+                answer.within_min,
+            )
+        if not preemptible:
+            np_before = np_before or Resources()
+            held = usage.nonpreemptible_used + np_before
+            if not is_within_min(held + request, usage.min, side.dimensions):
+                guaranteed = guaranteed_dimensions(usage.min, side.dimensions) or side.dimensions
+                over = _first_over(held + request, usage.min, guaranteed) or guaranteed[0]
+                return Admission(
+                    False,
+                    AdmissionCode.NONPREEMPTIBLE_BEYOND_MIN.value,
+                    f"{label}: non-preemptible work may only run within min "
+                    f"{human_amount(over, usage.min.get(over))}; "
+                    f"{human_number(over, held.get(over))} is held or admitted, request "
+                    f"{human_number(over, request.get(over))}.",
+                    answer.within_min,
+                )
+        return answer
+
+    def _count(self, key: tuple[int, Side], amount: Resources, *, nonpreemptible: bool) -> None:
+        """Add `amount` (negative to give back) to the session's tally of `key` (never below zero); a
+        request with a non-preemptible member counts whole toward the non-preemptible tally."""
+        self._admitted[key] = (self._admitted.get(key, Resources()) + amount).clip()
+        if nonpreemptible:
+            held = self._admitted_nonpreemptible.get(key, Resources())
+            self._admitted_nonpreemptible[key] = (held + amount).clip()
+
+
+def _both(first: Admission, second: Admission) -> Admission:
+    """One answer for a request with members on both sides (both allowed)."""
+    return Admission(
+        True, first.code, f"{first.reason} {second.reason}", first.within_min and second.within_min
+    )
+
+
 def check_admission(workload: Any, snapshot: GroupSnapshot | None = None) -> Admission:
     """May `workload` (a scheduling.models.Workload, saved or not) start now under its quota?
 
     A sequence of workloads (the members of one gang, same quota) is admitted as one request per side.
-    `snapshot` defaults to `group_snapshot(quota.group)`; pass one to check many workloads of a cycle
-    against the same reading. Read-only.
+    `snapshot` defaults to `group_snapshot(quota.group)`. The answer of a fresh `AdmissionSession`: what
+    a cycle decides for this request at the head of its queue. Read-only.
     """
     members: Sequence[Any] = list(workload) if isinstance(workload, list | tuple) else [workload]
     if not members:
         raise ValueError("check_admission: no workload given")
-    first = members[0]
     if snapshot is None:
-        snapshot = group_snapshot(first.quota.group)
-    usages = [usage_of(member) for member in members]
-    counted = snapshot.pending_ids
-    # Members already part of the snapshot's pending demand are counted once; the rest are added.
-    missing = [u for u in usages if not (u.workload_id and u.workload_id in counted)]
-    if missing:
-        snapshot = snapshot.with_workloads([_as_pending(u) for u in missing])
-    result: Admission | None = None
-    for side in (Side.GPU, Side.CPU):
-        on_side = [u for u in usages if u.side is side]
-        if not on_side:
-            continue
-        answer = check_request(
-            snapshot,
-            first.quota_id,
-            side,
-            total(u.resources for u in on_side),
-            preemptible=all(u.preemptible for u in on_side),
-            already_counted=True,
-        )
-        if not answer.allowed:
-            return answer
-        if result is None:
-            result = answer
-        else:
-            result = Admission(
-                True,
-                result.code,
-                f"{result.reason} {answer.reason}",
-                result.within_min and answer.within_min,
-            )
-    assert result is not None
-    return result
-
-
-def _as_pending(usage: WorkloadUsage) -> WorkloadUsage:
-    return replace(usage, active=False)
+        snapshot = group_snapshot(members[0].quota.group)
+    return AdmissionSession(snapshot).admit([usage_of(member) for member in members])

@@ -136,6 +136,25 @@ class UnplacedReason(str, Enum):
     RESERVED = "reserved"
     GANG_INCOMPLETE = "gang_incomplete"
 
+    @property
+    def is_capacity(self) -> bool:
+        """True when the request fits some node's shape but not what is free now (capacity others hold or
+        keep: reclaim can help); False for a constraint no freed capacity changes (labels, model,
+        cordon, topology, a malformed request)."""
+        return self in _CAPACITY_REASONS
+
+
+_CAPACITY_REASONS = frozenset(
+    {
+        UnplacedReason.INSUFFICIENT_GPU,
+        UnplacedReason.GPU_MEMORY,
+        UnplacedReason.INSUFFICIENT_CPU,
+        UnplacedReason.INSUFFICIENT_MEMORY,
+        UnplacedReason.GANG_INCOMPLETE,
+        UnplacedReason.RESERVED,
+    }
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Unplaced:

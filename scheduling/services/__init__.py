@@ -1,9 +1,10 @@
 """The scheduling service: the functions other apps call (docs/services.md, "scheduling").
 
-Submodules: `workloads` (submit, release, gangs, requeue), `cycle` (one scheduling cycle per shard),
-`snapshot` (engine snapshots cached per worker), `preview` (what-if), `operator` (cordon, drain, health,
-simulated failures), `slicing` (where a slice may go), `charge` (what a whole card is charged),
-`reconcile` (beat reconcilers), `quota_bridge` (admission through the quota tree).
+Submodules: `workloads` (submit, release, gangs, requeue), `cycle` (one scheduling cycle per shard:
+read, decide, apply), `decide` (the cycle's pure decision), `snapshot` (engine snapshots cached per
+worker), `preview` (what-if), `operator` (cordon, drain, health, simulated failures), `slicing` (where a
+slice may go), `charge` (what a whole card is charged), `reconcile` (beat reconcilers), `quota_bridge`
+(the cycle's quota snapshot, capacity cached).
 """
 
 from scheduling.services.cycle import CycleReport, run_cycle

@@ -1,15 +1,18 @@
-"""One scheduling cycle of a shard (a quota group).
+"""One scheduling cycle of a shard (a quota group): read → decide → apply, in one transaction.
 
-lock the shard → time out expired gangs → read PENDING workloads (priority, fair share, age) → admit through
-the quota tree → plan with the engine on the worker's cached snapshot → persist every placement of the cycle
-in the same transaction (bulk inserts, compare-and-set PENDING→PLACED, capacity re-checked against the
-database under node row locks) → record a reason and a queue position on everything left waiting → bump
-the shard version → after commit: materialize on the backend, tell observers, update the cached snapshot.
+lock the shard → time out expired gangs → **read** the cycle's input (PENDING workloads by priority and
+age, the group's quota snapshot, the worker's cached engine state) → **decide** (`scheduling.services.
+decide`: pure, no database: admit through one `quotas.admission.AdmissionSession`, plan with the engine,
+choose a reclaim, a reason and a queue position for everything left waiting) → **apply** the decision
+(bulk inserts, compare-and-set PENDING→PLACED, capacity re-checked against the database under node row
+locks, reclaim victims stopped or requeued, waiting reasons written, the shard version bumped) → after
+commit: materialize on the backend, tell observers, update the cached snapshot.
 
 Two cycles of one shard serialize on its advisory lock; two shards that share a node (overlapping
 selectors) or a stale snapshot are caught by the database re-check, which rolls the cycle back and
 retries it once on a fresh snapshot; the unique constraint `one_active_placement_per_workload` makes a
-double placement impossible whatever happens.
+double placement impossible whatever happens. An IntegrityError that the retry meets again is not a race
+but a fault: it is raised (the task fails, visibly), not swallowed.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
@@ -28,15 +31,23 @@ from django.utils import timezone
 
 from portal.transactions import is_lock_conflict
 from quotas.models import QuotaGroup
+from quotas.usage import group_snapshot, usage_of
 from scheduling import observers
 from scheduling.choices import ACTIVE_STATES, WorkloadState
-from scheduling.engine import GPU_MILLI, Assignment, GangSpec, typical_pods
-from scheduling.engine.planner import plan_in_place
+from scheduling.engine import GPU_MILLI, Assignment
 from scheduling.followups import followups
 from scheduling.lock_objects import lock_nodes, lock_shard
 from scheduling.models import Gpu, Placement, PlacementGpu, Shard, Workload
 from scheduling.services.charge import mark_placed_whole_cards
-from scheduling.services.quota_bridge import Admitter, Verdict, plan_reclaim_for, warm_capacity
+from scheduling.services.decide import (
+    CycleDecision,
+    CycleInput,
+    PendingWorkload,
+    Reclaim,
+    conclude,
+    propose,
+)
+from scheduling.services.quota_bridge import cycle_snapshot, warm_capacity
 from scheduling.services.snapshot import (
     GroupCluster,
     cached_group_cluster,
@@ -76,51 +87,6 @@ class CycleReport:
     retried: bool = False
     duration_ms: float = 0.0
     placed_ids: tuple[int, ...] = field(default=(), repr=False)
-
-
-@dataclass
-class _Unit:
-    """A workload alone, or the pending members of one gang (admitted and placed together)."""
-
-    members: list[Workload]
-    gang_need: int = 0  # members that must be placed now for the gang to be complete (0 = no gang)
-
-    @property
-    def head(self) -> Workload:
-        return self.members[0]
-
-
-def _units(pending: Sequence[Workload]) -> list[_Unit]:
-    gang_ids = {w.gang_id for w in pending if w.gang_id}
-    active: dict[int, int] = {}
-    if gang_ids:
-        active = dict(
-            Workload.objects.filter(gang_id__in=gang_ids, state__in=ACTIVE_STATES)
-            .values("gang_id")
-            .annotate(n=Count("pk"))
-            .values_list("gang_id", "n")
-        )
-    units: list[_Unit] = []
-    by_gang: dict[int, _Unit] = {}
-    for w in pending:
-        if not w.gang_id:
-            units.append(_Unit([w]))
-            continue
-        unit = by_gang.get(w.gang_id)
-        if unit is None:
-            assert w.gang is not None
-            need = max(0, w.gang.min_available - active.get(w.gang_id, 0))
-            unit = by_gang[w.gang_id] = _Unit([], need)
-            units.append(unit)
-        unit.members.append(w)
-    # A gang that is already complete places its remaining members one by one.
-    out: list[_Unit] = []
-    for u in units:
-        if u.head.gang_id and u.gang_need == 0:
-            out.extend(_Unit([m]) for m in u.members)
-        else:
-            out.append(u)
-    return out
 
 
 def _check_capacity(cluster: GroupCluster, assignments: Sequence[Assignment]) -> None:
@@ -170,7 +136,7 @@ def _persist(
     cluster: GroupCluster,
     assignments: Sequence[Assignment],
     by_id: dict[int, Workload],
-    now: Any,
+    now: datetime,
 ) -> list[int]:
     """Write the placements of the cycle (bulk) and move their workloads PENDING→PLACED (compare-and-set)."""
     if not assignments:
@@ -227,7 +193,10 @@ def _persist(
 
 
 def _insert_placements_pg(
-    cluster: GroupCluster, assignments: Sequence[Assignment], by_id: dict[int, Workload], now: Any
+    cluster: GroupCluster,
+    assignments: Sequence[Assignment],
+    by_id: dict[int, Workload],
+    now: datetime,
 ) -> None:
     """The same rows as the bulk_create path, as two INSERT ... SELECT FROM unnest(arrays) statements
     (the ORM's per-value preparation of 5,000 placements and their GPU shares cost seconds)."""
@@ -266,76 +235,158 @@ def _insert_placements_pg(
             )
 
 
-#: Engine reasons that mean "not enough free capacity" (reclaim can help), as opposed to constraints.
-CAPACITY_REASONS = {
-    "insufficient_gpu",
-    "gpu_memory",
-    "insufficient_cpu",
-    "insufficient_memory",
-    "gang_incomplete",
-    "reserved",
-}
+@dataclass
+class _CycleRead:
+    """What a cycle read from the database: the pure input of `decide`, and the rows and maps to apply
+    its decision with."""
+
+    input: CycleInput
+    rows: dict[int, Workload]
+    cluster: GroupCluster
+    snapshot_cached: bool
 
 
-def _reclaim(
-    group: QuotaGroup, admitter: Admitter, admitted: Sequence[_Unit], unplaced: dict[int, Any]
-) -> tuple[set[int], str, list[int]] | None:
-    """The quota rule: a unit admitted within its runtime share that found no capacity takes back
-    capacity lent to sibling quotas. Executes quotas.reclaim's plan for the first such unit (one claim per
-    cycle, so nothing is stopped twice for one request): job pods are requeued, codespaces released (their
-    observer stops them; homes are kept). Returns (claimant ids, reason shown to them, victim ids)."""
-    if admitter.snapshot is None:
+def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _CycleRead | None:
+    """The cycle's input: up to `limit` PENDING workloads (priority, age), their gangs' active members,
+    the group's quota snapshot (summed) and the worker's cached engine state. None when nothing waits."""
+    pending = list(
+        Workload.objects.filter(state=WorkloadState.PENDING, quota__group_id=group.pk)
+        .select_related("gang")
+        .order_by("-priority", "submitted_at", "pk")[:limit]
+    )
+    if not pending:
         return None
-    for u in admitted:
-        why = [unplaced[m.pk] for m in u.members if m.pk in unplaced]
-        if not why or not all(x.reason.value in CAPACITY_REASONS for x in why):
-            continue
-        plan = plan_reclaim_for(
-            group, admitter.snapshot, u.members if u.gang_need else u.members[0]
+    gang_ids = {w.gang_id for w in pending if w.gang_id}
+    gang_active: dict[int, int] = {}
+    if gang_ids:
+        gang_active = dict(
+            Workload.objects.filter(gang_id__in=gang_ids, state__in=ACTIVE_STATES)
+            .values("gang_id")
+            .annotate(n=Count("pk"))
+            .values_list("gang_id", "n")
         )
-        if plan is None or not plan.victims:
-            continue
-        victims = list(plan.victims)
-        jobs: list[int] = []
-        stopped: list[int] = []
-        kinds = dict(
-            Workload.objects.filter(
-                pk__in=[i for v in victims for i in v.workload_ids], state__in=ACTIVE_STATES
-            ).values_list("pk", "kind")
+    cluster, cached = cached_group_cluster(group, shard.version)
+    cycle_input = CycleInput(
+        pending=tuple(
+            PendingWorkload(
+                usage=usage_of(w),
+                request=workload_request(w),
+                submitted_at=w.submitted_at,
+                gang_min_available=w.gang.min_available if w.gang is not None else 0,
+            )
+            for w in pending
+        ),
+        quota=cycle_snapshot(group),
+        cluster=cluster.state,
+        policy=policy,
+        recent=tuple(cluster.recent),
+        gang_active=gang_active,
+    )
+    return _CycleRead(cycle_input, {w.pk: w for w in pending}, cluster, cached)
+
+
+def _decide(group: QuotaGroup, read: _CycleRead) -> CycleDecision:
+    """`decide` on the cycle's input, reading the group's workloads one by one (for reclaim) only when
+    an admitted unit found no capacity."""
+    proposal = propose(read.input)
+    workloads = group_snapshot(group, headroom=False) if proposal.reclaim_candidates else None
+    return conclude(proposal, workloads)
+
+
+def _stop_victims(group: QuotaGroup, claim: Reclaim) -> list[int]:
+    """Execute a reclaim: job pods are requeued, codespaces released (their observer stops them; homes
+    are kept). Returns the ids of the victims that were still active."""
+    kinds = dict(
+        Workload.objects.filter(pk__in=claim.victim_ids, state__in=ACTIVE_STATES).values_list(
+            "pk", "kind"
         )
-        reasons = {i: v.reason for v in victims for i in v.workload_ids}
-        for wid, kind in sorted(kinds.items()):
-            (stopped if kind == "codespace" else jobs).append(wid)
-        for wid in stopped:
+    )
+    reasons = {i: v.reason for v in claim.victims for i in v.workload_ids}
+    for wid in sorted(kinds):
+        if kinds[wid] == "codespace":
             release_workload(wid, reason=f"Reclaimed: {reasons[wid]}")
-        for v in victims:
-            ids = [i for i in v.workload_ids if i in jobs]
-            if ids:
-                requeue_workloads(ids, reason=f"Reclaimed: {v.reason}", code="reclaimed")
-        names = ", ".join(v.name for v in victims)
-        message = (
-            f"Taking back capacity lent to other quotas: stopping {names}; it starts when they have "
-            "stopped."
-        )
-        logger.info("cycle %s: reclaim for %s: %s", group, [m.pk for m in u.members], message)
-        return {m.pk for m in u.members}, message, sorted(kinds)
-    return None
+    for victim in claim.victims:
+        jobs = [i for i in victim.workload_ids if kinds.get(i, "codespace") != "codespace"]
+        if jobs:
+            requeue_workloads(jobs, reason=f"Reclaimed: {victim.reason}", code="reclaimed")
+    logger.info("cycle %s: reclaim for %s: %s", group, list(claim.claimant_ids), claim.message)
+    return sorted(kinds)
 
 
-def _sort_key(admitter: Admitter, unit: _Unit) -> tuple[Any, ...]:
-    w = unit.head
-    return (
-        -max(m.priority for m in unit.members),
-        admitter.share_ratio(w.quota_id, w.uses_gpu),
-        w.submitted_at,
-        w.pk,
+def _record_waiting(rows: dict[int, Workload], decision: CycleDecision) -> None:
+    """Write the code, reason and queue position of everything left waiting (only what changed)."""
+    changed: list[Workload] = []
+    for wid, waiting in decision.waiting.items():
+        row = rows[wid]
+        wanted = (waiting.code, waiting.reason, waiting.position)
+        if (row.pending_code, row.pending_reason, row.queue_position) != wanted:
+            row.pending_code, row.pending_reason, row.queue_position = wanted
+            changed.append(row)
+    Workload.objects.bulk_update(
+        changed, ["pending_code", "pending_reason", "queue_position"], batch_size=500
     )
 
 
-def _run_once(
-    group: QuotaGroup, *, limit: int, policy: str
-) -> tuple[CycleReport, GroupCluster | None]:
-    t0 = time.perf_counter()
+@dataclass(frozen=True)
+class _Applied:
+    placed_ids: list[int]
+    reclaimed: list[int]
+    fresh: bool
+
+
+def _apply(
+    group: QuotaGroup,
+    shard: Shard,
+    read: _CycleRead,
+    decision: CycleDecision,
+    *,
+    now: datetime,
+    started: float,
+) -> _Applied:
+    """Apply a decision inside the cycle's transaction: placements (re-checked against the database,
+    StaleSnapshot when they no longer fit), the reclaim, the waiting reasons, gang states, the shard's
+    version and stats; materialization and observers on commit."""
+    placed_ids = _persist(read.cluster, decision.placements, read.rows, now)
+    reclaimed = _stop_victims(group, decision.reclaim) if decision.reclaim is not None else []
+    _record_waiting(read.rows, decision)
+    refresh_gang_states({g for i in placed_ids if (g := read.rows[i].gang_id) is not None})
+    took = (time.perf_counter() - started) * 1000
+    fresh = 0
+    if placed_ids:
+        fresh = Shard.objects.filter(pk=shard.pk, version=shard.version).update(
+            version=shard.version + 1,
+            last_cycle_at=now,
+            last_cycle_ms=took,
+            last_cycle_placed=len(placed_ids),
+        )
+        observers.notify_on_commit([(read.rows[i].kind, i) for i in placed_ids])
+        _materialize_on_commit(placed_ids)
+    else:
+        Shard.objects.filter(pk=shard.pk).update(
+            last_cycle_at=now, last_cycle_ms=took, last_cycle_placed=0
+        )
+    return _Applied(placed_ids, reclaimed, bool(fresh))
+
+
+def _keep_warm(read: _CycleRead, decision: CycleDecision, applied: _Applied, version: int) -> None:
+    """After commit: the worker's cached snapshot becomes the committed one (or is dropped when another
+    writer moved the shard's version meanwhile)."""
+    if not applied.placed_ids:
+        return
+    if not applied.fresh:
+        forget(read.cluster.group_id)
+        return
+    cluster = read.cluster
+    cluster.state = decision.state
+    cluster.recent.extend(decision.placed_requests)
+    for a in decision.placements:
+        cluster.applied[int(a.request_id)] = a
+    cluster.version = version + 1
+    remember(cluster)
+
+
+def _run_once(group: QuotaGroup, *, limit: int, policy: str) -> CycleReport:
+    started = time.perf_counter()
     with transaction.atomic():
         lock_shard(group.pk)
         # The clock is read once the lock is held: another cycle of the shard may have kept us
@@ -343,124 +394,35 @@ def _run_once(
         now = timezone.now()
         shard = Shard.objects.get(group_id=group.pk)
         timed_out = expire_gangs(group_id=group.pk, now=now)
-        pending = list(
-            Workload.objects.filter(state=WorkloadState.PENDING, quota__group_id=group.pk)
-            .select_related("gang")
-            .order_by("-priority", "submitted_at", "pk")[:limit]
-        )
-        if not pending:
+        read = _read(group, shard, limit=limit, policy=policy)
+        if read is None:
             # An idle cycle keeps the worker warm: the snapshot and the group's capacity are ready
             # (cheap when they already are) for the burst that comes next.
             cached_group_cluster(group, shard.version)
             warm_capacity(group)
             Shard.objects.filter(pk=shard.pk).update(
                 last_cycle_at=now,
-                last_cycle_ms=(time.perf_counter() - t0) * 1000,
+                last_cycle_ms=(time.perf_counter() - started) * 1000,
                 last_cycle_placed=0,
             )
-            return CycleReport(group.pk, timed_out_gangs=len(timed_out)), None
-        by_id = {w.pk: w for w in pending}
-        cluster, cached = cached_group_cluster(group, shard.version)
-        admitter = Admitter.for_group(group)
-        units = sorted(_units(pending), key=lambda u: _sort_key(admitter, u))
-        refused: dict[int, Verdict] = {}
-        admitted: list[_Unit] = []
-        for unit in units:
-            verdict = admitter.admit(unit.members)
-            if verdict.allowed:
-                admitted.append(unit)
-            else:
-                for m in unit.members:
-                    refused[m.pk] = verdict
-        requests = [workload_request(m) for u in admitted for m in u.members]
-        gangs = [
-            GangSpec(
-                f"{u.head.gang.name}" if u.head.gang else str(u.head.gang_id),
-                tuple(str(m.pk) for m in u.members),
-                u.gang_need,
-            )
-            for u in admitted
-            if u.gang_need > 0
-        ]
-        # The target workload of FGD/Tessera: the shard's recent and pending request shapes (stable
-        # from one small cycle to the next, unlike the few requests of one cycle alone).
-        typical = typical_pods([*cluster.recent, *requests])
-        work = cluster.state.copy()
-        plan = plan_in_place(work, requests, policy=policy, gangs=gangs, typical=typical)
-        unplaced = {int(u.request_id): u for u in plan.unplaced}
-        for u in admitted:
-            if any(m.pk in unplaced for m in u.members):
-                admitter.unadmit([m for m in u.members if m.pk in unplaced])
-        placed_ids = _persist(cluster, plan.placements, by_id, now)
-        claim = _reclaim(group, admitter, admitted, unplaced)
-
-        # Everyone still waiting: a reason with numbers and a position in the shard's queue.
-        changed: list[Workload] = []
-        position = 0
-        for u in units:
-            for m in u.members:
-                if m.pk in by_id and m.pk not in placed_ids:
-                    position += 1
-                    if m.pk in refused:
-                        code, reason = refused[m.pk].code, refused[m.pk].reason
-                    elif claim is not None and m.pk in claim[0]:
-                        code, reason = "reclaiming", claim[1]
-                    else:
-                        un = unplaced[m.pk]
-                        code, reason = un.reason.value, un.message
-                    if (m.pending_code, m.pending_reason, m.queue_position) != (
-                        code,
-                        reason,
-                        position,
-                    ):
-                        m.pending_code, m.pending_reason, m.queue_position = code, reason, position
-                        changed.append(m)
-        Workload.objects.bulk_update(
-            changed, ["pending_code", "pending_reason", "queue_position"], batch_size=500
-        )
-        placed_set = set(placed_ids)
-        refresh_gang_states({g for i in placed_set if (g := by_id[i].gang_id) is not None})
-        took = (time.perf_counter() - t0) * 1000
-        fresh = 0
-        if placed_ids:
-            fresh = Shard.objects.filter(pk=shard.pk, version=shard.version).update(
-                version=shard.version + 1,
-                last_cycle_at=now,
-                last_cycle_ms=took,
-                last_cycle_placed=len(placed_ids),
-            )
-        else:
-            Shard.objects.filter(pk=shard.pk).update(
-                last_cycle_at=now, last_cycle_ms=took, last_cycle_placed=0
-            )
-        if placed_ids:
-            observers.notify_on_commit([(by_id[i].kind, i) for i in placed_ids])
-            _materialize_on_commit(placed_ids)
-    if placed_ids and fresh:
-        # Keep the worker's snapshot warm: the planner's state is the committed one.
-        cluster.state = work
-        placed_requests = {str(i) for i in placed_ids}
-        cluster.recent.extend(r for r in requests if r.request_id in placed_requests)
-        for a in plan.placements:
-            cluster.applied[int(a.request_id)] = a
-        cluster.version = shard.version + 1
-        remember(cluster)
-    elif placed_ids:
-        forget(group.pk)
-    report = CycleReport(
+            return CycleReport(group.pk, timed_out_gangs=len(timed_out))
+        decision = _decide(group, read)
+        applied = _apply(group, shard, read, decision, now=now, started=started)
+    _keep_warm(read, decision, applied, shard.version)
+    considered = len(read.input.pending)
+    return CycleReport(
         group_id=group.pk,
-        considered=len(pending),
-        admitted=sum(len(u.members) for u in admitted),
-        placed=len(placed_ids),
-        waiting=len(pending) - len(placed_ids),
-        refused=len(refused),
+        considered=considered,
+        admitted=decision.admitted,
+        placed=len(applied.placed_ids),
+        waiting=considered - len(applied.placed_ids),
+        refused=decision.refused,
         timed_out_gangs=len(timed_out),
-        reclaimed=len(claim[2]) if claim else 0,
-        snapshot_cached=cached,
-        duration_ms=(time.perf_counter() - t0) * 1000,
-        placed_ids=tuple(placed_ids),
+        reclaimed=len(applied.reclaimed),
+        snapshot_cached=read.snapshot_cached,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        placed_ids=tuple(applied.placed_ids),
     )
-    return report, cluster
 
 
 def _materialize_on_commit(workload_ids: Sequence[int]) -> None:
@@ -480,19 +442,23 @@ def run_cycle(group_id: int, *, limit: int | None = None, policy: str | None = N
     policy = policy or settings.TESSERA_PLACEMENT_POLICY
     for attempt in range(2):
         try:
-            report, _ = _run_once(group, limit=limit, policy=policy)
+            report = _run_once(group, limit=limit, policy=policy)
         except (StaleSnapshot, IntegrityError, OperationalError) as exc:
             if isinstance(exc, OperationalError) and not is_lock_conflict(exc):
+                raise
+            forget(group.pk)
+            if attempt == 1 and isinstance(exc, IntegrityError):
+                # The retry ran on a fresh snapshot and met the constraint again: not a race.
+                logger.error("cycle of group %s rolled back twice on %s", group, exc)
                 raise
             logger.warning(
                 "cycle of group %s rolled back (%s); retrying on a fresh snapshot", group, exc
             )
-            forget(group.pk)
             if attempt == 1:
                 return CycleReport(group.pk, retried=True)
             continue
         if attempt:
-            report = CycleReport(**{**report.__dict__, "retried": True})
+            report = replace(report, retried=True)
         if report.considered:
             logger.info(
                 "cycle %s: %d pending, %d admitted, %d placed, %d waiting in %.1f ms (snapshot %s)",

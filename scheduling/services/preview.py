@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from quotas.admission import check_admission
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadKind, WorkloadState
 from scheduling.engine import plan_placements
 from scheduling.models import Workload
 from scheduling.services.charge import PoolCards
-from scheduling.services.quota_bridge import preview_admission
 from scheduling.services.snapshot import snapshot_for_group, workload_request
 from scheduling.services.workloads import _validate_resources, fit_to_pool
 
@@ -52,7 +52,7 @@ def preview_request(quota: Quota, **resources: Any) -> Preview:
         preemptible=preemptible,
         **res,
     )
-    verdict = preview_admission(w)
+    verdict = check_admission(w)
     if not verdict.allowed:
         return Preview(False, verdict.code, verdict.reason)
     cluster = snapshot_for_group(quota.group)

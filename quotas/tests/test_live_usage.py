@@ -1,0 +1,89 @@
+"""A group's live workloads read one by one and summed read the same figures (one reader, one charge)."""
+
+from __future__ import annotations
+
+import pytest
+
+from quotas.resources import Resources, Side
+from quotas.tests.factories import QuotaFactory, QuotaGroupFactory, make_gang, make_workload
+from quotas.usage import (
+    QuotaSpec,
+    aggregate,
+    aggregated_usage,
+    build_snapshot,
+    group_capacity,
+    live_usage,
+)
+from scheduling.models import Workload
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def live(team_a, team_b):
+    """Two quotas with slices, whole cards (charged the card), CPU-only work, pending and active,
+    preemptible or not, a gang; plus finished work that counts nowhere."""
+    group = QuotaGroupFactory(name="training")
+    qa, qb = QuotaFactory(group=group, tenant=team_a), QuotaFactory(group=group, tenant=team_b)
+    gang = make_gang(qa, "train", min_available=2)
+    make_workload(qa, gpu_count=1, gpu_milli=250, gpu_memory_mib=10240)
+    make_workload(qa, state="pending", gpu_count=1, gpu_milli=500, gpu_memory_mib=20480)
+    whole = [
+        make_workload(qa, state="placed", gpu_count=2, gang=gang),
+        make_workload(qa, state="pending", gpu_count=2, gang=gang),
+        make_workload(qb, gpu_count=4, preemptible=False),
+    ]
+    Workload.objects.filter(pk__in=[w.pk for w in whole]).update(whole_card_memory_mib=81920)
+    make_workload(qb, cpu_milli=8000, memory_mib=16384)
+    make_workload(qb, state="pending", cpu_milli=2000, preemptible=False)
+    make_workload(qa, state="succeeded", gpu_count=8)
+    make_workload(qb, state="failed", cpu_milli=64000)
+    return group, qa, qb
+
+
+def test_one_by_one_every_live_workload_is_charged_with_the_whole_card_it_holds(live):
+    _, qa, qb = live
+    usages = {u.name: u for u in live_usage(live[0])}
+    assert len(usages) == 7  # the finished ones count nowhere
+    charged = sorted(
+        (u.quota_id, u.side.value, u.active, u.resources.gpu_memory_mib) for u in usages.values()
+    )
+    assert charged == sorted(
+        [
+            (qa.pk, "gpu", True, 10240),
+            (qa.pk, "gpu", False, 20480),
+            (qa.pk, "gpu", True, 2 * 81920),
+            (qa.pk, "gpu", False, 2 * 81920),
+            (qb.pk, "gpu", True, 4 * 81920),
+            (qb.pk, "cpu", True, 0),
+            (qb.pk, "cpu", False, 0),
+        ]
+    )
+    assert {u.gang_name for u in usages.values() if u.gang_id} == {"train"}
+
+
+def test_the_summed_reading_equals_the_sum_of_the_one_by_one_reading(live):
+    group = live[0]
+    assert aggregated_usage(group) == aggregate(live_usage(group))
+
+
+def test_snapshots_of_both_readings_have_the_same_figures(live):
+    group = live[0]
+    specs = [QuotaSpec.of(q) for q in group.quotas.select_related("tenant").order_by("name")]
+    capacity = group_capacity(group)
+
+    def snapshot(workloads):  # type: ignore[no-untyped-def]
+        return build_snapshot(
+            group_id=group.pk,
+            group_name=group.name,
+            allow_overcommitted_min=False,
+            capacity=capacity,
+            specs=specs,
+            workloads=workloads,
+        )
+
+    one_by_one, summed = snapshot(live_usage(group)), snapshot(aggregated_usage(group))
+    assert one_by_one.quotas == summed.quotas
+    qb = summed.by_name("team-b")
+    assert qb.side(Side.GPU).nonpreemptible_used == Resources(4000, 4 * 81920, 1000, 1024)
+    assert qb.side(Side.CPU).pending == Resources(0, 0, 2000, 1024)

@@ -1,0 +1,310 @@
+"""The decide step of a scheduling cycle: an in-memory snapshot in, a decision out, no database.
+
+`decide(CycleInput) -> CycleDecision` is the whole of a cycle's judgement (Ray autoscaler v2's
+`schedule()`, the Kubernetes scheduler framework's filter/score: data in, data out):
+
+1. **units**: a workload alone, or the pending members of one gang that must be placed together now
+   (`min_available` minus its active members); a gang already complete places its members one by one;
+2. **order**: highest priority first, then the quota furthest below its runtime share (fair share), then
+   the oldest submission, then the id;
+3. **admit** every unit through one `quotas.admission.AdmissionSession` (the rules the picker and the
+   what-if preview use); refused units wait with the quota's reason;
+4. **plan** the admitted units with the engine on a copy of the shard's engine state (gangs all or
+   nothing); admitted members the engine could not place are given back to the session;
+5. **reclaim**: the first admitted unit that found no capacity (every unplaced member refused for a
+   capacity reason, `UnplacedReason.is_capacity`) takes back capacity lent to sibling quotas
+   (`quotas.reclaim.plan_reclaim`: whole gangs, preemptible, over their runtime share); one claim per
+   cycle, so nothing is stopped twice for one request;
+6. **waiting**: everything not placed gets a code, a reason with numbers and its position in the
+   shard's queue.
+
+Reclaim plans on the group's workloads one by one (`CycleInput.workloads`), which the cycle reads only
+when a unit needs it: `propose` runs steps 1–4, `conclude` steps 5–6, and `decide` is the two in one.
+`scheduling.services.cycle` builds the input from the database and applies the decision in one
+transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from quotas.admission import Admission, AdmissionSession
+from quotas.reclaim import Victim, plan_reclaim
+from quotas.usage import GroupSnapshot, WorkloadUsage
+from scheduling.engine import (
+    GPU_MILLI,
+    Assignment,
+    ClusterState,
+    GangSpec,
+    PlacementRequest,
+    Unplaced,
+    typical_pods,
+)
+from scheduling.engine.planner import plan_in_place
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWorkload:
+    """A PENDING workload as the cycle decides about it."""
+
+    usage: WorkloadUsage
+    request: PlacementRequest
+    submitted_at: datetime
+    gang_min_available: int = 0
+
+    @property
+    def workload_id(self) -> int:
+        return self.usage.workload_id
+
+
+@dataclass(frozen=True, slots=True)
+class CycleInput:
+    """Everything one cycle of a shard decides from, read at one moment.
+
+    `pending`: the PENDING workloads considered (already part of `quota`'s pending demand);
+    `quota`: the group's snapshot to admit against (summed usage is enough);
+    `cluster`: the engine state of the shard's nodes with current placements applied (never mutated);
+    `recent`: the shapes of the shard's last placements (with the pending ones: FGD's target workload);
+    `gang_active`: per gang id, how many members are active (placed or running) already;
+    `workloads`: the group's snapshot with its workloads one by one, for reclaim (None: no reclaim).
+    """
+
+    pending: tuple[PendingWorkload, ...]
+    quota: GroupSnapshot
+    cluster: ClusterState
+    policy: str = "tessera"
+    recent: tuple[PlacementRequest, ...] = ()
+    gang_active: Mapping[int, int] = field(default_factory=dict)
+    workloads: GroupSnapshot | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Why a workload still waits: a stable `code`, a `reason` with numbers, its place in the queue."""
+
+    code: str
+    reason: str
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """Capacity to take back for `claimant_ids` (one unit): the victims to stop, in order."""
+
+    claimant_ids: tuple[int, ...]
+    message: str
+    victims: tuple[Victim, ...]
+
+    @property
+    def victim_ids(self) -> tuple[int, ...]:
+        return tuple(sorted({i for victim in self.victims for i in victim.workload_ids}))
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A workload alone, or the pending members of one gang (admitted and placed together)."""
+
+    members: tuple[PendingWorkload, ...]
+    gang_need: int = 0
+    """Members that must be placed now for the gang to be complete (0 = no gang)."""
+
+    @property
+    def head(self) -> PendingWorkload:
+        return self.members[0]
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return tuple(m.workload_id for m in self.members)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """Steps 1–4 of a cycle: the ordered units, the admission refusals, the engine's plan."""
+
+    units: tuple[Unit, ...]
+    admitted: tuple[Unit, ...]
+    refused: Mapping[int, Admission]
+    placements: tuple[Assignment, ...]
+    unplaced: Mapping[int, Unplaced]
+    state: ClusterState
+    requests: tuple[PlacementRequest, ...]
+
+    @property
+    def reclaim_candidates(self) -> tuple[Unit, ...]:
+        """Admitted units the engine left waiting for capacity only: reclaim may help them."""
+        return tuple(u for u in self.admitted if _waits_for_capacity(u, self.unplaced))
+
+
+@dataclass(frozen=True)
+class CycleDecision:
+    """What one cycle does: the placements to write, who waits and why, what to reclaim.
+
+    `state` is the engine state with the placements applied (the shard's next snapshot once they are
+    committed); `placed_requests` the engine requests of the placements (the shard's recent shapes)."""
+
+    placements: tuple[Assignment, ...]
+    waiting: Mapping[int, Waiting]
+    reclaim: Reclaim | None
+    admitted: int
+    refused: int
+    state: ClusterState = field(repr=False)
+    placed_requests: tuple[PlacementRequest, ...] = field(default=(), repr=False)
+
+    @property
+    def placed_ids(self) -> tuple[int, ...]:
+        return tuple(int(a.request_id) for a in self.placements)
+
+
+def decide(cycle: CycleInput) -> CycleDecision:
+    """The decision of one cycle (see the module docstring). Pure and deterministic."""
+    return conclude(propose(cycle), cycle.workloads)
+
+
+def propose(cycle: CycleInput) -> Proposal:
+    """Steps 1–4: units, order, admission, the engine's plan."""
+    session = AdmissionSession(cycle.quota)
+    units = sorted(_units(cycle.pending, cycle.gang_active), key=lambda u: _order(session, u))
+    refused: dict[int, Admission] = {}
+    admitted: list[Unit] = []
+    for unit in units:
+        answer = session.admit([m.usage for m in unit.members], counted=True)
+        if answer.allowed:
+            admitted.append(unit)
+        else:
+            refused.update(dict.fromkeys(unit.ids, answer))
+    requests = tuple(m.request for u in admitted for m in u.members)
+    gangs = [
+        GangSpec(
+            u.head.usage.gang_name or str(u.head.usage.gang_id), tuple(map(str, u.ids)), u.gang_need
+        )
+        for u in admitted
+        if u.gang_need > 0
+    ]
+    # The target workload of FGD/Tessera: the shard's recent and pending request shapes (stable from one
+    # small cycle to the next, unlike the few requests of one cycle alone).
+    typical = typical_pods([*cycle.recent, *requests])
+    state = cycle.cluster.copy()
+    plan = plan_in_place(state, list(requests), policy=cycle.policy, gangs=gangs, typical=typical)
+    unplaced = {int(u.request_id): u for u in plan.unplaced}
+    for unit in admitted:
+        session.unadmit([m.usage for m in unit.members if m.workload_id in unplaced])
+    return Proposal(
+        units=tuple(units),
+        admitted=tuple(admitted),
+        refused=refused,
+        placements=tuple(plan.placements),
+        unplaced=unplaced,
+        state=state,
+        requests=requests,
+    )
+
+
+def conclude(proposal: Proposal, workloads: GroupSnapshot | None) -> CycleDecision:
+    """Steps 5–6: the reclaim claim (on `workloads`, the group's workloads one by one) and everyone's
+    waiting reason and position."""
+    claim = None
+    if workloads is not None and proposal.reclaim_candidates:
+        claim = _reclaim(proposal, _with_placements(workloads, proposal))
+    placed = {int(a.request_id) for a in proposal.placements}
+    waiting: dict[int, Waiting] = {}
+    position = 0
+    for unit in proposal.units:
+        for m in unit.members:
+            wid = m.workload_id
+            if wid in placed:
+                continue
+            position += 1
+            if wid in proposal.refused:
+                code, reason = proposal.refused[wid].code, proposal.refused[wid].reason
+            elif claim is not None and wid in claim.claimant_ids:
+                code, reason = "reclaiming", claim.message
+            else:
+                code, reason = proposal.unplaced[wid].reason.value, proposal.unplaced[wid].message
+            waiting[wid] = Waiting(code, reason, position)
+    return CycleDecision(
+        placements=proposal.placements,
+        waiting=waiting,
+        reclaim=claim,
+        admitted=sum(len(u.members) for u in proposal.admitted),
+        refused=len(proposal.refused),
+        state=proposal.state,
+        placed_requests=tuple(r for r in proposal.requests if int(r.request_id) in placed),
+    )
+
+
+def _units(pending: Sequence[PendingWorkload], gang_active: Mapping[int, int]) -> list[Unit]:
+    """Pending workloads as units, in input order: a gang's members in one unit while it still needs
+    `min_available - active` of them placed together; a complete gang's members one by one."""
+    units: list[Unit] = []
+    gangs: dict[int, list[PendingWorkload]] = {}
+    order: list[int | PendingWorkload] = []
+    for m in pending:
+        gang_id = m.usage.gang_id
+        if not gang_id:
+            order.append(m)
+        elif gang_id not in gangs:
+            gangs[gang_id] = [m]
+            order.append(gang_id)
+        else:
+            gangs[gang_id].append(m)
+    for item in order:
+        if isinstance(item, PendingWorkload):
+            units.append(Unit((item,)))
+            continue
+        members = gangs[item]
+        need = max(0, members[0].gang_min_available - gang_active.get(item, 0))
+        if need:
+            units.append(Unit(tuple(members), need))
+        else:
+            units.extend(Unit((m,)) for m in members)
+    return units
+
+
+def _order(session: AdmissionSession, unit: Unit) -> tuple[Any, ...]:
+    """Sort key: (highest priority of the unit, its quota's share ratio on its side, oldest, id)."""
+    head = unit.head
+    return (
+        -max(m.usage.priority for m in unit.members),
+        session.share_ratio(head.usage.quota_id, head.usage.side),
+        head.submitted_at,
+        head.workload_id,
+    )
+
+
+def _waits_for_capacity(unit: Unit, unplaced: Mapping[int, Unplaced]) -> bool:
+    why = [unplaced[i] for i in unit.ids if i in unplaced]
+    return bool(why) and all(u.reason.is_capacity for u in why)
+
+
+def _with_placements(workloads: GroupSnapshot, proposal: Proposal) -> GroupSnapshot:
+    """The group's workloads as they stand once this cycle's placements are written: each placed one
+    active, a whole card charged the memory of the card it got (scheduling.services.charge)."""
+    usages = {m.workload_id: m.usage for u in proposal.admitted for m in u.members}
+    placed = []
+    for a in proposal.placements:
+        u = usages[int(a.request_id)]
+        if a.gpu_indices and a.gpu_milli >= GPU_MILLI:
+            charged = len(a.gpu_indices) * a.gpu_memory_mib
+            u = replace(u, resources=replace(u.resources, gpu_memory_mib=charged))
+        placed.append(replace(u, active=True))
+    return workloads.with_workloads(placed) if placed else workloads
+
+
+def _reclaim(proposal: Proposal, workloads: GroupSnapshot) -> Reclaim | None:
+    """The quota rule: the first unit admitted within its runtime share that found no capacity takes back
+    capacity lent to sibling quotas (a gang as one request, all or nothing)."""
+    for unit in proposal.reclaim_candidates:
+        usages = [m.usage for m in unit.members]
+        plan = plan_reclaim(workloads, usages if unit.gang_need else usages[0])
+        if not plan.victims:
+            continue
+        names = ", ".join(v.name for v in plan.victims)
+        message = (
+            f"Taking back capacity lent to other quotas: stopping {names}; it starts when they have "
+            "stopped."
+        )
+        return Reclaim(unit.ids, message, plan.victims)
+    return None
