@@ -8,9 +8,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
+from codespaces import units
 from codespaces.choices import CodespaceState, GpuMode
-
-MIB_PER_GIB = 1024
 
 
 def size_label(
@@ -24,11 +23,11 @@ def size_label(
     memory_mib: int,
 ) -> str:
     """Human size: "25% · 20 GiB of 1 GPU · 2 CPU · 8 GiB RAM", "2 × whole GPU · ...", "CPU only · ..."."""
-    cpu = f"{cpu_milli / 1000:g} CPU · {memory_mib / MIB_PER_GIB:g} GiB RAM"
+    cpu = f"{units.milli_to_cores(cpu_milli):g} CPU · {units.mib_to_gib(memory_mib):g} GiB RAM"
     model = f" {gpu_model}" if gpu_model else ""
     if gpu_mode == GpuMode.SLICE:
-        gib = gpu_memory_mib / MIB_PER_GIB
-        return f"{gpu_milli / 10:g}% · {gib:g} GiB of 1{model} GPU · {cpu}"
+        gib = units.mib_to_gib(gpu_memory_mib)
+        return f"{units.milli_to_percent(gpu_milli):g}% · {gib:g} GiB of 1{model} GPU · {cpu}"
     if gpu_mode == GpuMode.WHOLE:
         return f"{gpu_count} × whole{model} GPU · {cpu}"
     return f"CPU only · {cpu}"
@@ -36,7 +35,7 @@ def size_label(
 
 def gpu_percent(gpu_mode: str, gpu_milli: int) -> float:
     """Compute share of a slice in percent of one card (0 for whole cards and CPU-only)."""
-    return gpu_milli / 10 if gpu_mode == GpuMode.SLICE else 0
+    return units.milli_to_percent(gpu_milli) if gpu_mode == GpuMode.SLICE else 0
 
 
 def waiting_reason(

@@ -10,7 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from codespaces import display
+from codespaces import display, units
 from codespaces.choices import (
     ACTIVE_STATES,
     PLACED_STATES,
@@ -23,7 +23,7 @@ from portal.models import Tenant, dns_label_validator
 from quotas.models import Quota
 from scheduling.limits import MAX_GPU_MODEL_LENGTH
 
-MIB_PER_GIB = display.MIB_PER_GIB
+MIB_PER_GIB = units.MIB_PER_GIB
 
 # Bounds of what operators may set on a template (form, API and model; the idle ones also in the
 # database). A larger idle window is no policy: 9,999,999,999 minutes made every idle check overflow.

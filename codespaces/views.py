@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from codespaces import services
+from codespaces import pools, services
 from codespaces.access import can_manage, codespace_for
 from codespaces.choices import CodespaceState
 from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm, SizePreviewForm
@@ -104,7 +104,7 @@ def create(request: HttpRequest) -> HttpResponse:
     selected = selected or (templates[0] if templates else None)
     quota = next((q for q in quotas if str(q.pk) == source.get("quota")), None)
     quota = quota or services.default_quota(selected, quotas)
-    gpu_models = [m.model for m in services.pools.gpu_models_of_group(quota.group)] if quota else []
+    gpu_models = [m.model for m in pools.gpu_models_of_group(quota.group)] if quota else []
     initial = {
         "template": selected.name if selected else "",
         "quota": str(quota.pk) if quota else "",
@@ -127,9 +127,7 @@ def create(request: HttpRequest) -> HttpResponse:
                 template=data["template"],
                 name=data["name"],
                 preset=None if data["preset"] == CUSTOM else data["preset"],
-                size=services.SizeRequest(**form.size_fields())
-                if data["preset"] == CUSTOM
-                else None,
+                size=form.size() if data["preset"] == CUSTOM else None,
                 quota=int(data["quota"]),
             )
         except DomainError as exc:
@@ -159,14 +157,13 @@ def preview_json(request: HttpRequest) -> JsonResponse:
             message = "; ".join(f"{name}: {errors[0]}" for name, errors in fields.items())
             return JsonResponse({"valid": False, "message": message, "fields": fields}, status=400)
         data = form.cleaned_data
-        template = services._resolve_template(data["template"], tenant)
-        quota = services._resolve_quota(data["quota"], tenant, data["gpu_model"])
-        size = services.SizeRequest(**form.size_fields())
-        resources = services.validate_size(template, quota, size)
+        answer = services.preview_size(
+            tenant, template=data["template"], quota=data["quota"], size=form.size()
+        )
     except DomainError as exc:
         fields = {SERVICE_FIELD_TO_FORM.get(k, k) or k: v for k, v in exc.fields.items()}
         return JsonResponse({"valid": False, "message": exc.message, "fields": fields}, status=400)
-    result = services.preview(quota, resources)
+    result = answer.result
     return JsonResponse(
         {
             "valid": True,

@@ -11,7 +11,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from codespaces import display
+from codespaces import display, units
 from codespaces.choices import CodespaceState, GpuMode
 from codespaces.models import (
     MAX_ALLOWED_TENANTS,
@@ -21,6 +21,7 @@ from codespaces.models import (
     CodespaceTemplate,
     TemplatePreset,
 )
+from codespaces.services.sizing import SIZE_INPUT_BOUNDS
 from portal.api.serializers import InputSerializer
 
 
@@ -267,7 +268,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
             "gpu_milli": row["gpu_milli"],
             "gpu_percent": display.gpu_percent(gpu_mode, row["gpu_milli"]),
             "gpu_memory_mib": row["gpu_memory_mib"],
-            "gpu_memory_gib": row["gpu_memory_mib"] / display.MIB_PER_GIB,
+            "gpu_memory_gib": units.mib_to_gib(row["gpu_memory_mib"]),
             "gpu_model": row["gpu_model"],
             "cpu_milli": row["cpu_milli"],
             "memory_mib": row["memory_mib"],
@@ -322,7 +323,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
         return display.gpu_percent(obj.gpu_mode, obj.gpu_milli)
 
     def get_gpu_memory_gib(self, obj: Codespace) -> float:
-        return obj.gpu_memory_mib / display.MIB_PER_GIB
+        return units.mib_to_gib(obj.gpu_memory_mib)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_ide_url(self, obj: Codespace) -> str | None:
@@ -333,22 +334,23 @@ class CodespaceSerializer(serializers.ModelSerializer):
         return obj.ssh_command() if obj.state == CodespaceState.RUNNING else None
 
 
+def _size_field(name: str, **kwargs: Any) -> serializers.IntegerField:
+    """An optional integer field of a typed size, bounded by `SIZE_INPUT_BOUNDS[name]`."""
+    low, high = SIZE_INPUT_BOUNDS[name]
+    return serializers.IntegerField(required=False, min_value=low, max_value=high, **kwargs)
+
+
 class SizeSerializer(InputSerializer):
-    """A custom size (ignored when `preset` is given). Ranges are checked by the service."""
+    """A custom size (ignored when `preset` is given), bounded by `SIZE_INPUT_BOUNDS` (the pages'
+    forms use the same). Ranges are checked by the service."""
 
     gpu_mode = serializers.ChoiceField(choices=GpuMode.choices, default=GpuMode.SLICE)
-    gpu_percent = serializers.IntegerField(
-        required=False, default=0, min_value=-1000, max_value=1000, help_text="Slice compute, 1-100"
-    )
-    gpu_memory_gib = serializers.IntegerField(
-        required=False, default=0, min_value=-1000000, max_value=1000000
-    )
-    gpu_count = serializers.IntegerField(required=False, default=1, min_value=0, max_value=64)
+    gpu_percent = _size_field("gpu_percent", default=0, help_text="Slice compute, 1-100")
+    gpu_memory_gib = _size_field("gpu_memory_gib", default=0)
+    gpu_count = _size_field("gpu_count", default=1)
     gpu_model = serializers.CharField(required=False, default="", allow_blank=True, max_length=63)
-    cpu_milli = serializers.IntegerField(required=False, default=2000, min_value=0, max_value=10**7)
-    memory_mib = serializers.IntegerField(
-        required=False, default=8192, min_value=0, max_value=10**9
-    )
+    cpu_milli = _size_field("cpu_milli", default=2000)
+    memory_mib = _size_field("memory_mib", default=8192)
 
 
 class CodespaceCreateSerializer(SizeSerializer):
