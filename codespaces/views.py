@@ -19,7 +19,7 @@ from codespaces import pools, services
 from codespaces.access import can_manage, codespace_for
 from codespaces.choices import CodespaceState
 from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm, SizePreviewForm
-from codespaces.models import Codespace, CodespaceTemplate
+from codespaces.models import Codespace, CodespaceTemplate, attach_placements
 from codespaces.utilization import utilization_series
 from portal.api.parsers import load_json_object
 from portal.errors import DomainError
@@ -43,7 +43,7 @@ def _active_tenant(request: HttpRequest) -> Any:
 @login_required
 def my_codespaces(request: HttpRequest) -> HttpResponse:
     user = current_user(request)
-    rows = list(services.visible_codespaces(user, scope="mine"))
+    rows = attach_placements(list(services.visible_codespaces(user, scope="mine")))
     return render(
         request,
         "codespaces/list.html",
@@ -56,7 +56,7 @@ def team_codespaces(request: HttpRequest) -> HttpResponse:
     user = current_user(request)
     if not (is_operator(user) or admin_tenant_ids_for(user)):
         raise PermissionDenied("Only tenant admins see their team's codespaces.")
-    rows = list(services.visible_codespaces(user, scope="team"))
+    rows = attach_placements(list(services.visible_codespaces(user, scope="team")))
     return render(
         request,
         "codespaces/list.html",
@@ -68,7 +68,7 @@ def team_codespaces(request: HttpRequest) -> HttpResponse:
 def all_codespaces(request: HttpRequest) -> HttpResponse:
     user = current_user(request)
     require_operator(user)
-    rows = list(services.visible_codespaces(user, scope="all"))
+    rows = attach_placements(list(services.visible_codespaces(user, scope="all")))
     return render(
         request,
         "codespaces/list.html",
@@ -261,7 +261,7 @@ def status_json(request: HttpRequest) -> JsonResponse:
             status=400,
         )
     ids = [i for i in parsed if i is not None][:100]
-    rows = services.scoped_codespaces(user).filter(pk__in=ids)
+    rows = attach_placements(list(services.scoped_codespaces(user).filter(pk__in=ids)))
     since = timezone.now() - timedelta(minutes=60)
     series = utilization_series([c.workload_id for c in rows if c.workload_id], since)
     return JsonResponse(

@@ -46,7 +46,7 @@ from codespaces.services.sizing import (
     slice_models,
     validate_size,
 )
-from codespaces.services.sync import placement_summary, reconcile_codespaces, sync_from_workloads
+from codespaces.services.sync import reconcile_codespaces, sync_from_workloads
 from codespaces.services.templates_admin import (
     TEMPLATE_FIELDS,
     create_template,
@@ -70,7 +70,6 @@ __all__ = [
     "keep_codespace",
     "picker_data",
     "picker_for",
-    "placement_summary",
     "preview",
     "preview_size",
     "quota_headroom",

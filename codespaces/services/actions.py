@@ -76,10 +76,6 @@ def _start(codespace: Codespace, *, actor: Any) -> Codespace:
         S.QUEUED,
         message="Started again: queued for placement; the home volume is kept.",
         actor=actor,
-        failure_reason="",
-        pending_reason="",
-        pending_code="",
-        queue_position=None,
         idle_warned_at=None,
         last_activity_at=now,
         **extra,
@@ -97,15 +93,9 @@ def _release(codespace: Codespace, *, reason: str, delete_home: bool) -> None:
 
 
 def cleared_placement() -> dict[str, Any]:
-    return {
-        "node_name": "",
-        "gpu_names": "",
-        "gpu_model_placed": "",
-        "pending_reason": "",
-        "pending_code": "",
-        "queue_position": None,
-        "idle_warned_at": None,
-    }
+    """What a codespace that no longer holds a placement forgets: an idle warning (where it ran, why it
+    waited and why it failed are its workload's, never copied here)."""
+    return {"idle_warned_at": None}
 
 
 def stop_codespace(

@@ -1,61 +1,42 @@
-"""Following the scheduling workload (the observer callback and its beat reconciler)."""
+"""The workload follow-up: the timeline records what a codespace's scheduling workload did.
+
+What a codespace *is* is derived (`codespaces.phase.observe`), so nothing here is needed for a page or
+the API to be right. This records the history: one event per phase step (placed, starting, running,
+requeued, failed, reclaimed), a waiting reason when it changes, the start time when it runs, and a
+reclaim's stop (desired state → stopped). It runs as `follow_codespace_workloads_task` (ids in, enqueued
+after the scheduling commit by the observer in `codespaces.observer`) and, as a safety net for a lost
+task, from `reconcile_codespaces_task` on beat."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.utils import timezone
 
-from codespaces import lifecycle
-from codespaces.choices import (
-    CodespaceState,
-    EventKind,
-)
+from codespaces import lifecycle, phase
+from codespaces.choices import ACTIVE_STATES, PLACED_STATES, CodespaceState, EventKind
 from codespaces.models import (
     Codespace,
 )
+from codespaces.phase import Observed
 from codespaces.services.actions import cleared_placement
 from portal.errors import Conflict
 from portal.periodic import ItemFailures, run_each
-from scheduling.choices import ACTIVE_STATES as WORKLOAD_ACTIVE_STATES
-from scheduling.models import Placement, PlacementGpu
 
 logger = logging.getLogger(__name__)
 S = CodespaceState
 
 
-# --- Following the scheduling workload (observer callback) ---------------------------------------
-
-
-def placement_summary(workload_id: int) -> dict[str, str]:
-    """Node, GPU names and GPU model of a workload's active placement ({} when it has none)."""
-    placement = (
-        Placement.objects.filter(workload_id=workload_id, released_at__isnull=True)
-        .select_related("node")
-        .first()
-    )
-    if placement is None:
-        return {}
-    shares = list(
-        PlacementGpu.objects.filter(placement=placement)
-        .select_related("gpu")
-        .order_by("gpu__index")
-    )
-    return {
-        "node_name": placement.node.name,
-        "gpu_names": ", ".join(f"gpu{share.gpu.index}" for share in shares),
-        "gpu_model_placed": shares[0].gpu.model if shares else "",
-    }
-
-
 def sync_from_workloads(
     workload_ids: list[int] | tuple[int, ...], *, failures: ItemFailures | None = None
 ) -> int:
-    """Map the state of each codespace's current workload onto the codespace (observer callback).
+    """Record on each codespace's timeline what its current workload did (the follow-up task's body).
 
-    PENDING → QUEUED with pending reason and queue position; PLACED → PLACED → STARTING; RUNNING →
-    RUNNING; FAILED → FAILED with the reason; RELEASED/SUCCEEDED while the codespace was active (a
-    reclaim) → STOPPED with a notice, home kept. Returns how many codespaces changed.
+    PENDING → QUEUED with a waiting event when the reason changes; PLACED → PLACED → STARTING; RUNNING
+    → RUNNING; FAILED → FAILED; RELEASED/SUCCEEDED while the codespace was active (a reclaim) →
+    STOPPING → STOPPED with a notice, home kept. Returns how many codespaces changed. Idempotent: each
+    step is a compare-and-set on the recorded phase, so a second run finds nothing to do.
     Each codespace is synced on its own (`portal.periodic.run_each`): one that raises is logged with its
     id and counted in `failures`, and the others are still synced.
     """
@@ -88,123 +69,139 @@ def reconcile_codespaces(failures: ItemFailures | None = None) -> int:
 
 
 def _sync_one(codespace: Codespace) -> bool:
+    """Record on the timeline what the codespace's workload did since the last follow-up: walk the
+    recorded phase (`state`) to the observed one (`codespaces.phase.observe`) along legal transitions,
+    one event per step, and note a new waiting reason. Returns whether anything was written."""
     workload = codespace.workload
-    if workload is None or codespace.state not in (S.QUEUED, S.PLACED, S.STARTING, S.RUNNING):
+    if workload is None or codespace.state not in ACTIVE_STATES:
         return False
-    state = workload.state
-    if state == "pending":
-        changed = False
-        if codespace.state != S.QUEUED:
-            lifecycle.transition(
-                codespace,
-                S.QUEUED,
-                message="Requeued by the scheduler: "
-                f"{(workload.failure_reason or workload.pending_reason or 'capacity changed').rstrip('.')}.",
-                kind=EventKind.NOTICE,
-                **cleared_placement(),
-            )
-            changed = True
-        if (workload.pending_reason, workload.pending_code, workload.queue_position) != (
-            codespace.pending_reason,
-            codespace.pending_code,
-            codespace.queue_position,
+    observed = codespace.observed
+    target = observed.phase
+    steps = list(phase.path(codespace.state, target))
+    if target in PLACED_STATES and codespace.state in PLACED_STATES:
+        before = _last_placed_where(codespace)
+        if before and (before.get("node_name"), before.get("gpu_names")) != (
+            observed.node_name,
+            observed.gpu_names,
         ):
-            reason_changed = workload.pending_reason != codespace.pending_reason
-            lifecycle.update_in_state(
-                codespace,
-                expected=S.QUEUED,
-                pending_reason=workload.pending_reason,
-                pending_code=workload.pending_code,
-                queue_position=workload.queue_position,
-            )
-            if reason_changed and workload.pending_reason:
-                position = (
-                    f" (position {workload.queue_position} in the queue)"
-                    if workload.queue_position
-                    else ""
-                )
-                lifecycle.record_event(
-                    codespace,
-                    EventKind.PENDING,
-                    f"Waiting: {workload.pending_reason}{position}",
-                    data={"code": workload.pending_code, "queue_position": workload.queue_position},
-                )
-            changed = True
-        return changed
-    if state in WORKLOAD_ACTIVE_STATES:
-        before = codespace.state
-        where = placement_summary(workload.pk)
-        moved = where and (where["node_name"], where["gpu_names"]) != (
-            codespace.node_name,
-            codespace.gpu_names,
+            # Requeued and placed again between two follow-ups (GPU/node failure, drain): show the
+            # detour instead of keeping a stale location.
+            steps = [S.QUEUED, *phase.path(S.QUEUED, target)]
+    for step in steps:
+        _record_step(codespace, step, workload, observed)
+    waited = _record_waiting(codespace, observed) if codespace.state == S.QUEUED else False
+    return bool(steps) or waited
+
+
+def _last_placed_where(codespace: Codespace) -> dict[str, Any]:
+    """Where the timeline last recorded the codespace placed ({} when it never was)."""
+    data = codespace.events.filter(kind=EventKind.PLACED).values_list("data", flat=True).first()
+    return data if isinstance(data, dict) else {}
+
+
+def _record_step(codespace: Codespace, step: str, workload: Any, observed: Observed) -> None:
+    """One step of the walk to the observed phase, with the message and timestamps it always had."""
+    now = timezone.now()
+    if step == S.QUEUED:
+        if codespace.state in PLACED_STATES and observed.phase in PLACED_STATES:
+            where = _last_placed_where(codespace)
+            old = where.get("node_name", "")
+            old = f"{old} / {where['gpu_names']}" if where.get("gpu_names") else old
+            why = f"its placement on {old} was released (GPU or node failure, drain)"
+        else:
+            why = workload.failure_reason or workload.pending_reason or "capacity changed"
+        lifecycle.transition(
+            codespace,
+            S.QUEUED,
+            message=f"Requeued by the scheduler: {why.rstrip('.')}.",
+            kind=EventKind.NOTICE,
+            **cleared_placement(),
         )
-        if codespace.state != S.QUEUED and moved:
-            # Requeued and placed again between two notifications (GPU/node failure, drain):
-            # show the detour instead of keeping a stale location.
-            why = workload.failure_reason or (
-                f"its placement on {codespace.location} was released (GPU or node failure, drain)"
-            )
-            lifecycle.transition(
-                codespace,
-                S.QUEUED,
-                message=f"Requeued by the scheduler: {why.rstrip('.')}.",
-                kind=EventKind.NOTICE,
-                **cleared_placement(),
-            )
-        if codespace.state == S.QUEUED:
-            lifecycle.transition(
-                codespace,
-                S.PLACED,
-                message=(
-                    f"Placed on {where.get('node_name', '?')} {where.get('gpu_names', '')} "
-                    f"{where.get('gpu_model_placed', '')}".strip()
-                ),
-                kind=EventKind.PLACED,
-                data=where,
-                pending_reason="",
-                pending_code="",
-                queue_position=None,
-                **where,
-            )
-        if codespace.state == S.PLACED:
-            lifecycle.transition(
-                codespace,
-                S.STARTING,
-                message="Starting the container and mounting the home volume.",
-            )
-        if state == "running" and codespace.state == S.STARTING:
-            now = timezone.now()
-            lifecycle.transition(
-                codespace,
-                S.RUNNING,
-                message="Running; connect with the web IDE or ssh.",
-                started_at=now,
-                last_activity_at=now,
-                idle_warned_at=None,
-            )
-        return codespace.state != before
-    if state == "failed":
+    elif step == S.PLACED:
+        where = {
+            "node_name": observed.node_name,
+            "gpu_names": observed.gpu_names,
+            "gpu_model_placed": observed.gpu_model_placed,
+        }
+        lifecycle.transition(
+            codespace,
+            S.PLACED,
+            message=(
+                f"Placed on {observed.node_name or '?'} {observed.gpu_names} "
+                f"{observed.gpu_model_placed}".strip()
+            ),
+            kind=EventKind.PLACED,
+            data=where,
+        )
+    elif step == S.STARTING:
+        lifecycle.transition(
+            codespace, S.STARTING, message="Starting the container and mounting the home volume."
+        )
+    elif step == S.RUNNING:
+        lifecycle.transition(
+            codespace,
+            S.RUNNING,
+            message="Running; connect with the web IDE or ssh.",
+            started_at=now,
+            last_activity_at=now,
+            idle_warned_at=None,
+        )
+    elif step == S.FAILED:
         reason = workload.failure_reason or "the scheduler reported a failure"
         lifecycle.transition(
             codespace,
             S.FAILED,
             message=f"Failed: {reason}",
             kind=EventKind.FAILED,
-            failure_reason=reason,
             **cleared_placement(),
         )
-        return True
-    if state in ("released", "succeeded"):
-        reason = workload.failure_reason or workload.pending_reason or "capacity was reclaimed"
+    elif step == S.STOPPING:
+        reason = _reclaim_reason(workload)
         lifecycle.transition(codespace, S.STOPPING, message=f"Reclaimed by the scheduler: {reason}")
+    elif step == S.STOPPED:
+        reason = _reclaim_reason(workload)
         lifecycle.transition(
             codespace,
             S.STOPPED,
             message=f"Stopped because the scheduler reclaimed its GPU ({reason}); "
             "the home volume is kept, start it again when you need it.",
             kind=EventKind.RECLAIMED,
-            stopped_at=timezone.now(),
+            stopped_at=now,
             **cleared_placement(),
         )
-        return True
-    return False
+
+
+def _reclaim_reason(workload: Any) -> str:
+    return workload.failure_reason or workload.pending_reason or "capacity was reclaimed"
+
+
+def _record_waiting(codespace: Codespace, observed: Observed) -> bool:
+    """A PENDING event when the workload waits for a reason the timeline has not told yet."""
+    reason = observed.pending_reason
+    if not reason:
+        return False
+    last = (
+        codespace.events.exclude(kind__in=[EventKind.IDLE_WARNING, EventKind.KEPT])
+        .values_list("kind", "data")
+        .first()
+    )
+    if (
+        last is not None
+        and last[0] == EventKind.PENDING
+        and (last[1] or {}).get("reason") == reason
+    ):
+        return False
+    position = (
+        f" (position {observed.queue_position} in the queue)" if observed.queue_position else ""
+    )
+    lifecycle.record_event(
+        codespace,
+        EventKind.PENDING,
+        f"Waiting: {reason}{position}",
+        data={
+            "code": observed.pending_code,
+            "queue_position": observed.queue_position,
+            "reason": reason,
+        },
+    )
+    return True

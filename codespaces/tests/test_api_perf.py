@@ -48,8 +48,6 @@ def test_fast_representation_matches_drf_fields_in_every_shape(
         quota=quota_a,
         template=template,
         state=S.RUNNING,
-        node_name="node-1",
-        gpu_names="gpu0",
         started_at=now,
         last_activity_at=now - timedelta(minutes=3),
         idle_warned_at=now,

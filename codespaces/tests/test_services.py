@@ -65,7 +65,7 @@ def test_over_quota_request_queues_with_the_quota_and_numbers(
     # and the reconciler copies the reason onto the codespace and its timeline
     assert services.reconcile_codespaces() == 1
     codespace.refresh_from_db()
-    assert (codespace.pending_code, codespace.queue_position) == ("quota_max", 1)
+    assert (codespace.pending_code, codespace.waiting_position) == ("quota_max", 1)
     assert codespace.events.filter(kind=EventKind.PENDING).count() == 1
     assert services.reconcile_codespaces() == 0  # nothing new: no duplicate event
 
