@@ -62,26 +62,26 @@ class CodespaceAdmin(admin.ModelAdmin):
         "tenant",
         "template",
         "state",
+        "desired_state",
         "gpu_mode",
         "gpu_milli",
         "gpu_memory_mib",
-        "node_name",
-        "gpu_names",
         "created_at",
     )
-    list_filter = ("state", "gpu_mode", "template")
-    search_fields = ("name", "owner__username", "tenant__slug", "node_name")
+    list_filter = ("state", "desired_state", "gpu_mode", "template")
+    search_fields = ("name", "owner__username", "tenant__slug")
     list_select_related = ("owner", "tenant", "template")
     raw_id_fields = ("owner", "tenant", "quota", "template", "preset", "workload")
     readonly_fields = (
         "state",
+        "desired_state",
         "version",
         "workload",
         "node_name",
         "gpu_names",
         "gpu_model_placed",
-        "pending_reason",
-        "queue_position",
+        "waiting_reason",
+        "waiting_position",
         "failure_reason",
         "idle_warned_at",
         "idle_stopped_at",

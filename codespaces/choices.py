@@ -24,6 +24,17 @@ class CodespaceState(models.TextChoices):
 
 S = CodespaceState
 
+
+class DesiredState(models.TextChoices):
+    """What the owner wants of a codespace (stored); its phase (`CodespaceState`) is observed from its
+    workload by `codespaces.phase.observe`. Written by the user's actions, the idle policy and a
+    reclaim the scheduler made."""
+
+    RUNNING = "running", "Running"
+    STOPPED = "stopped", "Stopped"
+    DELETED = "deleted", "Deleted"
+
+
 # The legal transitions: from-state → the states it may move to. Everything else is refused (409).
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.QUEUED: frozenset({S.PLACED, S.STARTING, S.RUNNING, S.STOPPING, S.FAILED, S.DELETING}),

@@ -1,5 +1,5 @@
-"""How a codespace is described to people: its size label, why it waits, where to connect, when idle-stop
-happens. Pure functions of column values, so a model instance (`Codespace`'s properties) and a plain row
+"""How a codespace is described to people: its size label, where to connect, when idle-stop happens
+(why it waits and where it runs: `codespaces.phase.observe`). Pure functions of column values, so a model instance (`Codespace`'s properties) and a plain row
 of the API's list query (`codespaces.api.rows`) say exactly the same thing."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from codespaces.choices import CodespaceState, GpuMode
-
-MIB_PER_GIB = 1024
+from codespaces import units
+from codespaces.choices import GpuMode
 
 
 def size_label(
@@ -24,11 +23,11 @@ def size_label(
     memory_mib: int,
 ) -> str:
     """Human size: "25% · 20 GiB of 1 GPU · 2 CPU · 8 GiB RAM", "2 × whole GPU · ...", "CPU only · ..."."""
-    cpu = f"{cpu_milli / 1000:g} CPU · {memory_mib / MIB_PER_GIB:g} GiB RAM"
+    cpu = f"{units.milli_to_cores(cpu_milli):g} CPU · {units.mib_to_gib(memory_mib):g} GiB RAM"
     model = f" {gpu_model}" if gpu_model else ""
     if gpu_mode == GpuMode.SLICE:
-        gib = gpu_memory_mib / MIB_PER_GIB
-        return f"{gpu_milli / 10:g}% · {gib:g} GiB of 1{model} GPU · {cpu}"
+        gib = units.mib_to_gib(gpu_memory_mib)
+        return f"{units.milli_to_percent(gpu_milli):g}% · {gib:g} GiB of 1{model} GPU · {cpu}"
     if gpu_mode == GpuMode.WHOLE:
         return f"{gpu_count} × whole{model} GPU · {cpu}"
     return f"CPU only · {cpu}"
@@ -36,26 +35,7 @@ def size_label(
 
 def gpu_percent(gpu_mode: str, gpu_milli: int) -> float:
     """Compute share of a slice in percent of one card (0 for whole cards and CPU-only)."""
-    return gpu_milli / 10 if gpu_mode == GpuMode.SLICE else 0
-
-
-def waiting_reason(
-    state: str, has_workload: bool, workload_reason: str | None, own_reason: str
-) -> str:
-    """Why a queued codespace waits: its workload's reason (the cycle updates it every pass), else the
-    codespace's own; "" unless queued."""
-    if state != CodespaceState.QUEUED:
-        return ""
-    return ((workload_reason or "") if has_workload else "") or own_reason
-
-
-def waiting_position(
-    state: str, has_workload: bool, workload_position: int | None, own_position: int | None
-) -> int | None:
-    """Its position in its pool's queue, fresh from its workload; None unless queued."""
-    if state != CodespaceState.QUEUED:
-        return None
-    return workload_position if has_workload else own_position
+    return units.milli_to_percent(gpu_milli) if gpu_mode == GpuMode.SLICE else 0
 
 
 def ide_url(name: str, username: str, tenant_slug: str) -> str:

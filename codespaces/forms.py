@@ -6,6 +6,7 @@ from typing import Any, cast
 
 from django import forms
 
+from codespaces import units
 from codespaces.choices import GpuMode
 from codespaces.models import (
     MAX_HOME_VOLUME_GIB,
@@ -13,16 +14,25 @@ from codespaces.models import (
     MAX_MEMORY_MIB,
     MAX_PER_USER,
     MAX_PRESETS,
-    MIB_PER_GIB,
     CodespaceTemplate,
     TemplatePreset,
 )
-from codespaces.services import TEMPLATE_FIELDS
+from codespaces.services import SIZE_INPUT_BOUNDS, TEMPLATE_FIELDS, SizeRequest
+from codespaces.units import MIB_PER_GIB
 from portal.numbers import BIGINT_MAX
 from quotas.models import Quota
 
 CUSTOM = "custom"
 MAX_MEMORY_GIB = MAX_MEMORY_MIB // MIB_PER_GIB  # 64 TiB: far above any node, inside the MiB columns
+# A typed size's bounds (`services.SIZE_INPUT_BOUNDS`, the API's too) in the pages' units.
+MAX_CPU_CORES = units.milli_to_cores(SIZE_INPUT_BOUNDS["cpu_milli"][1])
+
+
+def _size_field(name: str, **kwargs: Any) -> forms.IntegerField:
+    """An optional integer field of a typed size, bounded by `SIZE_INPUT_BOUNDS[name]`."""
+    low, high = SIZE_INPUT_BOUNDS[name]
+    return forms.IntegerField(required=False, min_value=low, max_value=high, **kwargs)
+
 
 # Service field names → the form field that shows the error.
 SERVICE_FIELD_TO_FORM = {
@@ -43,16 +53,18 @@ class CodespaceCreateForm(forms.Form):
     quota = forms.ChoiceField(help_text="The quota (pool) it is charged to.")
     preset = forms.ChoiceField(widget=forms.RadioSelect, required=True, label="Size")
     gpu_mode = forms.ChoiceField(choices=GpuMode.choices, initial=GpuMode.SLICE, required=False)
-    gpu_percent = forms.IntegerField(
-        required=False, initial=25, label="GPU compute (%)", help_text="1-100 % of one GPU"
+    gpu_percent = _size_field(
+        "gpu_percent", initial=25, label="GPU compute (%)", help_text="1-100 % of one GPU"
     )
-    gpu_memory_gib = forms.IntegerField(required=False, initial=20, label="GPU memory (GiB)")
-    gpu_count = forms.IntegerField(required=False, initial=1, min_value=0, label="Whole GPUs")
+    gpu_memory_gib = _size_field("gpu_memory_gib", initial=20, label="GPU memory (GiB)")
+    gpu_count = _size_field("gpu_count", initial=1, label="Whole GPUs")
     gpu_model = forms.ChoiceField(required=False, label="GPU model")
     cpu_cores = forms.DecimalField(
         required=False, initial=4, min_value=0, max_digits=6, decimal_places=1, label="CPU cores"
     )
-    memory_gib = forms.IntegerField(required=False, initial=16, min_value=0, label="Memory (GiB)")
+    memory_gib = forms.IntegerField(
+        required=False, initial=16, min_value=0, max_value=MAX_MEMORY_GIB, label="Memory (GiB)"
+    )
 
     def __init__(
         self,
@@ -77,19 +89,9 @@ class CodespaceCreateForm(forms.Form):
     def _choices(self, name: str, choices: list[tuple[str, str]]) -> None:
         cast(forms.ChoiceField, self.fields[name]).choices = choices
 
-    def size_fields(self) -> dict[str, Any]:
+    def size(self) -> SizeRequest:
         """The custom size in service units (only meaningful when preset == custom)."""
-        data = self.cleaned_data
-        cores = data.get("cpu_cores")
-        return {
-            "gpu_mode": data.get("gpu_mode") or GpuMode.SLICE,
-            "gpu_count": data.get("gpu_count") or 0,
-            "gpu_percent": data.get("gpu_percent") or 0,
-            "gpu_memory_gib": data.get("gpu_memory_gib") or 0,
-            "gpu_model": data.get("gpu_model") or "",
-            "cpu_milli": int((cores or 0) * 1000),
-            "memory_mib": int(data.get("memory_gib") or 0) * 1024,
-        }
+        return SizeRequest.from_page(self.cleaned_data)
 
 
 class SizePreviewForm(forms.Form):
@@ -99,25 +101,16 @@ class SizePreviewForm(forms.Form):
     template = forms.CharField(max_length=63)
     quota = forms.IntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
     gpu_mode = forms.ChoiceField(choices=GpuMode.choices, required=False)
-    gpu_count = forms.IntegerField(required=False, min_value=0, max_value=64)
-    gpu_percent = forms.IntegerField(required=False, min_value=-1000, max_value=1000)
-    gpu_memory_gib = forms.IntegerField(required=False, min_value=-(10**6), max_value=10**6)
+    gpu_count = _size_field("gpu_count")
+    gpu_percent = _size_field("gpu_percent")
+    gpu_memory_gib = _size_field("gpu_memory_gib")
     gpu_model = forms.CharField(required=False, max_length=63)
-    cpu_cores = forms.FloatField(required=False, min_value=0, max_value=10**4)
+    cpu_cores = forms.FloatField(required=False, min_value=0, max_value=MAX_CPU_CORES)
     memory_gib = forms.IntegerField(required=False, min_value=0, max_value=MAX_MEMORY_GIB)
 
-    def size_fields(self) -> dict[str, Any]:
-        """The size in service units (`services.SizeRequest`)."""
-        data = self.cleaned_data
-        return {
-            "gpu_mode": data.get("gpu_mode") or GpuMode.SLICE,
-            "gpu_count": data.get("gpu_count") or 0,
-            "gpu_percent": data.get("gpu_percent") or 0,
-            "gpu_memory_gib": data.get("gpu_memory_gib") or 0,
-            "gpu_model": data.get("gpu_model") or "",
-            "cpu_milli": int((data.get("cpu_cores") or 0) * 1000),
-            "memory_mib": (data.get("memory_gib") or 0) * MIB_PER_GIB,
-        }
+    def size(self) -> SizeRequest:
+        """The size in service units."""
+        return SizeRequest.from_page(self.cleaned_data)
 
 
 # --- Templates (operators) -------------------------------------------------------------------------
@@ -220,8 +213,8 @@ class TemplateForm(forms.Form):
             }
             initial.update(
                 whole_card_models=", ".join(template.whole_card_models or []),
-                min_cpu_cores=template.min_cpu_milli / 1000,
-                max_cpu_cores=template.max_cpu_milli / 1000,
+                min_cpu_cores=units.milli_to_cores(template.min_cpu_milli),
+                max_cpu_cores=units.milli_to_cores(template.max_cpu_milli),
                 min_memory_gib=template.min_memory_mib // MIB_PER_GIB,
                 max_memory_gib=template.max_memory_mib // MIB_PER_GIB,
                 allowed_tenants=[t.slug for t in template.allowed_tenants.all()],
@@ -237,10 +230,10 @@ class TemplateForm(forms.Form):
         return {
             **{name: data[name] for name in TEMPLATE_FIELDS if name in self.fields},
             "whole_card_models": [m for m in models if m],
-            "min_cpu_milli": int(data["min_cpu_cores"] * 1000),
-            "max_cpu_milli": int(data["max_cpu_cores"] * 1000),
-            "min_memory_mib": data["min_memory_gib"] * MIB_PER_GIB,
-            "max_memory_mib": data["max_memory_gib"] * MIB_PER_GIB,
+            "min_cpu_milli": units.cores_to_milli(data["min_cpu_cores"]),
+            "max_cpu_milli": units.cores_to_milli(data["max_cpu_cores"]),
+            "min_memory_mib": units.gib_to_mib(data["min_memory_gib"]),
+            "max_memory_mib": units.gib_to_mib(data["max_memory_gib"]),
         }
 
 
@@ -273,8 +266,8 @@ class PresetForm(forms.Form):
             "gpu_memory_gib": data.get("gpu_memory_gib") or 0,
             "gpu_count": data.get("gpu_count") or 0,
             "gpu_model": data.get("gpu_model") or "",
-            "cpu_milli": int(data["cpu_cores"] * 1000),
-            "memory_mib": data["memory_gib"] * MIB_PER_GIB,
+            "cpu_milli": units.cores_to_milli(data["cpu_cores"]),
+            "memory_mib": units.gib_to_mib(data["memory_gib"]),
         }
 
     @staticmethod
@@ -287,7 +280,7 @@ class PresetForm(forms.Form):
             "gpu_memory_gib": preset.gpu_memory_gib,
             "gpu_count": preset.gpu_count,
             "gpu_model": preset.gpu_model,
-            "cpu_cores": preset.cpu_milli / 1000,
+            "cpu_cores": units.milli_to_cores(preset.cpu_milli),
             "memory_gib": preset.memory_mib // MIB_PER_GIB,
         }
 

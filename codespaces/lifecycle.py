@@ -1,5 +1,9 @@
 """The ONE module that changes a codespace's state.
 
+A codespace's `state` is the phase its timeline last recorded; what it *is* now is derived
+(`codespaces.phase.observe`). Each move also records the desired state it implies (`phase.desired_for`:
+a stop → stopped, a delete → deleted, anything else → running).
+
 Every transition is a compare-and-set on the state column (`filter(pk=..., state=expected).update(...)`):
 if another request, the scheduling observer or the idle task moved the codespace first, zero rows match
 and the caller gets a `Conflict` naming both states instead of silently overwriting. Only the moves listed
@@ -17,6 +21,7 @@ from django.utils import timezone
 
 from codespaces.choices import TRANSITIONS, CodespaceState, EventKind
 from codespaces.models import Codespace, CodespaceEvent
+from codespaces.phase import desired_for
 from portal.db import insert
 from portal.errors import Conflict
 
@@ -108,6 +113,7 @@ def transition(
             fields={"state": [f"{from_state} → {to_state} is not a legal transition."]},
         )
     now = timezone.now()
+    fields.setdefault("desired_state", desired_for(to_state))
     updated = Codespace.objects.filter(pk=codespace.pk, state=from_state).update(
         state=to_state, version=F("version") + 1, updated_at=now, **fields
     )
@@ -122,6 +128,7 @@ def transition(
     for name, value in fields.items():
         setattr(codespace, name, value)
     codespace.state = to_state
+    codespace.forget_observed()
     codespace.version = Codespace.objects.values_list("version", flat=True).get(pk=codespace.pk)
     codespace.updated_at = now
     record_event(
@@ -146,5 +153,6 @@ def update_in_state(codespace: Codespace, *, expected: str | None = None, **fiel
     if updated:
         for name, value in fields.items():
             setattr(codespace, name, value)
+        codespace.forget_observed()
         codespace.version = Codespace.objects.values_list("version", flat=True).get(pk=codespace.pk)
     return bool(updated)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -10,20 +11,23 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from codespaces import display
+from codespaces import display, units
 from codespaces.choices import (
     ACTIVE_STATES,
     PLACED_STATES,
     STATE_BADGE,
     CodespaceState,
+    DesiredState,
     EventKind,
     GpuMode,
 )
+from codespaces.phase import Observed, observe
+from codespaces.placements import active_placements, workload_facts
 from portal.models import Tenant, dns_label_validator
 from quotas.models import Quota
 from scheduling.limits import MAX_GPU_MODEL_LENGTH
 
-MIB_PER_GIB = display.MIB_PER_GIB
+MIB_PER_GIB = units.MIB_PER_GIB
 
 # Bounds of what operators may set on a template (form, API and model; the idle ones also in the
 # database). A larger idle window is no policy: 9,999,999,999 minutes made every idle check overflow.
@@ -165,9 +169,12 @@ class Codespace(models.Model):
     """A developer environment: a container with a home volume, running as a scheduling Workload of kind
     "codespace" on a GPU slice, N whole cards or no GPU.
 
-    `state` is changed only by `codespaces.lifecycle` (compare-and-set). `workload` is the current
-    scheduling workload (a new one per start); node and GPU come from its placement. The home volume
-    survives stop/start and is removed on delete. `version` increments on every change (ETag).
+    `desired_state` is what the owner wants (running / stopped / deleted). Why it waits, where it runs
+    and why it failed are never stored here: `observed` derives them from the current scheduling
+    `workload` (a new one per start) and its placement (`codespaces.phase.observe`). `state` is the
+    phase its timeline last recorded, changed only by `codespaces.lifecycle` (compare-and-set) when an
+    action or the workload follow-up moves it. The home volume survives stop/start and is removed on
+    delete. `version` increments on every change (ETag).
     """
 
     name = models.CharField(max_length=63, validators=[dns_label_validator])
@@ -198,13 +205,12 @@ class Codespace(models.Model):
     cpu_milli = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField()
     home_gib = models.PositiveIntegerField()
+    desired_state = models.CharField(
+        max_length=10, choices=DesiredState.choices, default=DesiredState.RUNNING
+    )
     state = models.CharField(
         max_length=20, choices=CodespaceState.choices, default=CodespaceState.QUEUED
     )
-    failure_reason = models.TextField(blank=True)
-    pending_reason = models.TextField(blank=True)
-    pending_code = models.CharField(max_length=40, blank=True)
-    queue_position = models.PositiveIntegerField(null=True, blank=True)
     workload = models.ForeignKey(
         "scheduling.Workload",
         null=True,
@@ -212,9 +218,6 @@ class Codespace(models.Model):
         on_delete=models.SET_NULL,
         related_name="codespaces",
     )
-    node_name = models.CharField(max_length=253, blank=True)
-    gpu_names = models.CharField(max_length=255, blank=True, help_text='e.g. "gpu0, gpu1"')
-    gpu_model_placed = models.CharField(max_length=63, blank=True)
     last_activity_at = models.DateTimeField(null=True, blank=True)
     idle_warned_at = models.DateTimeField(null=True, blank=True)
     idle_stopped_at = models.DateTimeField(null=True, blank=True)
@@ -294,37 +297,68 @@ class Codespace(models.Model):
         )
 
     @property
+    def observed(self) -> Observed:
+        """The codespace as it is now, derived from its desired state, its workload and the workload's
+        placement (`codespaces.phase.observe`); read once per instance (`forget_observed` after a
+        change; lists attach their placements in one query with `attach_placements`)."""
+        cached: Observed | None = self.__dict__.get("_observed")
+        if cached is None:
+            workload = self.workload if self.workload_id is not None else None
+            if "_placement" in self.__dict__:
+                placement = self.__dict__["_placement"]
+            elif workload is not None and workload.state in ("placed", "running"):
+                placement = active_placements([self.workload_id]).get(self.workload_id or 0)
+            else:
+                placement = None
+            cached = observe(self.desired_state, workload_facts(workload), placement)
+            self.__dict__["_observed"] = cached
+        return cached
+
+    def forget_observed(self) -> None:
+        """Drop what `observed` read (the workload or its placement changed)."""
+        self.__dict__.pop("_observed", None)
+        self.__dict__.pop("_placement", None)
+
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        self.forget_observed()
+        super().refresh_from_db(*args, **kwargs)
+
+    @property
     def waiting_reason(self) -> str:
         """Why a queued codespace waits, fresh from its workload (the cycle updates it every pass)."""
-        workload = self.workload if self._queued_on_workload else None
-        return display.waiting_reason(
-            self.state,
-            workload is not None,
-            workload.pending_reason if workload is not None else None,
-            self.pending_reason,
-        )
+        return self.observed.pending_reason
 
     @property
     def waiting_position(self) -> int | None:
         """Its position in the queue of its pool, fresh from its workload."""
-        workload = self.workload if self._queued_on_workload else None
-        return display.waiting_position(
-            self.state,
-            workload is not None,
-            workload.queue_position if workload is not None else None,
-            self.queue_position,
-        )
+        return self.observed.queue_position
 
     @property
-    def _queued_on_workload(self) -> bool:
-        return self.state == CodespaceState.QUEUED and self.workload_id is not None
+    def pending_code(self) -> str:
+        return self.observed.pending_code
+
+    @property
+    def failure_reason(self) -> str:
+        """Why it failed, from its workload ("" unless failed)."""
+        return self.observed.failure_reason
+
+    @property
+    def node_name(self) -> str:
+        return self.observed.node_name
+
+    @property
+    def gpu_names(self) -> str:
+        """e.g. "gpu0, gpu1" while placed."""
+        return self.observed.gpu_names
+
+    @property
+    def gpu_model_placed(self) -> str:
+        return self.observed.gpu_model_placed
 
     @property
     def location(self) -> str:
         """ "node-3 / gpu1" once placed, else ""."""
-        if not self.node_name:
-            return ""
-        return f"{self.node_name} / {self.gpu_names}" if self.gpu_names else self.node_name
+        return self.observed.location
 
     def ide_url(self) -> str:
         return display.ide_url(self.name, self.owner.get_username(), self.tenant.slug)
@@ -337,6 +371,16 @@ class Codespace(models.Model):
         if self.idle_warned_at is None:
             return None
         return display.idle_stop_due_at(self.idle_warned_at, self.template.idle_grace_minutes)
+
+
+def attach_placements(codespaces: list[Codespace]) -> list[Codespace]:
+    """Read the active placements of `codespaces`' workloads in one query and attach them, so that
+    `observed` on each (a list page's location column) reads nothing more. Returns the list."""
+    placements = active_placements(c.workload_id for c in codespaces)
+    for codespace in codespaces:
+        codespace.forget_observed()
+        codespace.__dict__["_placement"] = placements.get(codespace.workload_id or 0)
+    return codespaces
 
 
 class CodespaceEvent(models.Model):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codespaces import services
+from codespaces.tasks import follow_codespace_workloads_task
 
 
 def on_codespace_workloads_changed(workload_ids: Sequence[int]) -> None:
-    """Map each workload's new state onto its codespace (see services.sync_from_workloads)."""
-    services.sync_from_workloads(list(workload_ids))
+    """Enqueue the timeline follow-up for these workloads' codespaces (ids only; it re-reads them).
+    Called after the scheduling transaction committed, so the task sees what it changed."""
+    follow_codespace_workloads_task.delay(list(workload_ids))

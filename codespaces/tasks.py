@@ -33,11 +33,28 @@ def check_idle_codespaces_task() -> dict[str, object]:
     }
 
 
+# Workload ids per follow-up: the observer passes one scheduling transaction's worth (a cycle's
+# placements); more is refused rather than loading an unbounded list.
+MAX_FOLLOW_UP_IDS = 10_000
+
+
+@shared_task(acks_late=True)
+def follow_codespace_workloads_task(workload_ids: list[int]) -> dict[str, object]:
+    """After a scheduling commit: record on the timeline of these workloads' codespaces what their
+    workload did (`services.sync_from_workloads`). Takes ids and re-reads the rows; idempotent (a second
+    run finds the recorded phase already equal to the observed one); one codespace that raises is
+    logged and counted, the others are still followed."""
+    ids = [int(i) for i in workload_ids[:MAX_FOLLOW_UP_IDS]]
+    failures = ItemFailures()
+    changed = services.sync_from_workloads(ids, failures=failures)
+    return {"changed": changed, "failed": failures.failed, "failed_ids": failures.failed_ids}
+
+
 @shared_task(acks_late=True)
 def reconcile_codespaces_task() -> dict[str, object]:
-    """Beat: re-apply each active codespace's workload state (placement, failure, reclaim, and the
-    pending reason and queue position, which the scheduling cycle updates without notifying).
-    Idempotent; returns how many codespaces changed and which ones failed (logged, the others
+    """Beat: the follow-up for every active codespace, the safety net for a lost follow-up task (what
+    a codespace shows is derived from its workload and never waits for this; its timeline, start time
+    and a reclaim's stop do). Idempotent; returns how many codespaces changed and which ones failed (logged, the others
     still synced)."""
     failures = ItemFailures()
     changed = services.reconcile_codespaces(failures)

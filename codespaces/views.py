@@ -15,11 +15,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from codespaces import services
+from codespaces import pools, services
 from codespaces.access import can_manage, codespace_for
 from codespaces.choices import CodespaceState
 from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm, SizePreviewForm
-from codespaces.models import Codespace, CodespaceTemplate
+from codespaces.models import Codespace, CodespaceTemplate, attach_placements
 from codespaces.utilization import utilization_series
 from portal.api.parsers import load_json_object
 from portal.errors import DomainError
@@ -43,7 +43,7 @@ def _active_tenant(request: HttpRequest) -> Any:
 @login_required
 def my_codespaces(request: HttpRequest) -> HttpResponse:
     user = current_user(request)
-    rows = list(services.visible_codespaces(user, scope="mine"))
+    rows = attach_placements(list(services.visible_codespaces(user, scope="mine")))
     return render(
         request,
         "codespaces/list.html",
@@ -56,7 +56,7 @@ def team_codespaces(request: HttpRequest) -> HttpResponse:
     user = current_user(request)
     if not (is_operator(user) or admin_tenant_ids_for(user)):
         raise PermissionDenied("Only tenant admins see their team's codespaces.")
-    rows = list(services.visible_codespaces(user, scope="team"))
+    rows = attach_placements(list(services.visible_codespaces(user, scope="team")))
     return render(
         request,
         "codespaces/list.html",
@@ -68,7 +68,7 @@ def team_codespaces(request: HttpRequest) -> HttpResponse:
 def all_codespaces(request: HttpRequest) -> HttpResponse:
     user = current_user(request)
     require_operator(user)
-    rows = list(services.visible_codespaces(user, scope="all"))
+    rows = attach_placements(list(services.visible_codespaces(user, scope="all")))
     return render(
         request,
         "codespaces/list.html",
@@ -104,7 +104,7 @@ def create(request: HttpRequest) -> HttpResponse:
     selected = selected or (templates[0] if templates else None)
     quota = next((q for q in quotas if str(q.pk) == source.get("quota")), None)
     quota = quota or services.default_quota(selected, quotas)
-    gpu_models = [m.model for m in services.pools.gpu_models_of_group(quota.group)] if quota else []
+    gpu_models = [m.model for m in pools.gpu_models_of_group(quota.group)] if quota else []
     initial = {
         "template": selected.name if selected else "",
         "quota": str(quota.pk) if quota else "",
@@ -127,9 +127,7 @@ def create(request: HttpRequest) -> HttpResponse:
                 template=data["template"],
                 name=data["name"],
                 preset=None if data["preset"] == CUSTOM else data["preset"],
-                size=services.SizeRequest(**form.size_fields())
-                if data["preset"] == CUSTOM
-                else None,
+                size=form.size() if data["preset"] == CUSTOM else None,
                 quota=int(data["quota"]),
             )
         except DomainError as exc:
@@ -159,14 +157,13 @@ def preview_json(request: HttpRequest) -> JsonResponse:
             message = "; ".join(f"{name}: {errors[0]}" for name, errors in fields.items())
             return JsonResponse({"valid": False, "message": message, "fields": fields}, status=400)
         data = form.cleaned_data
-        template = services._resolve_template(data["template"], tenant)
-        quota = services._resolve_quota(data["quota"], tenant, data["gpu_model"])
-        size = services.SizeRequest(**form.size_fields())
-        resources = services.validate_size(template, quota, size)
+        answer = services.preview_size(
+            tenant, template=data["template"], quota=data["quota"], size=form.size()
+        )
     except DomainError as exc:
         fields = {SERVICE_FIELD_TO_FORM.get(k, k) or k: v for k, v in exc.fields.items()}
         return JsonResponse({"valid": False, "message": exc.message, "fields": fields}, status=400)
-    result = services.preview(quota, resources)
+    result = answer.result
     return JsonResponse(
         {
             "valid": True,
@@ -264,7 +261,7 @@ def status_json(request: HttpRequest) -> JsonResponse:
             status=400,
         )
     ids = [i for i in parsed if i is not None][:100]
-    rows = services.scoped_codespaces(user).filter(pk__in=ids)
+    rows = attach_placements(list(services.scoped_codespaces(user).filter(pk__in=ids)))
     since = timezone.now() - timedelta(minutes=60)
     series = utilization_series([c.workload_id for c in rows if c.workload_id], since)
     return JsonResponse(

@@ -11,7 +11,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from codespaces import display
+from codespaces import display, units
 from codespaces.choices import CodespaceState, GpuMode
 from codespaces.models import (
     MAX_ALLOWED_TENANTS,
@@ -21,6 +21,9 @@ from codespaces.models import (
     CodespaceTemplate,
     TemplatePreset,
 )
+from codespaces.phase import Observed, PlacementFacts, WorkloadFacts, observe
+from codespaces.placements import active_placements
+from codespaces.services.sizing import SIZE_INPUT_BOUNDS
 from portal.api.serializers import InputSerializer
 
 
@@ -110,15 +113,18 @@ def _datetime(value: datetime | None, zone: tzinfo) -> str | None:
 
 
 # The row `CodespaceSerializer` renders: the codespace's own columns (foreign keys by id, under the
-# field's name) and seven columns of five related tables, {row key: (relation, column)}.
+# field's name) and ten columns of five related tables, {row key: (relation, column)}.
 ROW_RELATED = {
     "owner_username": ("owner", "username"),
     "tenant_slug": ("tenant", "slug"),
     "template_name": ("template", "name"),
     "template_idle_grace_minutes": ("template", "idle_grace_minutes"),
     "preset_name": ("preset", "name"),
+    "workload_state": ("workload", "state"),
     "workload_pending_reason": ("workload", "pending_reason"),
+    "workload_pending_code": ("workload", "pending_code"),
     "workload_queue_position": ("workload", "queue_position"),
+    "workload_failure_reason": ("workload", "failure_reason"),
 }
 ROW_OWN = tuple(
     f.name
@@ -150,8 +156,7 @@ def codespace_rows(queryset: QuerySet[Codespace]) -> QuerySet[Any]:
 def flat_row(obj: Codespace) -> dict[str, Any]:
     """A model instance as a `codespace_rows()` row (reads the same related objects)."""
     row = {name: getattr(obj, attname) for name, attname in _ROW_OWN_ATTRS}
-    queued = obj.state == CodespaceState.QUEUED and obj.workload_id is not None
-    workload = obj.workload if queued else None
+    workload = obj.workload if obj.workload_id is not None else None
     preset = obj.preset if obj.preset_id is not None else None
     row.update(
         {
@@ -160,11 +165,62 @@ def flat_row(obj: Codespace) -> dict[str, Any]:
             "template_name": obj.template.name,
             "template_idle_grace_minutes": obj.template.idle_grace_minutes,
             "preset_name": preset.name if preset is not None else None,
+            "workload_state": workload.state if workload else None,
             "workload_pending_reason": workload.pending_reason if workload else None,
+            "workload_pending_code": workload.pending_code if workload else None,
             "workload_queue_position": workload.queue_position if workload else None,
+            "workload_failure_reason": workload.failure_reason if workload else None,
+            OBSERVED: obj.observed,
         }
     )
     return row
+
+
+OBSERVED = "_observed"
+"""The row key of what `observe` made of a row (set by `flat_row` and the list serializer)."""
+
+PLACED_WORKLOAD_STATES = ("placed", "running")
+
+
+def observed_of(row: Mapping[str, Any], placement: PlacementFacts | None = None) -> Observed:
+    """What a row's codespace is now (`codespaces.phase.observe` on the row's columns)."""
+    if OBSERVED in row:
+        observed: Observed = row[OBSERVED]
+        return observed
+    workload = (
+        WorkloadFacts(
+            state=row["workload_state"],
+            pending_reason=row["workload_pending_reason"] or "",
+            pending_code=row["workload_pending_code"] or "",
+            queue_position=row["workload_queue_position"],
+            failure_reason=row["workload_failure_reason"] or "",
+        )
+        if row["workload"] is not None and row["workload_state"] is not None
+        else None
+    )
+    return observe(row["desired_state"], workload, placement)
+
+
+class CodespaceListSerializer(serializers.ListSerializer):
+    """Renders a page of rows with their workloads' placements read in one query."""
+
+    def to_representation(self, data: Any) -> list[Any]:
+        rows = list(data.all() if hasattr(data, "all") else data)
+        placements = active_placements(
+            r["workload"]
+            for r in rows
+            if isinstance(r, Mapping) and r.get("workload_state") in PLACED_WORKLOAD_STATES
+        )
+        child = self.child
+        assert isinstance(child, CodespaceSerializer)
+        return [
+            child.to_representation(
+                {**r, OBSERVED: observed_of(r, placements.get(r["workload"] or 0))}
+                if isinstance(r, Mapping)
+                else r
+            )
+            for r in rows
+        ]
 
 
 class CodespaceSerializer(serializers.ModelSerializer):
@@ -187,6 +243,9 @@ class CodespaceSerializer(serializers.ModelSerializer):
     size = serializers.CharField(source="size_label", read_only=True)
     node = serializers.CharField(source="node_name", read_only=True)
     gpus = serializers.CharField(source="gpu_names", read_only=True)
+    gpu_model_placed = serializers.CharField(read_only=True)
+    failure_reason = serializers.CharField(read_only=True)
+    pending_code = serializers.CharField(read_only=True)
     ide_url = serializers.SerializerMethodField()
     ssh_command = serializers.SerializerMethodField()
     idle_stop_due_at = serializers.DateTimeField(read_only=True, allow_null=True)
@@ -197,6 +256,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Codespace
+        list_serializer_class = CodespaceListSerializer
         fields = [
             "id",
             "name",
@@ -249,7 +309,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
         row = instance if isinstance(instance, Mapping) else flat_row(instance)
         state = row["state"]
         gpu_mode = row["gpu_mode"]
-        queued_on_workload = state == CodespaceState.QUEUED and row["workload"] is not None
+        observed = observed_of(row)
         running = state == CodespaceState.RUNNING
         name, username, slug = row["name"], row["owner_username"], row["tenant_slug"]
         zone = self._zone()
@@ -267,7 +327,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
             "gpu_milli": row["gpu_milli"],
             "gpu_percent": display.gpu_percent(gpu_mode, row["gpu_milli"]),
             "gpu_memory_mib": row["gpu_memory_mib"],
-            "gpu_memory_gib": row["gpu_memory_mib"] / display.MIB_PER_GIB,
+            "gpu_memory_gib": units.mib_to_gib(row["gpu_memory_mib"]),
             "gpu_model": row["gpu_model"],
             "cpu_milli": row["cpu_milli"],
             "memory_mib": row["memory_mib"],
@@ -282,18 +342,14 @@ class CodespaceSerializer(serializers.ModelSerializer):
                 memory_mib=row["memory_mib"],
             ),
             "state": state,
-            "failure_reason": row["failure_reason"],
-            "pending_reason": display.waiting_reason(
-                state, queued_on_workload, row["workload_pending_reason"], row["pending_reason"]
-            ),
-            "pending_code": row["pending_code"],
-            "queue_position": display.waiting_position(
-                state, queued_on_workload, row["workload_queue_position"], row["queue_position"]
-            ),
+            "failure_reason": observed.failure_reason,
+            "pending_reason": observed.pending_reason,
+            "pending_code": observed.pending_code,
+            "queue_position": observed.queue_position,
             "workload": row["workload"],
-            "node": row["node_name"],
-            "gpus": row["gpu_names"],
-            "gpu_model_placed": row["gpu_model_placed"],
+            "node": observed.node_name,
+            "gpus": observed.gpu_names,
+            "gpu_model_placed": observed.gpu_model_placed,
             "ide_url": display.ide_url(name, username, slug) if running else None,
             "ssh_command": display.ssh_command(name, username, slug) if running else None,
             "last_activity_at": _datetime(row["last_activity_at"], zone),
@@ -322,7 +378,7 @@ class CodespaceSerializer(serializers.ModelSerializer):
         return display.gpu_percent(obj.gpu_mode, obj.gpu_milli)
 
     def get_gpu_memory_gib(self, obj: Codespace) -> float:
-        return obj.gpu_memory_mib / display.MIB_PER_GIB
+        return units.mib_to_gib(obj.gpu_memory_mib)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_ide_url(self, obj: Codespace) -> str | None:
@@ -333,22 +389,23 @@ class CodespaceSerializer(serializers.ModelSerializer):
         return obj.ssh_command() if obj.state == CodespaceState.RUNNING else None
 
 
+def _size_field(name: str, **kwargs: Any) -> serializers.IntegerField:
+    """An optional integer field of a typed size, bounded by `SIZE_INPUT_BOUNDS[name]`."""
+    low, high = SIZE_INPUT_BOUNDS[name]
+    return serializers.IntegerField(required=False, min_value=low, max_value=high, **kwargs)
+
+
 class SizeSerializer(InputSerializer):
-    """A custom size (ignored when `preset` is given). Ranges are checked by the service."""
+    """A custom size (ignored when `preset` is given), bounded by `SIZE_INPUT_BOUNDS` (the pages'
+    forms use the same). Ranges are checked by the service."""
 
     gpu_mode = serializers.ChoiceField(choices=GpuMode.choices, default=GpuMode.SLICE)
-    gpu_percent = serializers.IntegerField(
-        required=False, default=0, min_value=-1000, max_value=1000, help_text="Slice compute, 1-100"
-    )
-    gpu_memory_gib = serializers.IntegerField(
-        required=False, default=0, min_value=-1000000, max_value=1000000
-    )
-    gpu_count = serializers.IntegerField(required=False, default=1, min_value=0, max_value=64)
+    gpu_percent = _size_field("gpu_percent", default=0, help_text="Slice compute, 1-100")
+    gpu_memory_gib = _size_field("gpu_memory_gib", default=0)
+    gpu_count = _size_field("gpu_count", default=1)
     gpu_model = serializers.CharField(required=False, default="", allow_blank=True, max_length=63)
-    cpu_milli = serializers.IntegerField(required=False, default=2000, min_value=0, max_value=10**7)
-    memory_mib = serializers.IntegerField(
-        required=False, default=8192, min_value=0, max_value=10**9
-    )
+    cpu_milli = _size_field("cpu_milli", default=2000)
+    memory_mib = _size_field("memory_mib", default=8192)
 
 
 class CodespaceCreateSerializer(SizeSerializer):

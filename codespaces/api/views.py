@@ -117,13 +117,11 @@ class CodespaceTemplateViewSet(ETagMixin, viewsets.ModelViewSet):
         tenant = tenant_for_request(
             request.user, request.query_params.get("tenant"), thing="codespace"
         )
-        template = services._resolve_template(template, tenant)
         quota_param = request.query_params.get("quota")
         quota_id = parse_int(quota_param, minimum=1) if quota_param else None
         if quota_param and quota_id is None:
             raise InvalidInput("quota: a quota id.", fields={"quota": ["Expected a number."]})
-        quota = services._resolve_quota(quota_id, tenant, "")
-        return Response(PickerSerializer(services.picker_data(template, quota)).data)
+        return Response(PickerSerializer(services.picker_for(tenant, template, quota_id)).data)
 
 
 # What `CodespaceSerializer` reads beyond the codespace's own columns: five joins (the scoped base
@@ -198,17 +196,7 @@ class CodespaceViewSet(
             template=data["template"],
             name=data["name"],
             preset=preset,
-            size=None
-            if preset
-            else services.SizeRequest(
-                gpu_mode=data["gpu_mode"],
-                gpu_count=data["gpu_count"],
-                gpu_percent=data["gpu_percent"],
-                gpu_memory_gib=data["gpu_memory_gib"],
-                gpu_model=data["gpu_model"],
-                cpu_milli=data["cpu_milli"],
-                memory_mib=data["memory_mib"],
-            ),
+            size=None if preset else services.SizeRequest.from_api(data),
             quota=data.get("quota"),
         )
         # The service's instance carries everything the serializer reads (owner, team, template, preset
@@ -286,22 +274,13 @@ class CodespaceViewSet(
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         tenant = tenant_for_request(request.user, data.get("tenant"), thing="codespace")
-        template = services._resolve_template(data["template"], tenant)
-        quota = services._resolve_quota(data.get("quota"), tenant, data["gpu_model"])
-        resources = services.validate_size(
-            template,
-            quota,
-            services.SizeRequest(
-                gpu_mode=data["gpu_mode"],
-                gpu_count=data["gpu_count"],
-                gpu_percent=data["gpu_percent"],
-                gpu_memory_gib=data["gpu_memory_gib"],
-                gpu_model=data["gpu_model"],
-                cpu_milli=data["cpu_milli"],
-                memory_mib=data["memory_mib"],
-            ),
+        answer = services.preview_size(
+            tenant,
+            template=data["template"],
+            quota=data.get("quota"),
+            size=services.SizeRequest.from_api(data),
         )
-        result = services.preview(quota, resources)
+        result = answer.result
         return Response(
             PreviewSerializer(
                 {
@@ -309,7 +288,7 @@ class CodespaceViewSet(
                     "code": result.code,
                     "reason": result.reason,
                     "node": result.node,
-                    "quota": quota.pk,
+                    "quota": answer.quota.pk,
                 }
             ).data
         )

@@ -48,8 +48,6 @@ def test_fast_representation_matches_drf_fields_in_every_shape(
         quota=quota_a,
         template=template,
         state=S.RUNNING,
-        node_name="node-1",
-        gpu_names="gpu0",
         started_at=now,
         last_activity_at=now - timedelta(minutes=3),
         idle_warned_at=now,
@@ -313,3 +311,34 @@ def _comparable(row: dict[str, Any]) -> dict[str, Any]:
         for key, value in row.items()
         if key not in skipped and not key.endswith("_at") and not key.startswith("created")
     }
+
+
+@pytest.mark.parametrize("rows", [1, 2])  # the template allows two per user
+def test_list_of_running_codespaces_reads_their_placements_in_one_query(
+    rows: int,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    api_as: Any,
+    django_assert_num_queries: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # given running codespaces whose node comes from their workload's placement (issue 24: derived,
+    # not copied), one query for the page's placements whatever the rows
+    from codespaces import services
+    from codespaces.tests.test_services import run_status_sync
+
+    size = services.SizeRequest(gpu_mode="none", cpu_milli=1000, memory_mib=2048)
+    for index in range(rows):
+        with django_capture_on_commit_callbacks(execute=True):
+            services.create_codespace(
+                user=bob, tenant=team_a, template="pytorch", name=f"cpu-{index}", size=size
+            )
+    run_status_sync(django_capture_on_commit_callbacks)
+    api = api_as(bob)
+    api.get("/api/v1/me/")
+    with django_assert_num_queries(4):  # token, rate limit, the page, the page's placements
+        response = api.get("/api/v1/codespaces/?limit=20")
+    results = response.json()["results"]
+    assert [(r["state"], bool(r["node"])) for r in results] == [(S.RUNNING, True)] * rows

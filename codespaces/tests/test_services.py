@@ -12,6 +12,7 @@ from codespaces.choices import EventKind
 from codespaces.models import Codespace
 from codespaces.tests.factories import CodespaceTemplateFactory
 from portal.errors import InvalidInput
+from quotas import usage
 from scheduling import services as scheduling_services
 from scheduling.models import Placement, Workload
 from scheduling.services import reconcile
@@ -64,7 +65,7 @@ def test_over_quota_request_queues_with_the_quota_and_numbers(
     # and the reconciler copies the reason onto the codespace and its timeline
     assert services.reconcile_codespaces() == 1
     codespace.refresh_from_db()
-    assert (codespace.pending_code, codespace.queue_position) == ("quota_max", 1)
+    assert (codespace.pending_code, codespace.waiting_position) == ("quota_max", 1)
     assert codespace.events.filter(kind=EventKind.PENDING).count() == 1
     assert services.reconcile_codespaces() == 0  # nothing new: no duplicate event
 
@@ -469,7 +470,7 @@ def test_whole_card_codespace_is_charged_its_cards_memory(
     h100 = services.preview(quota_a, services.validate_size(template, quota_a, size))
     # then the T4 runs and is charged its 16 GiB; the H100 would exceed the 40 GiB max
     assert t4.state == S.RUNNING
-    used = services.usage.group_snapshot(quota_a.group).quota(quota_a.pk).gpu.used
+    used = usage.group_snapshot(quota_a.group).quota(quota_a.pk).gpu.used
     assert (used.gpu_milli, used.gpu_memory_mib) == (1000, 16 * 1024)
     assert (h100.starts_now, h100.code) == (False, "quota_max")
     assert "GPU memory" in h100.reason

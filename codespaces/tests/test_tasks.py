@@ -36,19 +36,19 @@ def test_reconcile_task_syncs_the_others_when_one_codespace_raises(
     monkeypatch: Any,
 ) -> None:
     # issue 9: one bad row must not stop a periodic task
-    from codespaces import services
+    from codespaces.services import sync
 
     first = create(bob, team_a, "bob-one", django_capture_on_commit_callbacks)
     second = create(bob, team_a, "bob-two", django_capture_on_commit_callbacks)
     Codespace.objects.filter(pk__in=[first.pk, second.pk]).update(state=S.STARTING)
-    original = services._sync_one
+    original = sync._sync_one
 
     def flaky(codespace: Codespace) -> bool:
         if codespace.pk == first.pk:
             raise KeyError("unexpected workload state")
         return original(codespace)
 
-    monkeypatch.setattr(services, "_sync_one", flaky)
+    monkeypatch.setattr(sync, "_sync_one", flaky)
     assert reconcile_codespaces_task.delay().get() == {
         "changed": 1,
         "failed": 1,

@@ -1,0 +1,128 @@
+"""The slice picker's read model: what fits now, per preset and for a custom size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from codespaces import pools, units
+from codespaces.models import CodespaceTemplate, TemplatePreset
+from codespaces.services.requests import resolve_quota, resolve_template
+from codespaces.services.sizing import Resources, SizeRequest, validate_size
+from portal.errors import InvalidInput
+from portal.models import Tenant
+from quotas import usage
+from quotas.models import Quota
+from scheduling import services as scheduling_services
+
+# --- The slice picker: what fits now --------------------------------------------------------------
+
+
+@dataclass
+class PresetOption:
+    preset: TemplatePreset
+    starts_now: bool
+    code: str
+    reason: str
+    node: str | None
+    refused: str = ""  # the validation error when the preset cannot be used in this pool at all
+
+
+@dataclass
+class PickerData:
+    """Everything the create page shows next to the size choice (computed server-side)."""
+
+    quota: Quota
+    headroom: dict[str, Any]
+    largest_free_slice: tuple[int, int]
+    gpu_models: list[pools.PoolGpuModel]
+    options: list[PresetOption] = field(default_factory=list)
+
+    @property
+    def largest_free_gpu_milli(self) -> int:
+        return self.largest_free_slice[0]
+
+    @property
+    def largest_free_gpu_memory_mib(self) -> int:
+        return self.largest_free_slice[1]
+
+
+def quota_headroom(quota: Quota) -> dict[str, Any]:
+    """The GPU-side numbers of a quota from the quota tree's snapshot, in cards and GiB."""
+    snapshot = usage.group_snapshot(quota.group)
+    try:
+        entry = snapshot.quota(quota.pk)
+    except KeyError:
+        return {}
+    side = entry.gpu
+    return {
+        "min_gpus": side.min.gpu_milli / units.MILLI_PER_GPU,
+        "max_gpus": side.max.gpu_milli / units.MILLI_PER_GPU,
+        "used_gpus": side.used.gpu_milli / units.MILLI_PER_GPU,
+        "pending_gpus": side.pending.gpu_milli / units.MILLI_PER_GPU,
+        "runtime_gpus": side.runtime.gpu_milli / units.MILLI_PER_GPU,
+        "headroom_gpus": side.headroom.gpu_milli / units.MILLI_PER_GPU,
+        "headroom_gpu_memory_gib": round(units.mib_to_gib(side.headroom.gpu_memory_mib), 1),
+    }
+
+
+def preview(quota: Quota, resources: Resources) -> Any:
+    """Would these resources start now on this quota? (scheduling.services.preview_request)."""
+    return scheduling_services.preview_request(quota, **resources.scheduler_kwargs())
+
+
+def picker_data(template: CodespaceTemplate, quota: Quota) -> PickerData:
+    """Quota headroom, the pool's largest free slice, and per preset: starts now, or queues and why."""
+    data = PickerData(
+        quota=quota,
+        headroom=quota_headroom(quota),
+        largest_free_slice=tuple(scheduling_services.largest_free_slice(quota.group)),  # type: ignore[arg-type]
+        gpu_models=pools.gpu_models_of_group(quota.group),
+    )
+    for preset in template.presets.all():
+        try:
+            resources = validate_size(template, quota, SizeRequest.from_preset(preset))
+        except InvalidInput as exc:
+            data.options.append(
+                PresetOption(preset, False, "invalid", exc.message, None, refused=exc.message)
+            )
+            continue
+        result = preview(quota, resources)
+        data.options.append(
+            PresetOption(preset, result.starts_now, result.code, result.reason, result.node)
+        )
+    return data
+
+
+def picker_for(
+    tenant: Tenant, template: CodespaceTemplate | int | str, quota: Quota | int | None
+) -> PickerData:
+    """`picker_data` for what a caller names: the template if `tenant` may use it, the quota if it is
+    one of the team's (default: the first). InvalidInput naming the field otherwise."""
+    template_obj = resolve_template(template, tenant)
+    return picker_data(template_obj, resolve_quota(quota, tenant, ""))
+
+
+@dataclass(frozen=True)
+class SizePreview:
+    """The picker's answer for one custom size: the quota it was checked against and the scheduler's
+    preview (starts now, or the code and reason it would queue with)."""
+
+    quota: Quota
+    result: Any
+
+
+def preview_size(
+    tenant: Tenant,
+    *,
+    template: CodespaceTemplate | int | str | None,
+    quota: Quota | int | None,
+    size: SizeRequest,
+) -> SizePreview:
+    """Would `size` start now? Resolves the template and quota a caller names (the quota defaults to the
+    team's first able to run `size.gpu_model`), validates the size (InvalidInput naming every bad
+    field) and asks the scheduler. Creates nothing."""
+    template_obj = resolve_template(template, tenant)
+    quota_obj = resolve_quota(quota, tenant, size.gpu_model)
+    resources = validate_size(template_obj, quota_obj, size)
+    return SizePreview(quota=quota_obj, result=preview(quota_obj, resources))
