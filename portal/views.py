@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
@@ -18,9 +21,21 @@ from portal.forms import TenantSwitchForm, TokenForm
 from portal.middleware import SESSION_KEY
 from portal.models import ApiToken, Membership
 from portal.scoping import current_user, tenants_for
+from portal.sso.config import sso_config
 
 # The raw value of a token just created, kept for the one GET the create redirects to.
 ISSUED_TOKEN_SESSION_KEY = "tessera_issued_token"
+
+
+class LoginView(auth_views.LoginView):
+    """The login page: a local account's username and password, and the single sign-on button
+    when it is configured (portal.sso)."""
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        config = sso_config()
+        context["sso_provider_name"] = config.provider_name if config is not None else None
+        return context
 
 
 @login_required
