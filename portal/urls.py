@@ -26,7 +26,7 @@ api_v1: list[URLPattern | URLResolver] = [
 
 urlpatterns = [
     re_path(r"^api/(?P<version>v1)/", include(api_v1)),
-    path("", views.home, name="home"),
+    path("", include("portal.dashboards.home_urls")),
     path(
         "accounts/login/",
         views.LoginView.as_view(authentication_form=LoginForm),

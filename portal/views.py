@@ -1,4 +1,5 @@
-"""Shell pages: home, API tokens, tenant switcher. Thin: validate, call a service, render."""
+"""Shell pages: login, API tokens, tenant switcher (the home page: portal.dashboards.home_views).
+Thin: validate, call a service, render."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from portal import services
 from portal.api.middleware import api_error_response, is_api_path
 from portal.forms import TenantSwitchForm, TokenForm
 from portal.middleware import SESSION_KEY
-from portal.models import ApiToken, Membership
+from portal.models import ApiToken
 from portal.scoping import current_user, tenants_for
 from portal.sso.config import sso_config
 
@@ -36,12 +37,6 @@ class LoginView(auth_views.LoginView):
         config = sso_config()
         context["sso_provider_name"] = config.provider_name if config is not None else None
         return context
-
-
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    memberships = Membership.objects.filter(user=current_user(request)).select_related("tenant")
-    return render(request, "portal/home.html", {"memberships": memberships})
 
 
 @login_required
