@@ -17,7 +17,9 @@ def no_horizontal_overflow(page: Any) -> bool:
     return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
 
 
-@pytest.mark.parametrize(("_case", "width", "height"), [("phone", 390, 844), ("desktop", 1440, 900)])
+@pytest.mark.parametrize(
+    ("_case", "width", "height"), [("phone", 390, 844), ("desktop", 1440, 900)]
+)
 def test_home_page_shows_each_persona_its_status_without_overflow(
     browser: Any,
     live_server: Any,
@@ -38,7 +40,9 @@ def test_home_page_shows_each_persona_its_status_without_overflow(
     )
     alice.is_staff = True  # alice is also an operator: every part of the page at once
     alice.save(update_fields=["is_staff"])
-    context = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": height})
+    context = browser.new_context(
+        base_url=live_server.url, viewport={"width": width, "height": height}
+    )
     page = context.new_page()
     page.goto("/accounts/login/")
     page.fill("#id_username", "bob")
