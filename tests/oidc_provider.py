@@ -154,6 +154,11 @@ class OidcProvider:
         self.key = RSAKey.generate_key(
             2048, parameters={"kid": KEY_ID, "alg": "RS256", "use": "sig"}
         )
+        # What a misbehaving (or impersonated) provider would do, for the refusal tests: claims put
+        # into every id token over the right ones (e.g. {"aud": [...]}, {"nonce": ...}), and another
+        # key to sign them with than the one the JWKS publishes.
+        self.id_token_overrides: dict[str, Any] = {}
+        self.signing_key: RSAKey | None = None
         self.app = Flask("tessera-test-idp")
         self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
         self.issuer = f"http://127.0.0.1:{self.server.server_port}"
@@ -236,7 +241,11 @@ class OidcProvider:
                     return any(c.nonce == nonce for c in provider.codes.values())
 
             def resolve_client_private_key(self, client: Client) -> Any:
-                return provider.key
+                return provider.signing_key or provider.key
+
+            def get_authorization_code_claims(self, authorization_code: Any) -> dict[str, Any]:
+                claims = super().get_authorization_code_claims(authorization_code)
+                return {**claims, **provider.id_token_overrides}
 
             def get_client_algorithm(self, client: Client) -> str:
                 return "RS256"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jwt
 from django.contrib.auth import get_user_model
 from django.core.exceptions import SuspiciousOperation
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
@@ -94,7 +95,12 @@ class TesseraOidcBackend(OIDCAuthenticationBackend):
         return super().authenticate(request, **kwargs)
 
     def verify_token(self, token: str, **kwargs: Any) -> Any:
-        payload = super().verify_token(token, **kwargs)
+        try:
+            payload = super().verify_token(token, **kwargs)
+        except jwt.PyJWTError as exc:
+            # The library turns only a bad signature into SuspiciousOperation; an expired or
+            # not-yet-valid token (pyjwt checks exp, nbf, iat) would otherwise be a 500.
+            raise SuspiciousOperation(f"The id token is not valid: {exc}.") from exc
         config = sso_config()
         assert config is not None  # authenticate() returned early otherwise
         audience = payload.get("aud")

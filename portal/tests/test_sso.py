@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import requests
 from django.contrib.auth.models import User
+from joserfc.jwk import RSAKey
 
 from portal.choices import MembershipRole
 from portal.models import Membership, OidcIdentity
 from portal.tests.factories import DEFAULT_PASSWORD, TenantFactory, UserFactory
-from tests.oidc_provider import OidcProvider
+from tests.oidc_provider import KEY_ID, OidcProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -240,3 +241,46 @@ def test_single_sign_on_is_off_when_no_discovery_url_is_set(client: Any, setting
     assert 'data-testid="sso-login"' not in page.content.decode()
     assert client.get("/accounts/sso/start/").status_code == 404
     assert client.get("/accounts/sso/callback/?code=x&state=y").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("_case", "overrides", "expected"),
+    [
+        ("nonce of another sign-in", {"nonce": "forged"}, "Nonce verification failed"),
+        ("token for another client", {"aud": ["other-client"]}, "issued for another client"),
+        ("token from another issuer", {"iss": "http://127.0.0.1:1"}, "issued by another provider"),
+        ("token already expired", {"exp": 1_000_000_000}, "Signature has expired"),
+    ],
+)
+def test_sso_id_token_that_does_not_verify_is_refused(
+    live_server: Any,
+    oidc_provider: OidcProvider,
+    _case: str,
+    overrides: dict[str, Any],
+    expected: str,
+) -> None:
+    # given a provider whose id token is wrong in one claim
+    oidc_provider.add_user("jo", PASSWORD, groups=["tessera-operators"])
+    oidc_provider.id_token_overrides = overrides
+    # when jo signs in
+    response = sso_login(live_server.url, "jo")
+    # then the sign-in is refused with the reason, and nobody was created
+    assert response.status_code == 400
+    assert "could not be verified" in response.text
+    assert expected in response.text
+    assert User.objects.exists() is False
+
+
+def test_sso_id_token_signed_with_a_key_the_jwks_does_not_publish_is_refused(
+    live_server: Any, oidc_provider: OidcProvider
+) -> None:
+    # given a provider that signs with another key under the published key id
+    oidc_provider.add_user("jo", PASSWORD)
+    oidc_provider.signing_key = RSAKey.generate_key(
+        2048, parameters={"kid": KEY_ID, "alg": "RS256", "use": "sig"}
+    )
+    # when jo signs in; then it is refused and nobody was created
+    response = sso_login(live_server.url, "jo")
+    assert response.status_code == 400
+    assert "could not be verified" in response.text
+    assert User.objects.exists() is False
