@@ -159,6 +159,7 @@ class OidcProvider:
         # key to sign them with than the one the JWKS publishes.
         self.id_token_overrides: dict[str, Any] = {}
         self.signing_key: RSAKey | None = None
+        self.jwks_override: Any = None  # a broken JWKS document to serve instead of the real one
         self.app = Flask("tessera-test-idp")
         self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
         self.issuer = f"http://127.0.0.1:{self.server.server_port}"
@@ -309,6 +310,8 @@ class OidcProvider:
 
         @app.get("/jwks")
         def jwks() -> Any:
+            if provider.jwks_override is not None:
+                return jsonify(provider.jwks_override)
             return jsonify({"keys": [provider.key.as_dict(private=False)]})
 
         @app.route("/authorize", methods=["GET", "POST"])

@@ -97,10 +97,11 @@ class TesseraOidcBackend(OIDCAuthenticationBackend):
     def verify_token(self, token: str, **kwargs: Any) -> Any:
         try:
             payload = super().verify_token(token, **kwargs)
-        except jwt.PyJWTError as exc:
+        except (jwt.PyJWTError, KeyError, TypeError, ValueError) as exc:
             # The library turns only a bad signature into SuspiciousOperation; an expired or
-            # not-yet-valid token (pyjwt checks exp, nbf, iat) would otherwise be a 500.
-            raise SuspiciousOperation(f"The id token is not valid: {exc}.") from exc
+            # not-yet-valid token (pyjwt checks exp, nbf, iat), or a JWKS document without the
+            # fields it reads, would otherwise be a 500.
+            raise SuspiciousOperation(f"The id token is not valid: {exc!s}.") from exc
         config = sso_config()
         assert config is not None  # authenticate() returned early otherwise
         audience = payload.get("aud")

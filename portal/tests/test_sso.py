@@ -284,3 +284,15 @@ def test_sso_id_token_signed_with_a_key_the_jwks_does_not_publish_is_refused(
     assert response.status_code == 400
     assert "could not be verified" in response.text
     assert User.objects.exists() is False
+
+
+@pytest.mark.parametrize("jwks", [{"no-keys": []}, ["not", "an", "object"], {"keys": [{}]}])
+def test_sso_provider_with_a_broken_jwks_document_is_refused_not_a_500(
+    live_server: Any, oidc_provider: OidcProvider, jwks: Any
+) -> None:
+    oidc_provider.add_user("jo", PASSWORD)
+    oidc_provider.jwks_override = jwks
+    response = sso_login(live_server.url, "jo")
+    assert response.status_code == 400
+    assert "could not be verified" in response.text
+    assert User.objects.exists() is False
