@@ -8,4 +8,5 @@ pytest_plugins = [
     "codespaces.tests.fixtures",
     "tests.integration.fixtures",
     "tests.browser.fixtures",
+    "tests.sso_fixtures",
 ]

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.contrib import admin
 
-from portal.models import ApiToken, Membership, PeriodClaim, Tenant
+from portal.models import ApiToken, Membership, OidcIdentity, PeriodClaim, Tenant
 
 
 class MembershipInline(admin.TabularInline):
@@ -54,6 +54,22 @@ class PeriodClaimAdmin(admin.ModelAdmin):
     list_display = ("task_name", "period_start", "claimed_at")
     list_filter = ("task_name",)
     readonly_fields = ("task_name", "period_start", "claimed_at")
+    show_full_result_count = False
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+
+@admin.register(OidcIdentity)
+class OidcIdentityAdmin(admin.ModelAdmin):
+    """Which account a single sign-on subject logs in as (written at SSO login). Deleting a row
+    unlinks the account: the next login with that subject makes a new one, or is refused if the
+    username is taken."""
+
+    list_display = ("user", "issuer", "subject", "created_at", "last_login_at")
+    search_fields = ("user__username", "subject")
+    list_select_related = ("user",)
+    readonly_fields = ("user", "issuer", "subject", "created_at", "last_login_at")
     show_full_result_count = False
 
     def has_add_permission(self, request: Any) -> bool:

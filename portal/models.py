@@ -179,3 +179,25 @@ class PeriodClaim(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name} @ {self.period_start.isoformat()}"
+
+
+class OidcIdentity(models.Model):
+    """The single sign-on identity a user logs in with: the provider's issuer and its stable subject
+    (`sub`) for that person (portal.sso). A user found by this pair is the same person even when the
+    provider's username or e-mail changes; a new pair never takes over an existing local account."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identity"
+    )
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="uniq_oidc_identity")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer} ({self.user})"

@@ -24,6 +24,7 @@ from portal.env import (
     env_str,
     refuse_unsafe_production,
 )
+from portal.sso.config import parse_group_map
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("TESSERA_VAR_DIR", str(BASE_DIR / "var")))
@@ -146,6 +147,38 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Single sign-on (portal.sso, OpenID Connect through mozilla-django-oidc): off unless the
+# discovery URL is set. Local accounts keep working either way; the login page offers both.
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "portal.sso.backend.TesseraOidcBackend",
+]
+TESSERA_OIDC_DISCOVERY_URL = env_str("TESSERA_OIDC_DISCOVERY_URL", "")
+TESSERA_OIDC_CLIENT_ID = env_str("TESSERA_OIDC_CLIENT_ID", "")
+TESSERA_OIDC_CLIENT_SECRET = env_secret("TESSERA_OIDC_CLIENT_SECRET") or ""
+TESSERA_OIDC_SCOPES = env_str("TESSERA_OIDC_SCOPES", "openid email profile")
+TESSERA_OIDC_PROVIDER_NAME = env_str("TESSERA_OIDC_PROVIDER_NAME", "single sign-on")[:60]
+TESSERA_OIDC_USERNAME_CLAIM = env_str("TESSERA_OIDC_USERNAME_CLAIM", "preferred_username")
+TESSERA_OIDC_GROUPS_CLAIM = env_str("TESSERA_OIDC_GROUPS_CLAIM", "groups")
+TESSERA_OIDC_OPERATOR_GROUPS = env_list("TESSERA_OIDC_OPERATOR_GROUPS", ["tessera-operators"])
+TESSERA_OIDC_TEAM_GROUP_PREFIX = env_str("TESSERA_OIDC_TEAM_GROUP_PREFIX", "team-")
+TESSERA_OIDC_GROUP_MAP = env_str("TESSERA_OIDC_GROUP_MAP", "")
+parse_group_map(TESSERA_OIDC_GROUP_MAP)  # a map entry that cannot be read stops start-up, named
+if TESSERA_OIDC_DISCOVERY_URL and not TESSERA_OIDC_CLIENT_ID:
+    raise ImproperlyConfigured("TESSERA_OIDC_CLIENT_ID is required with TESSERA_OIDC_DISCOVERY_URL")
+if "openid" not in TESSERA_OIDC_SCOPES.split():
+    raise ImproperlyConfigured(
+        f"TESSERA_OIDC_SCOPES={TESSERA_OIDC_SCOPES!r}: must include 'openid'"
+    )
+TESSERA_OIDC_TIMEOUT_SECONDS = env_float("TESSERA_OIDC_TIMEOUT_SECONDS", 10.0)
+# The library's own knobs: PKCE on (the provider ignores it if it does not support it), no user
+# made by the library itself (portal.sso.accounts does), tokens not kept in the session.
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_STORE_ACCESS_TOKEN = False
+OIDC_STORE_ID_TOKEN = False
+OIDC_AUTHENTICATION_CALLBACK_URL = "sso-callback"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

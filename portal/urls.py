@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 
 from portal import views
 from portal.forms import AdminLoginForm, LoginForm
+from portal.sso.views import SsoCallbackView, SsoStartView
 
 # Every page that takes a password goes through the sign-in lockout (portal.login_throttle).
 admin.site.login_form = AdminLoginForm
@@ -25,12 +26,14 @@ api_v1: list[URLPattern | URLResolver] = [
 
 urlpatterns = [
     re_path(r"^api/(?P<version>v1)/", include(api_v1)),
-    path("", views.home, name="home"),
+    path("", include("dashboards.home_urls")),
     path(
         "accounts/login/",
-        auth_views.LoginView.as_view(authentication_form=LoginForm),
+        views.LoginView.as_view(authentication_form=LoginForm),
         name="login",
     ),
+    path("accounts/sso/start/", SsoStartView.as_view(), name="sso-start"),
+    path("accounts/sso/callback/", SsoCallbackView.as_view(), name="sso-callback"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "accounts/password/",

@@ -1,8 +1,12 @@
-"""Shell pages: home, API tokens, tenant switcher. Thin: validate, call a service, render."""
+"""Shell pages: login, API tokens, tenant switcher (the home page: dashboards.home_views).
+Thin: validate, call a service, render."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
@@ -16,17 +20,23 @@ from portal import services
 from portal.api.middleware import api_error_response, is_api_path
 from portal.forms import TenantSwitchForm, TokenForm
 from portal.middleware import SESSION_KEY
-from portal.models import ApiToken, Membership
+from portal.models import ApiToken
 from portal.scoping import current_user, tenants_for
+from portal.sso.config import sso_config
 
 # The raw value of a token just created, kept for the one GET the create redirects to.
 ISSUED_TOKEN_SESSION_KEY = "tessera_issued_token"
 
 
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    memberships = Membership.objects.filter(user=current_user(request)).select_related("tenant")
-    return render(request, "portal/home.html", {"memberships": memberships})
+class LoginView(auth_views.LoginView):
+    """The login page: a local account's username and password, and the single sign-on button
+    when it is configured (portal.sso)."""
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        config = sso_config()
+        context["sso_provider_name"] = config.provider_name if config is not None else None
+        return context
 
 
 @login_required

@@ -68,7 +68,7 @@ def test_api_500_in_a_view_is_a_json_error_body(quiet_client: Any) -> None:
 def test_page_500_keeps_the_html_error_page(client: Any, alice: Any) -> None:
     client.raise_request_exception = False
     client.force_login(alice)
-    with mock.patch("portal.views.render", side_effect=dead_database):
+    with mock.patch("dashboards.home_views.render", side_effect=dead_database):
         response = client.get("/")
     assert response.status_code == 500
     assert response["Content-Type"].startswith("text/html")
