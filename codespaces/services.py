@@ -37,6 +37,7 @@ from codespaces.models import (
     CodespaceTemplate,
     TemplatePreset,
 )
+from codespaces.requeue_notice import requeue_message
 from portal.compiled_query import CompiledQuerySet, evaluate_together
 from portal.db import (
     atomic_pipelined,
@@ -839,8 +840,11 @@ def _sync_one(codespace: Codespace) -> bool:
             lifecycle.transition(
                 codespace,
                 S.QUEUED,
-                message="Requeued by the scheduler: "
-                f"{(workload.failure_reason or workload.pending_reason or 'capacity changed').rstrip('.')}.",
+                message=requeue_message(
+                    codespace,
+                    workload.pk,
+                    workload.failure_reason or workload.pending_reason or "capacity changed",
+                ),
                 kind=EventKind.NOTICE,
                 **_cleared_placement(),
             )
@@ -888,7 +892,7 @@ def _sync_one(codespace: Codespace) -> bool:
             lifecycle.transition(
                 codespace,
                 S.QUEUED,
-                message=f"Requeued by the scheduler: {why.rstrip('.')}.",
+                message=requeue_message(codespace, workload.pk, why),
                 kind=EventKind.NOTICE,
                 **_cleared_placement(),
             )

@@ -44,7 +44,7 @@ class ActionImpact:
     def as_json(self) -> dict[str, Any]:
         return {
             "summary": self.summary,
-            "workloads": list(self.workload_ids),
+            "workloads": sorted(self.workload_ids),
             "teams": list(self.teams),
             "codespaces": self.codespaces,
             "jobs": self.jobs,
