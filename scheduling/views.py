@@ -18,7 +18,13 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from portal.choices import OperatorActionKind as Kind
 from portal.errors import DomainError
-from portal.operator_log import REASON_REQUIRED, ActionImpact, actions_on_node
+from portal.operator_log import (
+    REASON_REQUIRED,
+    ActionImpact,
+    actions_on_node,
+    actions_on_workloads,
+    operator_notice,
+)
 from portal.scoping import (
     can_admin_tenant,
     current_user,
@@ -267,6 +273,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "active": sum(m.state in ACTIVE_STATES for m in members),
         "can_cancel": (gang.owner_id == user.pk or can_admin_tenant(user, gang.tenant_id))
         and gang.state in (GangState.WAITING, GangState.PLACED, GangState.RUNNING),
+        "moved_by_operators": [
+            operator_notice(e) for e in actions_on_workloads([m.pk for m in members]) if e.actor_name
+        ],
     }
     return render(request, "scheduling/job_detail.html", context)
 

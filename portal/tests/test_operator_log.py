@@ -196,3 +196,40 @@ def test_admin_lists_and_shows_the_audit_trail_read_only(operator: Any, history:
     page = c.get(f"/admin/portal/operatoraction/{entry.pk}/change/")
     assert page.status_code == 200
     assert c.get("/admin/portal/operatoraction/add/").status_code == 403
+
+
+def test_revoking_a_token_asks_once_saying_what_stops_working_then_audits_it(bob: Any) -> None:
+    from portal import services
+
+    issued = services.issue_token(bob, name="ci")
+    c = login(bob)
+    # the token list links to one confirmation page, which changes nothing
+    assert (
+        f'href="/account/tokens/{issued.token.pk}/revoke/"'
+        in c.get("/account/tokens/").content.decode()
+    )
+    page = c.get(f"/account/tokens/{issued.token.pk}/revoke/")
+    assert page.status_code == 200
+    assert "stops working at once" in page.content.decode()
+    issued.token.refresh_from_db()
+    assert issued.token.revoked_at is None
+    # confirming revokes it and writes one audit row; a second POST writes none
+    assert c.post(f"/account/tokens/{issued.token.pk}/revoke/").status_code == 302
+    c.post(f"/account/tokens/{issued.token.pk}/revoke/")
+    issued.token.refresh_from_db()
+    entry = OperatorAction.objects.get()
+    assert issued.token.revoked_at is not None
+    assert (entry.actor, entry.action, entry.target_id) == (bob, "token_revoke", issued.token.pk)
+    assert entry.summary.startswith(f"Token {issued.token} (never used) stops working at once")
+
+
+def test_nobody_else_can_see_or_revoke_a_token(bob: Any, charlie: Any) -> None:
+    from portal import services
+
+    issued = services.issue_token(bob, name="ci")
+    c = login(charlie)
+    assert c.get(f"/account/tokens/{issued.token.pk}/revoke/").status_code == 404
+    assert c.post(f"/account/tokens/{issued.token.pk}/revoke/").status_code == 404
+    issued.token.refresh_from_db()
+    assert issued.token.revoked_at is None
+    assert not OperatorAction.objects.exists()

@@ -205,3 +205,24 @@ def test_api_cordon_with_a_reason_is_audited(operator: Any, busy_node: Node, api
         "rack move",
         "Node training-g0 takes no new work; the 3 workloads running there keep running.",
     )
+
+
+def test_a_drained_jobs_page_names_the_operator_and_reason(
+    operator: Any, team_b: Any, busy_node: Node
+) -> None:
+    # given team-b's job pod on the node; its gang
+    pod = Workload.objects.get(name="train-0")
+    gang = services.submit_gang(
+        tenant=team_b, quota=pod.quota, name="train", owner=None, min_available=1, timeout_seconds=600,
+        members=[{"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 1, "gpu_milli": 250}],
+    )  # fmt: skip
+    services.run_cycle(pod.quota.group_id)
+    member = gang.members.get()
+    assert member.state == WorkloadState.PLACED
+    # when an operator drains the node
+    services.drain_node(busy_node.pk, reason="kernel upgrade", actor=operator)
+    # then the job's page says who moved it and why
+    html = login(operator).get(f"/cluster/jobs/{gang.pk}/").content.decode()
+    assert (
+        f"Moved by operator {operator.get_username()} (drain node training-g0): kernel upgrade."
+    ) in html
