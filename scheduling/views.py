@@ -274,7 +274,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "can_cancel": (gang.owner_id == user.pk or can_admin_tenant(user, gang.tenant_id))
         and gang.state in (GangState.WAITING, GangState.PLACED, GangState.RUNNING),
         "moved_by_operators": [
-            operator_notice(e) for e in actions_on_workloads([m.pk for m in members]) if e.actor_name
+            operator_notice(e)
+            for e in actions_on_workloads([m.pk for m in members])
+            if e.actor_name
         ],
     }
     return render(request, "scheduling/job_detail.html", context)

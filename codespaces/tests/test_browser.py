@@ -43,7 +43,12 @@ def test_create_run_stop_start_delete_then_over_quota_user_queues(
     demo: None, login: Any, page: Any
 ) -> None:
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
+
+    def accept(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", accept)
     login("bob", DEMO_PASSWORD)
 
     # the slice picker: what fits now, server-computed
