@@ -38,6 +38,7 @@ from quotas.models import (
     bound_field,
 )
 from quotas.resources import Resources, Side, human_amount
+from quotas.selector_preview import selector_conflicts
 from quotas.usage import (
     SIDES,
     GroupCapacity,
@@ -46,8 +47,6 @@ from quotas.usage import (
     group_capacity,
     group_snapshot,
     matching_nodes,
-    nodes_matching_both,
-    selectors_overlap,
 )
 
 T = TypeVar("T")
@@ -474,16 +473,11 @@ def _check_selector_is_disjoint(selector: dict[str, str], group_pk: int | None =
     """Refuse a selector that could match a node another group matches (docs/quotas.md "Groups never
     share a node"): it gives no shared key a different value. Names the groups, and the nodes both match
     now. Call with `lock_group_selectors()` held."""
-    others = (
-        QuotaGroup.objects.all() if group_pk is None else QuotaGroup.objects.exclude(pk=group_pk)
-    )
-    conflicts = [g for g in others.order_by("name") if selectors_overlap(selector, g.node_selector)]
+    conflicts = selector_conflicts(selector, group_pk)
     if not conflicts:
         return
-    groups = ", ".join(
-        f"{g.name} {json.dumps(g.node_selector or {}, sort_keys=True)}" for g in conflicts
-    )
-    shared = nodes_matching_both(selector, [g.node_selector or {} for g in conflicts])
+    groups = ", ".join(f"{c.group} {json.dumps(c.selector, sort_keys=True)}" for c in conflicts)
+    shared = sorted({node for c in conflicts for node in c.nodes})
     now = (
         f"both match {', '.join(shared[:10])}{' …' if len(shared) > 10 else ''} now"
         if shared
