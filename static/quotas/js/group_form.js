@@ -11,7 +11,7 @@
   var button = form.querySelector(".preview-button");
   var timer = null;
   var sequence = 0;
-  if (button) { button.hidden = true; }
+  if (button) { button.style.display = "none"; }  // the preview below follows every change
 
   function valuesListFor(key) {
     var lists = form.querySelectorAll("datalist[data-for-key]");
