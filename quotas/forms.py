@@ -178,3 +178,12 @@ class GroupForm(SelectorRowsForm):
     def other_fields(self) -> list[forms.BoundField]:
         """The fields that are not builder rows, in order."""
         return [f for f in self if not f.name.startswith("selector_")]
+
+
+class QuotaDeleteForm(forms.Form):
+    """The quota delete confirmation: an optional note for the history, the version seen."""
+
+    note = forms.CharField(
+        required=False, max_length=500, label="Note (optional, kept in the history)"
+    )
+    version = forms.IntegerField(widget=forms.HiddenInput, required=False)

@@ -26,6 +26,7 @@ from portal.labels import node_label_errors
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
 from portal.transactions import retry_transaction
+from quotas.delete_preview import workloads_referencing
 from quotas.lock_objects import lock_group_selectors
 from quotas.models import (
     EDITABLE_GROUP_FIELDS,
@@ -412,15 +413,13 @@ def delete_quota(
     quota: Quota | int, *, expected_version: int | None, actor: Any = None, note: str = ""
 ) -> None:
     """Delete a quota that no workload references. Audited (the history row keeps its name)."""
-    from scheduling.models import Workload
-
     quota_id = quota if isinstance(quota, int) else quota.pk
     with transaction.atomic():
         current = Quota.objects.get(pk=quota_id)
         group = _lock_group(current.group_id)
         locked = _lock_quota(quota_id)
         _check_version(locked.version, expected_version)
-        referencing = Workload.objects.filter(quota=locked).count()
+        referencing = workloads_referencing(locked)
         if referencing:
             raise Conflict(
                 f"{referencing} workload(s) still reference quota {locked.name} (running, waiting or "

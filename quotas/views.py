@@ -17,7 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.api.errors import error_body
 from portal.errors import DomainError, InvalidInput, PreconditionFailed
@@ -25,10 +25,12 @@ from portal.forms import show_domain_error, stale_edit_message
 from portal.numbers import parse_int
 from portal.scoping import get_scoped_or_404, is_operator, require_operator, scope_queryset
 from quotas import services
+from quotas.delete_preview import quota_delete_impact
 from quotas.forms import (
     DIMENSION_LABELS,
     GroupForm,
     NewQuotaForm,
+    QuotaDeleteForm,
     QuotaForm,
     SelectorRowsForm,
     resource_rows,
@@ -382,10 +384,21 @@ def quota_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def quota_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: the one confirmation (what the delete does). POST: delete."""
     require_operator(request.user)
-    quota = get_object_or_404(Quota.objects.select_related("group"), pk=pk)
+    quota = get_object_or_404(Quota.objects.select_related("group", "tenant"), pk=pk)
+    if request.method == "GET":
+        context = {
+            "title": f"Delete quota {quota.name}?",
+            "impact": quota_delete_impact(quota),
+            "form": QuotaDeleteForm(initial={"version": quota.version}),
+            "button": "Delete quota",
+            "danger": True,
+            "cancel_url": reverse("quotas:quota", kwargs={"pk": quota.pk}),
+        }
+        return render(request, "portal/confirm.html", context)
     group_pk = quota.group_id
     try:
         services.delete_quota(

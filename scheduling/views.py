@@ -14,7 +14,7 @@ from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods
 
 from portal.choices import OperatorActionKind as Kind
 from portal.errors import DomainError
@@ -39,7 +39,11 @@ from scheduling.forms import JobForm, ReasonForm
 from scheduling.models import Gang, Gpu, Node, Placement, Shard, Workload
 from scheduling.services.audit import invariant_statuses, latest_run
 from scheduling.services.cluster_view import cluster_totals, node_rows
-from scheduling.services.operator_impact import gpu_action_impact, node_action_impact
+from scheduling.services.operator_impact import (
+    gpu_action_impact,
+    job_cancel_impact,
+    node_action_impact,
+)
 
 
 def _require_operator(request: HttpRequest) -> None:
@@ -283,12 +287,23 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    """GET: the one confirmation (what stops). POST: cancel the job."""
     gang = get_scoped_or_404(Gang.objects.all(), request.user, pk=job_id)
     user = current_user(request)
     if not (gang.owner_id == user.pk or can_admin_tenant(user, gang.tenant_id)):
         raise PermissionDenied("Only the job's owner or a team admin can cancel it.")
+    if request.method == "GET":
+        context = {
+            "title": f"Cancel job {gang.name}?",
+            "impact": job_cancel_impact(gang),
+            "form": None,
+            "button": "Cancel job",
+            "danger": True,
+            "cancel_url": reverse("scheduling:job", kwargs={"job_id": gang.pk}),
+        }
+        return render(request, "portal/confirm.html", context)
     services.cancel_gang(gang.pk, reason=f"Cancelled by {user.get_username()}.")
     messages.success(request, f"Job {gang.name} cancelled; everything it held is released.")
     return redirect("scheduling:job", job_id=gang.pk)

@@ -153,3 +153,24 @@ def test_editing_a_group_fills_the_builder_rows(operator: Any, inventory: None) 
     batch = QuotaGroup.objects.get(name="batch")
     form = client_for(operator).get(f"/quotas/groups/{batch.pk}/edit/").context["form"]
     assert (form["selector_key_0"].value(), form["selector_value_0"].value()) == ("pool", "batch")
+
+
+def test_deleting_a_quota_asks_once_on_a_page_saying_what_happens(operator: Any) -> None:
+    from quotas.models import Quota
+    from quotas.tests.factories import QuotaFactory
+
+    quota = QuotaFactory(name="team-x")
+    c = client_for(operator)
+    detail = c.get(f"/quotas/{quota.pk}/").content.decode()
+    assert f'href="/quotas/{quota.pk}/delete/"' in detail
+    assert "data-confirm" not in detail
+    page = c.get(f"/quotas/{quota.pk}/delete/")
+    assert page.status_code == 200
+    assert (
+        f"Quota team-x of team {quota.tenant.slug} leaves group {quota.group.name}"
+        in page.content.decode()
+    )
+    assert f'name="version" value="{quota.version}"' in page.content.decode()
+    assert Quota.objects.filter(pk=quota.pk).exists()
+    assert c.post(f"/quotas/{quota.pk}/delete/", {"version": quota.version}).status_code == 302
+    assert not Quota.objects.filter(pk=quota.pk).exists()

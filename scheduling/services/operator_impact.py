@@ -10,8 +10,8 @@ from collections import Counter
 
 from portal.choices import OperatorActionKind
 from portal.operator_log import ActionImpact
-from scheduling.choices import WorkloadKind
-from scheduling.models import Gpu, Node, Placement, Workload
+from scheduling.choices import ACTIVE_STATES, WorkloadKind
+from scheduling.models import Gang, Gpu, Node, Placement, Workload
 from scheduling.services.workloads import workloads_requeued_with
 
 
@@ -89,3 +89,17 @@ def gpu_action_impact(gpu: Gpu, action: str) -> ActionImpact:
             running, then=f"{label} fails (simulated) and stays unhealthy until marked healthy."
         )
     raise ValueError(f"not a GPU action: {action!r}")
+
+
+def job_cancel_impact(gang: Gang) -> ActionImpact:
+    """What cancelling a gang job does (its one confirmation page)."""
+    members = list(gang.members.values_list("pk", "state"))
+    active = [pk for pk, state in members if state in ACTIVE_STATES]
+    return ActionImpact(
+        summary=(
+            f"Job {gang.name} is cancelled: its {_plural(len(members), 'pod')} stop for good "
+            f"({len(active)} placed now release what they hold). This cannot be undone."
+        ),
+        workload_ids=tuple(active),
+        jobs=len(members),
+    )

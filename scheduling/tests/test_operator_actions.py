@@ -226,3 +226,25 @@ def test_a_drained_jobs_page_names_the_operator_and_reason(
     assert (
         f"Moved by operator {operator.get_username()} (drain node training-g0): kernel upgrade."
     ) in html
+
+
+def test_cancelling_a_job_asks_once_saying_what_stops(alice: Any, busy_node: Node) -> None:
+    pod = Workload.objects.get(name="nb-1")
+    gang = services.submit_gang(
+        tenant=pod.tenant, quota=pod.quota, name="train", owner=alice, min_available=2,
+        timeout_seconds=600, members=[{"cpu_milli": 1000, "memory_mib": 1024}] * 2,
+    )  # fmt: skip
+    services.run_cycle(pod.quota.group_id)
+    c = login(alice)
+    html = c.get(f"/cluster/jobs/{gang.pk}/").content.decode()
+    assert f'href="/cluster/jobs/{gang.pk}/cancel/"' in html
+    page = c.get(f"/cluster/jobs/{gang.pk}/cancel/")
+    assert page.status_code == 200
+    assert (
+        "Job train is cancelled: its 2 pods stop for good (2 placed now release what they hold)."
+    ) in page.content.decode()
+    gang.refresh_from_db()
+    assert gang.state != "cancelled"
+    assert c.post(f"/cluster/jobs/{gang.pk}/cancel/").status_code == 302
+    gang.refresh_from_db()
+    assert gang.state == "cancelled"
