@@ -7,7 +7,8 @@ class MembershipRole(models.TextChoices):
 
 
 class OperatorActionKind(models.TextChoices):
-    """What an operator did (portal.OperatorAction.action)."""
+    """What an operator did (portal.OperatorAction.action). Deletes of quotas and groups keep their own
+    history (quotas.QuotaChange)."""
 
     CORDON = "cordon", "Cordon node"
     UNCORDON = "uncordon", "Uncordon node"
@@ -17,8 +18,6 @@ class OperatorActionKind(models.TextChoices):
     GPU_HEALTHY = "gpu_healthy", "Mark GPU healthy"
     GPU_FAILURE = "gpu_failure", "Simulate GPU failure"
     TOKEN_REVOKE = "token_revoke", "Revoke API token"
-    CODESPACE_DELETE = "codespace_delete", "Delete codespace"
-    QUOTA_DELETE = "quota_delete", "Delete quota"
 
 
 class OperatorTargetKind(models.TextChoices):
@@ -27,5 +26,3 @@ class OperatorTargetKind(models.TextChoices):
     NODE = "node", "Node"
     GPU = "gpu", "GPU"
     TOKEN = "token", "API token"
-    CODESPACE = "codespace", "Codespace"
-    QUOTA = "quota", "Quota"
