@@ -233,3 +233,16 @@ def test_nobody_else_can_see_or_revoke_a_token(bob: Any, charlie: Any) -> None:
     issued.token.refresh_from_db()
     assert issued.token.revoked_at is None
     assert not OperatorAction.objects.exists()
+
+
+def test_activity_api_reads_a_page_in_constant_queries(
+    operator: Any, api_as: Any, django_assert_max_num_queries: Any
+) -> None:
+    # a page of 50 entries costs the same queries as one (no per-row actor or workload lookups)
+    for i in range(60):
+        record(operator, "cordon", f"node-{i:02d}", reason="r")
+    client = api_as(operator)
+    client.get("/api/v1/operator-actions/")  # warm the session / token lookups
+    with django_assert_max_num_queries(3):
+        r = client.get("/api/v1/operator-actions/")
+    assert len(r.json()["results"]) == 50
