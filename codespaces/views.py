@@ -13,11 +13,12 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from codespaces import pools, services
 from codespaces.access import can_manage, codespace_for
 from codespaces.choices import CodespaceState
+from codespaces.delete_preview import codespace_delete_impact
 from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm, SizePreviewForm
 from codespaces.models import Codespace, CodespaceTemplate, attach_placements
 from codespaces.utilization import utilization_series
@@ -234,9 +235,24 @@ def stop(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def delete(request: HttpRequest, pk: int) -> HttpResponse:
-    return _action(request, pk, "delete")
+    """GET: the one confirmation (what is lost). POST: delete."""
+    if request.method == "POST":
+        return _action(request, pk, "delete")
+    user = current_user(request)
+    codespace = codespace_for(user, pk)
+    if not can_manage(user, codespace):
+        raise PermissionDenied("Only the owner, a tenant admin or an operator may do that.")
+    context = {
+        "title": f"Delete codespace {codespace.name}?",
+        "impact": codespace_delete_impact(codespace),
+        "form": None,
+        "button": "Delete codespace",
+        "danger": True,
+        "cancel_url": reverse("codespaces:detail", kwargs={"pk": codespace.pk}),
+    }
+    return render(request, "portal/confirm.html", context)
 
 
 @login_required

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.contrib import admin
 
-from portal.models import ApiToken, Membership, OidcIdentity, PeriodClaim, Tenant
+from portal.models import ApiToken, Membership, OidcIdentity, OperatorAction, PeriodClaim, Tenant
 
 
 class MembershipInline(admin.TabularInline):
@@ -73,4 +73,21 @@ class OidcIdentityAdmin(admin.ModelAdmin):
     show_full_result_count = False
 
     def has_add_permission(self, request: Any) -> bool:
+        return False
+
+
+@admin.register(OperatorAction)
+class OperatorActionAdmin(admin.ModelAdmin):
+    """The audit trail, read only: rows are written by the actions' services, never edited."""
+
+    list_display = ("created_at", "actor_name", "action", "target_name", "reason")
+    list_filter = ("action", "target_kind")
+    search_fields = ("actor_name", "target_name", "node_name", "reason")
+    list_select_related = ("actor",)
+    show_full_result_count = False
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
         return False

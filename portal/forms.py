@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from portal.errors import DomainError
 from portal.login_throttle import LoginRefused, admit_attempt, attempt_succeeded, client_address
+from portal.operator_log import MAX_FILTER_LENGTH, LogFilters, action_choices
 
 
 def show_domain_error(
@@ -85,3 +86,39 @@ class LoginForm(_ThrottledSignIn):
 
 class AdminLoginForm(_ThrottledSignIn, AdminAuthenticationForm):
     """The admin's login page (staff only), with the same lockout."""
+
+
+class ActivityFilterForm(forms.Form):
+    """Filters of the operators' activity log (page and API): who, what, which target, when."""
+
+    actor = forms.CharField(max_length=MAX_FILTER_LENGTH, required=False, label="Operator")
+    action = forms.ChoiceField(choices=[("", "any action"), *action_choices()], required=False)
+    target = forms.CharField(
+        max_length=MAX_FILTER_LENGTH,
+        required=False,
+        help_text="Node, GPU, codespace, quota or token name (contains).",
+    )
+    since = forms.DateTimeField(
+        required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}), label="From"
+    )
+    until = forms.DateTimeField(
+        required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}), label="Until"
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        since, until = data.get("since"), data.get("until")
+        if since and until and until <= since:
+            self.add_error("until", "Must be after From.")
+        return data
+
+    def filters(self) -> LogFilters:
+        """The validated filters (call after is_valid())."""
+        d = self.cleaned_data
+        return LogFilters(
+            actor=d.get("actor", "").strip(),
+            action=d.get("action", ""),
+            target=d.get("target", "").strip(),
+            since=d.get("since"),
+            until=d.get("until"),
+        )

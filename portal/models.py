@@ -10,7 +10,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from portal.choices import MembershipRole
+from portal.choices import MembershipRole, OperatorActionKind, OperatorTargetKind
 
 TOKEN_PREFIX = "tsr_"
 dns_label_validator = RegexValidator(
@@ -201,3 +201,50 @@ class OidcIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} at {self.issuer} ({self.user})"
+
+
+class OperatorAction(models.Model):
+    """One operator action (cordon, drain, GPU health, simulated failure, token revoke, delete): who did
+    it, when, why, and what it affected (`summary`: the sentence its confirmation showed; `impact`:
+    the counts and names behind it). Written by the action's service in the action's transaction, so
+    an action that did not happen leaves no row. Read by the activity log, the node page and the
+    timelines of the codespaces and jobs it moved."""
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Kept as text too: the log still says who after the account is deleted.
+    actor_name = models.CharField(max_length=150, blank=True)
+    action = models.CharField(max_length=32, choices=OperatorActionKind.choices, db_index=True)
+    target_kind = models.CharField(max_length=20, choices=OperatorTargetKind.choices)
+    target_id = models.PositiveBigIntegerField(null=True, blank=True)
+    target_name = models.CharField(max_length=255)
+    # The node of a node or GPU action (its page lists them); "" for the others.
+    node_name = models.CharField(max_length=253, blank=True, db_index=True)
+    reason = models.TextField(blank=True)
+    summary = models.TextField(blank=True)
+    impact = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name or 'system'}: {self.action} {self.target_name}"
+
+
+class OperatorActionWorkload(models.Model):
+    """A workload an operator action requeued (by id: the portal app sits below scheduling), so a
+    codespace's or job's timeline can say which operator moved it and why."""
+
+    operator_action = models.ForeignKey(
+        OperatorAction, on_delete=models.CASCADE, related_name="workloads"
+    )
+    workload_id = models.PositiveBigIntegerField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["operator_action", "workload_id"], name="operator_action_workload_once"
+            )
+        ]

@@ -10,7 +10,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.models import ApiToken
+from portal.operator_log import ActionImpact, record_operator_action
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,38 @@ def issue_token(
     return IssuedToken(token=token, raw=raw)
 
 
+def token_revoke_impact(token: ApiToken) -> ActionImpact:
+    """What revoking `token` does (its confirmation and its audit row say the same)."""
+    if token.revoked_at is not None:
+        return ActionImpact(summary=f"Token {token} is already revoked; nothing changes.")
+    used = (
+        f"last used {token.last_used_at:%Y-%m-%d %H:%M} UTC" if token.last_used_at else "never used"
+    )
+    return ActionImpact(
+        summary=(
+            f"Token {token} ({used}) stops working at once: scripts and CLIs that send it get "
+            "401 from now on. This cannot be undone; create a new token to replace it."
+        )
+    )
+
+
+@transaction.atomic
 def revoke_token(user: Any, token_id: int) -> ApiToken:
-    """Revoke one of the user's own tokens (idempotent). Raises ApiToken.DoesNotExist for others'."""
-    token = ApiToken.objects.get(pk=token_id, user=user)
+    """Revoke one of the user's own tokens (idempotent; the first revocation is one audit row).
+    Raises ApiToken.DoesNotExist for others'."""
+    token = ApiToken.objects.select_for_update().get(pk=token_id, user=user)
     if token.revoked_at is None:
+        impact = token_revoke_impact(token)
         ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
+        )
+        record_operator_action(
+            actor=user,
+            action=OperatorActionKind.TOKEN_REVOKE,
+            target_kind=OperatorTargetKind.TOKEN,
+            target_id=token.pk,
+            target_name=str(token),
+            impact=impact,
         )
         token.refresh_from_db()
     return token

@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from portal import views
+from portal import activity_views, views
 from portal.forms import AdminLoginForm, LoginForm
 from portal.sso.views import SsoCallbackView, SsoStartView
 
@@ -48,6 +48,7 @@ urlpatterns = [
     path("account/tokens/", views.tokens, name="tokens"),
     path("account/tokens/<int:token_id>/revoke/", views.revoke_token, name="token-revoke"),
     path("tenant/switch/", views.switch_tenant, name="tenant-switch"),
+    path("operators/activity/", activity_views.activity_log, name="operator-log"),
     path("quotas/", include("quotas.urls")),
     path("codespaces/", include("codespaces.urls")),
     path("cluster/", include("scheduling.urls")),

@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import defaults
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from portal import services
 from portal.api.middleware import api_error_response, is_api_path
@@ -71,14 +71,25 @@ def tokens(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
-    try:
-        token = services.revoke_token(request.user, token_id)
-    except ApiToken.DoesNotExist as exc:
-        raise Http404("Not found.") from exc
-    messages.success(request, f"Token “{token.name}” revoked.")
-    return redirect("tokens")
+    """GET: the confirmation (what stops working). POST: revoke, back to the token list."""
+    token = ApiToken.objects.filter(pk=token_id, user=current_user(request)).first()
+    if token is None:
+        raise Http404("Not found.")
+    if request.method == "POST":
+        token = services.revoke_token(request.user, token.pk)
+        messages.success(request, f"Token “{token.name}” revoked.")
+        return redirect("tokens")
+    context = {
+        "title": f"Revoke token “{token.name}”?",
+        "impact": services.token_revoke_impact(token),
+        "form": None,
+        "button": "Revoke token",
+        "danger": True,
+        "cancel_url": reverse("tokens"),
+    }
+    return render(request, "portal/confirm.html", context)
 
 
 @login_required

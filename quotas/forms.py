@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 
+from portal.labels import MAX_LABEL_NAME_LENGTH, MAX_LABEL_PREFIX_LENGTH, MAX_LABEL_VALUE_LENGTH
 from portal.models import Tenant
 from quotas.models import RESOURCE_FIELDS, Quota, QuotaGroup
 from quotas.resources import Side
@@ -85,16 +85,78 @@ class NewQuotaForm(QuotaForm):
     field_order = ["tenant", "name"]
 
 
-class GroupForm(forms.Form):
-    """A quota group: a pool of nodes selected by labels."""
+# Rows of the node-selector builder (key = value pairs a node must all carry).
+SELECTOR_ROWS = 6
+
+
+class SelectorRowsForm(forms.Form):
+    """The node-selector builder: up to SELECTOR_ROWS `key = value` rows, keys and values offered from
+    the inventory (datalists; the JS narrows values to the chosen key). `selector()` is the dict.
+    Also parses the live preview's query string, so page and preview read rows the same way."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for i in range(SELECTOR_ROWS):
+            self.fields[f"selector_key_{i}"] = forms.CharField(
+                required=False,
+                max_length=MAX_LABEL_PREFIX_LENGTH + 1 + MAX_LABEL_NAME_LENGTH,
+                label=f"Label {i + 1}",
+                widget=forms.TextInput(
+                    attrs={"list": "label-keys", "data-selector-key": i, "autocomplete": "off"}
+                ),
+            )
+            self.fields[f"selector_value_{i}"] = forms.CharField(
+                required=False,
+                max_length=MAX_LABEL_VALUE_LENGTH,
+                label=f"Value {i + 1}",
+                widget=forms.TextInput(
+                    attrs={"list": "label-values", "data-selector-value": i, "autocomplete": "off"}
+                ),
+            )
+
+    def selector_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
+        return [
+            (self[f"selector_key_{i}"], self[f"selector_value_{i}"]) for i in range(SELECTOR_ROWS)
+        ]
+
+    def initial_rows(self, selector: dict[str, Any]) -> None:
+        for i, (key, value) in enumerate(sorted(selector.items())[:SELECTOR_ROWS]):
+            self.initial[f"selector_key_{i}"] = key
+            self.initial[f"selector_value_{i}"] = value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        selector: dict[str, str] = {}
+        row_of: dict[str, int] = {}
+        for i in range(SELECTOR_ROWS):
+            key = (data.get(f"selector_key_{i}") or "").strip()
+            value = (data.get(f"selector_value_{i}") or "").strip()
+            if not key and not value:
+                continue
+            if not key:
+                self.add_error(f"selector_key_{i}", "Choose the label this value is for.")
+            elif not value:
+                self.add_error(f"selector_value_{i}", f"Give label {key} a value.")
+            elif key in selector:
+                self.add_error(
+                    f"selector_key_{i}", f"Label {key} is already in row {row_of[key] + 1}."
+                )
+            else:
+                selector[key] = value
+                row_of[key] = i
+        data["node_selector"] = selector
+        return data
+
+    def selector(self) -> dict[str, str]:
+        """The node selector the rows spell (call after is_valid())."""
+        return dict(self.cleaned_data.get("node_selector", {}))
+
+
+class GroupForm(SelectorRowsForm):
+    """A quota group: a pool of nodes selected by labels (the builder's rows)."""
 
     name = forms.SlugField(max_length=63)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
-    node_selector = forms.CharField(
-        required=False,
-        label="Node selector (JSON)",
-        help_text='Labels every node of the pool carries, e.g. {"pool": "training"}.',
-    )
     allow_overcommitted_min = forms.BooleanField(
         required=False, label="Allow the quotas' mins to add up to more than the capacity"
     )
@@ -108,19 +170,20 @@ class GroupForm(forms.Form):
             self.initial.update(
                 name=group.name,
                 description=group.description,
-                node_selector=json.dumps(group.node_selector),
                 allow_overcommitted_min=group.allow_overcommitted_min,
                 version=group.version,
             )
+            self.initial_rows(group.node_selector or {})
 
-    def clean_node_selector(self) -> dict[str, Any]:
-        raw = (self.cleaned_data.get("node_selector") or "").strip()
-        if not raw:
-            return {}
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc.msg}.") from exc
-        if not isinstance(value, dict):
-            raise forms.ValidationError('Use a JSON object, e.g. {"pool": "training"}.')
-        return value
+    def other_fields(self) -> list[forms.BoundField]:
+        """The fields that are not builder rows, in order."""
+        return [f for f in self if not f.name.startswith("selector_")]
+
+
+class QuotaDeleteForm(forms.Form):
+    """The quota delete confirmation: an optional note for the history, the version seen."""
+
+    note = forms.CharField(
+        required=False, max_length=500, label="Note (optional, kept in the history)"
+    )
+    version = forms.IntegerField(widget=forms.HiddenInput, required=False)

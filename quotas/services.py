@@ -26,6 +26,7 @@ from portal.labels import node_label_errors
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
 from portal.transactions import retry_transaction
+from quotas.delete_preview import workloads_referencing
 from quotas.lock_objects import lock_group_selectors
 from quotas.models import (
     EDITABLE_GROUP_FIELDS,
@@ -38,6 +39,7 @@ from quotas.models import (
     bound_field,
 )
 from quotas.resources import Resources, Side, human_amount
+from quotas.selector_preview import selector_conflicts
 from quotas.usage import (
     SIDES,
     GroupCapacity,
@@ -46,8 +48,6 @@ from quotas.usage import (
     group_capacity,
     group_snapshot,
     matching_nodes,
-    nodes_matching_both,
-    selectors_overlap,
 )
 
 T = TypeVar("T")
@@ -421,7 +421,7 @@ def delete_quota(
         _lock_group(current.group_id)  # the lock order: group row, then quota row (docs/adr)
         locked = _lock_quota(quota_id)
         _check_version(locked.version, expected_version)
-        referencing = locked.workloads.count()
+        referencing = workloads_referencing(locked)
         if referencing:
             raise Conflict(
                 f"{referencing} workload(s) still reference quota {locked.name} (running, waiting or "
@@ -466,16 +466,11 @@ def _check_selector_is_disjoint(selector: dict[str, str], group_pk: int | None =
     """Refuse a selector that could match a node another group matches (docs/quotas.md "Groups never
     share a node"): it gives no shared key a different value. Names the groups, and the nodes both match
     now. Call with `lock_group_selectors()` held."""
-    others = (
-        QuotaGroup.objects.all() if group_pk is None else QuotaGroup.objects.exclude(pk=group_pk)
-    )
-    conflicts = [g for g in others.order_by("name") if selectors_overlap(selector, g.node_selector)]
+    conflicts = selector_conflicts(selector, group_pk)
     if not conflicts:
         return
-    groups = ", ".join(
-        f"{g.name} {json.dumps(g.node_selector or {}, sort_keys=True)}" for g in conflicts
-    )
-    shared = nodes_matching_both(selector, [g.node_selector or {} for g in conflicts])
+    groups = ", ".join(f"{c.group} {json.dumps(c.selector, sort_keys=True)}" for c in conflicts)
+    shared = sorted({node for c in conflicts for node in c.nodes})
     now = (
         f"both match {', '.join(shared[:10])}{' …' if len(shared) > 10 else ''} now"
         if shared

@@ -8,6 +8,7 @@ app_name = "quotas"
 urlpatterns = [
     path("", views.index, name="index"),
     path("groups/new/", views.group_form, name="group-create"),
+    path("groups/selector-preview/", views.selector_preview, name="selector-preview"),
     path("groups/<int:pk>/", views.group_detail, name="group"),
     path("groups/<int:pk>/edit/", views.group_form, name="group-edit"),
     path("groups/<int:pk>/what-if/", views.group_what_if, name="group-what-if"),

@@ -17,17 +17,28 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.api.errors import error_body
 from portal.errors import DomainError, InvalidInput, PreconditionFailed
 from portal.forms import show_domain_error, stale_edit_message
+from portal.numbers import parse_int
 from portal.scoping import get_scoped_or_404, is_operator, require_operator, scope_queryset
 from quotas import services
-from quotas.forms import DIMENSION_LABELS, GroupForm, NewQuotaForm, QuotaForm, resource_rows
+from quotas.delete_preview import quota_delete_impact
+from quotas.forms import (
+    DIMENSION_LABELS,
+    GroupForm,
+    NewQuotaForm,
+    QuotaDeleteForm,
+    QuotaForm,
+    SelectorRowsForm,
+    resource_rows,
+)
 from quotas.models import Quota, QuotaChange, QuotaGroup
 from quotas.presentation import bar, headroom_sentence
 from quotas.resources import Side, human, human_amount, human_short
+from quotas.selector_preview import inventory_labels, preview_selector
 from quotas.usage import GroupSnapshot, QuotaUsage, group_snapshot
 
 
@@ -126,7 +137,12 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     require_operator(request.user)
     group = get_object_or_404(QuotaGroup, pk=pk) if pk else None
     form = GroupForm(request.POST or None, group=group)
-    if request.method == "POST" and form.is_valid():
+    previewing = request.method == "POST" and "preview" in request.POST
+    preview = None
+    if previewing and form.is_valid():
+        # The no-JavaScript preview: the same answer as the live one, nothing saved.
+        preview = preview_selector(form.selector(), group.pk if group else None)
+    elif request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             if group is None:
@@ -157,7 +173,27 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
             for warning in saved.warnings:
                 messages.warning(request, warning)
             return redirect("quotas:group", pk=saved.obj.pk)
-    return render(request, "quotas/group_form.html", {"form": form, "group": group})
+    context = {"form": form, "group": group, "labels": inventory_labels(), "preview": preview}
+    return render(request, "quotas/group_form.html", context)
+
+
+@login_required
+@require_GET
+def selector_preview(request: HttpRequest) -> JsonResponse:
+    """The builder's live preview (operators): the nodes and GPUs (per model) the rows' selector
+    matches now and the groups it would overlap; `?group=<pk>` is the group being edited."""
+    require_operator(request.user)
+    form = SelectorRowsForm(request.GET)
+    group_pk = (
+        parse_int(request.GET.get("group", ""), minimum=1) if request.GET.get("group") else None
+    )
+    if request.GET.get("group") and group_pk is None:
+        message = "A group id (a number)."
+        return JsonResponse({"error": message, "fields": {"group": [message]}}, status=400)
+    if not form.is_valid():
+        fields = {name: list(errors) for name, errors in form.errors.items()}
+        return JsonResponse({"error": "Fix the selector rows.", "fields": fields}, status=400)
+    return JsonResponse(preview_selector(form.selector(), group_pk).as_json())
 
 
 def _what_if_rows(rows: list[Any]) -> list[dict[str, Any]]:
@@ -348,10 +384,21 @@ def quota_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def quota_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: the one confirmation (what the delete does). POST: delete."""
     require_operator(request.user)
-    quota = get_object_or_404(Quota.objects.select_related("group"), pk=pk)
+    quota = get_object_or_404(Quota.objects.select_related("group", "tenant"), pk=pk)
+    if request.method == "GET":
+        context = {
+            "title": f"Delete quota {quota.name}?",
+            "impact": quota_delete_impact(quota),
+            "form": QuotaDeleteForm(initial={"version": quota.version}),
+            "button": "Delete quota",
+            "danger": True,
+            "cancel_url": reverse("quotas:quota", kwargs={"pk": quota.pk}),
+        }
+        return render(request, "portal/confirm.html", context)
     group_pk = quota.group_id
     try:
         services.delete_quota(

@@ -32,6 +32,12 @@ class GpuInline(admin.TabularInline):
     show_change_link = True
 
 
+def _admin_reason(request: HttpRequest, done: str) -> str:
+    # Bulk admin actions ask for no reason; the audit row and the users' timeline say where it came
+    # from. The node page asks for one (and shows the impact first).
+    return f"{done.capitalize()} from the admin site by {request.user.get_username()}."
+
+
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
     list_display = ("name", "pool", "gpu_model", "cpu_milli", "memory_mib", "cordoned", "healthy")
@@ -45,18 +51,24 @@ class NodeAdmin(admin.ModelAdmin):
     @admin.action(description="Cordon (take no new work)")
     def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         for node in queryset:
-            services.cordon_node(node.pk)
+            services.cordon_node(
+                node.pk, reason=_admin_reason(request, "cordoned"), actor=request.user
+            )
         self.message_user(request, f"Cordoned {queryset.count()} node(s).", messages.SUCCESS)
 
     @admin.action(description="Uncordon (accept new work)")
     def uncordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         for node in queryset:
-            services.uncordon_node(node.pk)
+            services.uncordon_node(node.pk, actor=request.user)
         self.message_user(request, f"Uncordoned {queryset.count()} node(s).", messages.SUCCESS)
 
     @admin.action(description="Drain (cordon and requeue its workloads)")
     def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        requeued = sum(len(services.drain_node(node.pk)) for node in queryset)
+        reason = _admin_reason(request, "drained")
+        requeued = sum(
+            len(services.drain_node(node.pk, reason=reason, actor=request.user))
+            for node in queryset
+        )
         self.message_user(request, f"Drained; {requeued} workload(s) requeued.", messages.SUCCESS)
 
 
@@ -72,13 +84,17 @@ class GpuAdmin(admin.ModelAdmin):
 
     @admin.action(description="Mark unhealthy (requeue its workloads)")
     def mark_unhealthy(self, request: HttpRequest, queryset: QuerySet[Gpu]) -> None:
-        requeued = sum(len(services.set_gpu_health(g.pk, healthy=False)) for g in queryset)
+        reason = _admin_reason(request, "marked unhealthy")
+        requeued = sum(
+            len(services.set_gpu_health(g.pk, healthy=False, reason=reason, actor=request.user))
+            for g in queryset
+        )
         self.message_user(request, f"Marked unhealthy; {requeued} workload(s) requeued.")
 
     @admin.action(description="Mark healthy")
     def mark_healthy(self, request: HttpRequest, queryset: QuerySet[Gpu]) -> None:
         for g in queryset:
-            services.set_gpu_health(g.pk, healthy=True)
+            services.set_gpu_health(g.pk, healthy=True, actor=request.user)
         self.message_user(request, f"Marked {queryset.count()} GPU(s) healthy.")
 
 

@@ -6,7 +6,8 @@ from typing import Any
 
 from django import forms
 
-from portal.errors import DomainError
+from portal.errors import DomainError, InvalidInput
+from portal.operator_log import clean_reason
 from quotas.models import Quota
 from scheduling.limits import MAX_REASON_LENGTH
 
@@ -51,8 +52,25 @@ class JobForm(forms.Form):
 
 
 class ReasonForm(forms.Form):
+    """The reason of an operator action (`portal.operator_log.clean_reason`: trimmed, bounded, and
+    required for cordon, drain and marking a GPU unhealthy)."""
+
     reason = forms.CharField(
         max_length=MAX_REASON_LENGTH,
         required=False,
-        widget=forms.TextInput(attrs={"placeholder": "reason shown to users (optional)"}),
+        widget=forms.Textarea(attrs={"rows": 2, "maxlength": MAX_REASON_LENGTH}),
+        help_text="Shown to the users whose work this moves, and kept in the audit trail.",
     )
+
+    def __init__(self, *args: Any, reason_required: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reason_required = reason_required
+        field = self.fields["reason"]
+        field.widget.attrs["required"] = reason_required
+        field.label = "Reason" if reason_required else "Reason (optional)"
+
+    def clean_reason(self) -> str:
+        try:
+            return clean_reason(self.cleaned_data.get("reason"), required=self.reason_required)
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.fields["reason"]) from exc

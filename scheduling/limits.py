@@ -7,10 +7,12 @@ while it waited.
 
 from __future__ import annotations
 
+from portal.operator_log import MAX_REASON_LENGTH
+
+__all__ = ["MAX_REASON_LENGTH", "gpu_model_errors"]
+
 MAX_GPU_MODELS = 16
 MAX_GPU_MODEL_LENGTH = 63
-# An operator's reason (drain, GPU health), shown to the users whose workloads it requeues.
-MAX_REASON_LENGTH = 500
 
 
 def gpu_model_errors(models: list[str]) -> list[str]:

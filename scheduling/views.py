@@ -3,6 +3,7 @@ jobs (submit, follow, cancel). Thin: scope, call a service, render."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -10,11 +11,20 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
 
+from portal.choices import OperatorActionKind as Kind
 from portal.errors import DomainError
+from portal.operator_log import (
+    REASON_REQUIRED,
+    ActionImpact,
+    actions_on_node,
+    actions_on_workloads,
+    operator_notice,
+)
 from portal.scoping import (
     can_admin_tenant,
     current_user,
@@ -31,6 +41,11 @@ from scheduling.forms import JobForm, ReasonForm
 from scheduling.models import Gang, Gpu, Node, Placement, Shard, Workload
 from scheduling.services.audit import invariant_statuses, latest_run
 from scheduling.services.cluster_view import cluster_totals, node_rows
+from scheduling.services.operator_impact import (
+    gpu_action_impact,
+    job_cancel_impact,
+    node_action_impact,
+)
 
 
 def _require_operator(request: HttpRequest) -> None:
@@ -78,62 +93,123 @@ def node_detail(request: HttpRequest, node_id: int) -> HttpResponse:
         "placements": placements,
         "hidden": hidden,
         "simulated": settings.TESSERA_BACKEND == "simulated",
-        "reason_form": ReasonForm(),
+        "operator_actions": actions_on_node(node.name) if ops else [],
     }
     return render(request, "scheduling/node_detail.html", context)
 
 
-NODE_ACTIONS = ("cordon", "uncordon", "drain", "fail")
+# URL verb -> what the audit trail calls it; "fail" only on the simulated cluster.
+NODE_ACTIONS = {
+    "cordon": Kind.CORDON,
+    "uncordon": Kind.UNCORDON,
+    "drain": Kind.DRAIN,
+    "fail": Kind.NODE_FAILURE,
+}
+GPU_ACTIONS = {
+    "healthy": Kind.GPU_HEALTHY,
+    "unhealthy": Kind.GPU_UNHEALTHY,
+    "fail": Kind.GPU_FAILURE,
+}
+SIMULATED_ONLY = {Kind.NODE_FAILURE, Kind.GPU_FAILURE}
+
+
+def _operator_action_kind(table: dict[str, Kind], verb: str) -> Kind:
+    kind = table.get(verb)
+    if kind is None or (kind in SIMULATED_ONLY and settings.TESSERA_BACKEND != "simulated"):
+        raise Http404(f"No action {verb!r} here.")
+    return kind
+
+
+def _run_node_action(node: Node, kind: Kind, reason: str, actor: Any) -> str:
+    if kind == Kind.CORDON:
+        services.cordon_node(node.pk, reason=reason, actor=actor)
+        return f"Node {node.name} cordoned: it takes no new work."
+    if kind == Kind.UNCORDON:
+        services.uncordon_node(node.pk, reason=reason, actor=actor)
+        return f"Node {node.name} accepts new work again."
+    if kind == Kind.DRAIN:
+        ids = services.drain_node(node.pk, reason=reason, actor=actor)
+        return f"Node {node.name} drained: {len(ids)} workloads requeued."
+    ids = services.fail_node(node.pk, reason=reason, actor=actor)
+    return f"Simulated failure of {node.name}: {len(ids)} workloads requeued."
+
+
+def _run_gpu_action(gpu: Gpu, kind: Kind, reason: str, actor: Any) -> str:
+    label = f"GPU {gpu.index} of {gpu.node.name}"
+    if kind == Kind.GPU_HEALTHY:
+        services.set_gpu_health(gpu.pk, healthy=True, reason=reason, actor=actor)
+        return f"{label} marked healthy."
+    if kind == Kind.GPU_UNHEALTHY:
+        ids = services.set_gpu_health(gpu.pk, healthy=False, reason=reason, actor=actor)
+        return f"{label} marked unhealthy: {len(ids)} workloads requeued."
+    ids = services.fail_gpu(gpu.pk, reason=reason, actor=actor)
+    return f"Simulated failure of {label}: {len(ids)} workloads requeued."
+
+
+def _confirm_operator_action(
+    request: HttpRequest,
+    *,
+    kind: Kind,
+    title: str,
+    impact: ActionImpact,
+    run: Callable[[str], str],
+    back: str,
+) -> HttpResponse:
+    """GET: the confirmation (what will happen, the reason field). POST: do it (redirect to `back`),
+    or show the confirmation again with the form errors (400), nothing done."""
+    data = request.POST if request.method == "POST" else None
+    form = ReasonForm(data, reason_required=kind in REASON_REQUIRED)
+    if request.method == "POST" and form.is_valid():
+        try:
+            done = run(form.cleaned_data["reason"])
+        except DomainError as exc:
+            form.add_error("reason" if "reason" in exc.fields else None, exc.message)
+        else:
+            messages.success(request, done)
+            return redirect(back)
+    context = {
+        "title": title,
+        "impact": impact,
+        "form": form,
+        "button": Kind(kind).label,
+        "danger": kind not in (Kind.UNCORDON, Kind.GPU_HEALTHY),
+        "cancel_url": back,
+    }
+    return render(request, "portal/confirm.html", context, status=400 if form.errors else 200)
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def node_action(request: HttpRequest, node_id: int, action: str) -> HttpResponse:
+    """Confirm, then cordon / uncordon / drain / (simulated) fail a node."""
     _require_operator(request)
     node = get_object_or_404(Node, pk=node_id)
-    form = ReasonForm(request.POST)
-    if not form.is_valid():
-        for name, errors in form.errors.items():
-            messages.error(request, f"{name}: {errors[0]} Nothing was done.")
-        return redirect("scheduling:node", node_id=node.pk)
-    reason = form.cleaned_data["reason"]
-    if action == "cordon":
-        services.cordon_node(node.pk)
-        messages.success(request, f"Node {node.name} cordoned: it takes no new work.")
-    elif action == "uncordon":
-        services.uncordon_node(node.pk)
-        messages.success(request, f"Node {node.name} accepts new work again.")
-    elif action == "drain":
-        ids = services.drain_node(node.pk, reason=reason)
-        messages.success(request, f"Node {node.name} drained: {len(ids)} workloads requeued.")
-    elif action == "fail" and settings.TESSERA_BACKEND == "simulated":
-        ids = services.fail_node(node.pk)
-        messages.warning(
-            request, f"Simulated failure of {node.name}: {len(ids)} workloads requeued."
-        )
-    else:
-        messages.error(request, f"Unknown action {action!r}.")
-    return redirect("scheduling:node", node_id=node.pk)
+    kind = _operator_action_kind(NODE_ACTIONS, action)
+    return _confirm_operator_action(
+        request,
+        kind=kind,
+        title=f"{Kind(kind).label} {node.name}?",
+        impact=node_action_impact(node, kind),
+        run=lambda reason: _run_node_action(node, kind, reason, request.user),
+        back=reverse("scheduling:node", kwargs={"node_id": node.pk}),
+    )
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def gpu_action(request: HttpRequest, gpu_id: int, action: str) -> HttpResponse:
+    """Confirm, then mark a GPU healthy / unhealthy or (simulated) fail it."""
     _require_operator(request)
     gpu = get_object_or_404(Gpu.objects.select_related("node"), pk=gpu_id)
-    label = f"GPU {gpu.index} of {gpu.node.name}"
-    if action == "healthy":
-        services.set_gpu_health(gpu.pk, healthy=True)
-        messages.success(request, f"{label} marked healthy.")
-    elif action == "unhealthy":
-        ids = services.set_gpu_health(gpu.pk, healthy=False)
-        messages.success(request, f"{label} marked unhealthy: {len(ids)} workloads requeued.")
-    elif action == "fail" and settings.TESSERA_BACKEND == "simulated":
-        ids = services.fail_gpu(gpu.pk)
-        messages.warning(request, f"Simulated failure of {label}: {len(ids)} workloads requeued.")
-    else:
-        messages.error(request, f"Unknown action {action!r}.")
-    return redirect("scheduling:node", node_id=gpu.node_id)
+    kind = _operator_action_kind(GPU_ACTIONS, action)
+    return _confirm_operator_action(
+        request,
+        kind=kind,
+        title=f"{Kind(kind).label}: GPU {gpu.index} of {gpu.node.name}?",
+        impact=gpu_action_impact(gpu, kind),
+        run=lambda reason: _run_gpu_action(gpu, kind, reason, request.user),
+        back=reverse("scheduling:node", kwargs={"node_id": gpu.node_id}),
+    )
 
 
 def _my_quotas(user: Any) -> Any:
@@ -197,17 +273,33 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "active": sum(m.state in ACTIVE_STATES for m in members),
         "can_cancel": (gang.owner_id == user.pk or can_admin_tenant(user, gang.tenant_id))
         and gang.state in (GangState.WAITING, GangState.PLACED, GangState.RUNNING),
+        "moved_by_operators": [
+            operator_notice(e)
+            for e in actions_on_workloads([m.pk for m in members])
+            if e.actor_name
+        ],
     }
     return render(request, "scheduling/job_detail.html", context)
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    """GET: the one confirmation (what stops). POST: cancel the job."""
     gang = get_scoped_or_404(Gang.objects.all(), request.user, pk=job_id)
     user = current_user(request)
     if not (gang.owner_id == user.pk or can_admin_tenant(user, gang.tenant_id)):
         raise PermissionDenied("Only the job's owner or a team admin can cancel it.")
+    if request.method == "GET":
+        context = {
+            "title": f"Cancel job {gang.name}?",
+            "impact": job_cancel_impact(gang),
+            "form": None,
+            "button": "Cancel job",
+            "danger": True,
+            "cancel_url": reverse("scheduling:job", kwargs={"job_id": gang.pk}),
+        }
+        return render(request, "portal/confirm.html", context)
     services.cancel_gang(gang.pk, reason=f"Cancelled by {user.get_username()}.")
     messages.success(request, f"Job {gang.name} cancelled; everything it held is released.")
     return redirect("scheduling:job", job_id=gang.pk)

@@ -21,6 +21,7 @@ from codespaces.models import (
 )
 from codespaces.phase import Observed
 from codespaces.services.actions import cleared_placement
+from codespaces.requeue_notice import requeue_message
 from portal.errors import Conflict
 from portal.periodic import ItemFailures, run_each
 
@@ -113,7 +114,7 @@ def _record_step(codespace: Codespace, step: str, workload: Any, observed: Obser
         lifecycle.transition(
             codespace,
             S.QUEUED,
-            message=f"Requeued by the scheduler: {why.rstrip('.')}.",
+            message=requeue_message(codespace, workload.pk, why),
             kind=EventKind.NOTICE,
             **cleared_placement(),
         )

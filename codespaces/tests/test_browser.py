@@ -42,7 +42,13 @@ def wait_for_state(page: Any, state: str) -> None:
 def test_create_run_stop_start_delete_then_over_quota_user_queues(
     demo: None, login: Any, page: Any
 ) -> None:
-    page.on("dialog", lambda dialog: dialog.accept())
+    dialogs: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", accept)
     login("bob", DEMO_PASSWORD)
 
     # the slice picker: what fits now, server-computed
@@ -101,9 +107,13 @@ def test_create_run_stop_start_delete_then_over_quota_user_queues(
     wait_for_state(page, "running")
     assert re.fullmatch(r"h100-\d\d / gpu\d \(H100\)", page.inner_text("[data-testid=location]"))
 
-    # delete
+    # delete: one confirmation page that says what is lost, no browser dialog (issue 16)
+    dialogs_before = len(dialogs)
     page.click("[data-testid=delete]")
+    assert "home volume are deleted for good" in page.inner_text("[data-testid=impact]")
+    page.click("[data-testid=confirm-button]")
     page.wait_for_url("**/codespaces/")
+    assert len(dialogs) == dialogs_before
     assert "bob-dev" not in page.inner_text("#codespaces")
     assert Codespace.objects.get(name="bob-dev").state == "deleted"
 

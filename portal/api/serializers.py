@@ -5,7 +5,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from portal.models import ApiToken, Membership, Tenant
+from portal.models import ApiToken, Membership, OperatorAction, Tenant
 
 _NESTED = (serializers.BaseSerializer, serializers.ListField, serializers.DictField)
 
@@ -78,3 +78,21 @@ class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
     is_operator = serializers.BooleanField()
     memberships = MembershipSerializer(many=True)
+
+
+class OperatorActionSerializer(serializers.ModelSerializer):
+    """One entry of the operators' audit trail."""
+
+    actor = serializers.CharField(source="actor_name")
+    workloads = serializers.SerializerMethodField()
+
+    class Meta:
+        model = OperatorAction
+        fields = (
+            "id", "created_at", "actor", "action", "target_kind", "target_id", "target_name",
+            "node_name", "reason", "summary", "impact", "workloads",
+        )  # fmt: skip
+        read_only_fields = fields
+
+    def get_workloads(self, entry: OperatorAction) -> list[int]:
+        return list(entry.impact.get("workloads", []))

@@ -4,7 +4,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -16,9 +17,14 @@ from portal.api.serializers import (
     ApiTokenSerializer,
     IssuedTokenSerializer,
     MeSerializer,
+    OperatorActionSerializer,
     TenantSerializer,
 )
-from portal.models import ApiToken, Tenant
+from portal.choices import OperatorActionKind
+from portal.errors import Forbidden, InvalidInput
+from portal.forms import ActivityFilterForm
+from portal.models import ApiToken, OperatorAction, Tenant
+from portal.operator_log import LogFilters, filter_operator_actions
 from portal.scoping import current_user, is_operator, tenants_for
 
 
@@ -94,3 +100,35 @@ class MeViewSet(viewsets.ViewSet):
             "memberships": user.memberships.select_related("tenant"),  # type: ignore[union-attr]
         }
         return Response(MeSerializer(data).data)
+
+
+_LOG_FILTERS = [
+    OpenApiParameter("actor", str, description="Operator's username (exact, any case)."),
+    OpenApiParameter("action", str, enum=[k for k, _ in OperatorActionKind.choices]),
+    OpenApiParameter(
+        "target", str, description="Target name contains (node, GPU, codespace, ...)."
+    ),
+    OpenApiParameter("since", OpenApiTypes.DATETIME, description="At or after (ISO 8601)."),
+    OpenApiParameter("until", OpenApiTypes.DATETIME, description="Before (ISO 8601)."),
+]
+
+
+@extend_schema_view(list=extend_schema(parameters=_LOG_FILTERS))
+class OperatorActionViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Operators only: the audit trail of operator actions, newest first, filtered like the
+    activity log page (the same form validates both)."""
+
+    serializer_class = OperatorActionSerializer
+    queryset = OperatorAction.objects.none()  # for the schema; real rows: get_queryset
+    filter_backends: list[Any] = []
+    ordering = ("-created_at", "-id")
+
+    def get_queryset(self) -> QuerySet[OperatorAction]:
+        if not is_operator(self.request.user):
+            raise Forbidden("Only platform operators can read the activity log.")
+        form = ActivityFilterForm(self.request.query_params)
+        if not form.is_valid():
+            fields = {name: list(errors) for name, errors in form.errors.items()}
+            first = next(iter(fields))
+            raise InvalidInput(f"{first}: {fields[first][0]}", fields=fields)
+        return filter_operator_actions(form.filters() if form.cleaned_data else LogFilters())

@@ -159,12 +159,14 @@ def test_create_group_and_quota_through_pages(operator, team_a):
     make_node("b1", pool="batch", gpu_count=2)
     client = client_for(operator)
     response = client.post(
-        "/quotas/groups/new/", {"name": "batch", "node_selector": '{"pool": "batch"}'}
+        "/quotas/groups/new/",
+        {"name": "batch", "selector_key_0": "pool", "selector_value_0": "batch"},
     )
     group = QuotaGroup.objects.get(name="batch")
     assert response["Location"] == f"/quotas/groups/{group.pk}/"
-    bad = client.post("/quotas/groups/new/", {"name": "x", "node_selector": "{nope"})
-    assert "Not valid JSON" in bad.context["form"].errors["node_selector"][0]
+    assert group.node_selector == {"pool": "batch"}
+    bad = client.post("/quotas/groups/new/", {"name": "x", "selector_key_0": "pool"})
+    assert bad.context["form"].errors["selector_value_0"] == ["Give label pool a value."]
     data: dict[str, Any] = dict.fromkeys(RESOURCE_FIELDS, 0)
     data.update(
         tenant="team-a", name="", gpu_min_gpu_milli=3000, gpu_max_gpu_milli=3000, lend_idle_min="on"

@@ -116,21 +116,51 @@ class NodeDetailSerializer(NodeSerializer):
         return int(self._alloc(node)["mem"] or 0)
 
 
-class GpuHealthSerializer(serializers.Serializer):
-    healthy = serializers.BooleanField()
-    reason = serializers.CharField(
-        required=False, allow_blank=True, max_length=MAX_REASON_LENGTH, default=""
-    )
-
-
-class DrainSerializer(serializers.Serializer):
-    reason = serializers.CharField(
+def _reason_field(help_text: str) -> serializers.CharField:
+    # Bounded here; required-or-not and the trim are the service's rule (portal.operator_log).
+    return serializers.CharField(
         required=False,
         allow_blank=True,
         max_length=MAX_REASON_LENGTH,
         default="",
-        help_text="Shown to the users whose workloads are requeued (default: the node is drained).",
+        trim_whitespace=True,
+        help_text=help_text,
     )
+
+
+class GpuHealthSerializer(serializers.Serializer):
+    healthy = serializers.BooleanField()
+    reason = _reason_field("Required to mark it unhealthy: shown to the users whose work moves.")
+
+
+class DrainSerializer(serializers.Serializer):
+    reason = _reason_field("Required: shown to the users whose workloads are requeued.")
+
+
+class CordonSerializer(serializers.Serializer):
+    reason = _reason_field("Required: why the node takes no new work (kept in the audit trail).")
+
+
+class OptionalReasonSerializer(serializers.Serializer):
+    reason = _reason_field("Optional: kept in the audit trail.")
+
+
+class ActionImpactSerializer(serializers.Serializer):
+    """What an operator action will do (dry run) or did."""
+
+    summary = serializers.CharField()
+    workloads = serializers.ListField(child=serializers.IntegerField())
+    teams = serializers.ListField(child=serializers.CharField())
+    codespaces = serializers.IntegerField()
+    jobs = serializers.IntegerField()
+
+
+class DryRunSerializer(serializers.Serializer):
+    """The answer of `?dry_run=1`: nothing was changed."""
+
+    dry_run = serializers.BooleanField()
+    action = serializers.CharField()
+    impact = ActionImpactSerializer()
 
 
 class OperatorResultSerializer(serializers.Serializer):

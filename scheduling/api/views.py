@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 
+from portal.api.dry_run import DRY_RUN_PARAMETER, dry_run_requested, dry_run_response
+from portal.choices import OperatorActionKind as Kind
 from portal.errors import Forbidden, InvalidInput
 from portal.scoping import (
     TenantScopedQuerysetMixin,
@@ -23,7 +26,9 @@ from portal.scoping import (
 from quotas.models import Quota
 from scheduling import services
 from scheduling.api.serializers import (
+    CordonSerializer,
     DrainSerializer,
+    DryRunSerializer,
     GpuHealthSerializer,
     GpuSerializer,
     JobCreateSerializer,
@@ -31,10 +36,21 @@ from scheduling.api.serializers import (
     NodeDetailSerializer,
     NodeSerializer,
     OperatorResultSerializer,
+    OptionalReasonSerializer,
     PlacementSerializer,
     WorkloadSerializer,
 )
 from scheduling.models import Gang, Gpu, Node, Placement, Workload
+from scheduling.services.operator_impact import gpu_action_impact, node_action_impact
+
+
+def _or_dry_run(serializer: type[Serializer]) -> PolymorphicProxySerializer:
+    """The answer of an operator action: its result, or with ?dry_run=1 the impact."""
+    return PolymorphicProxySerializer(
+        component_name=f"{serializer.__name__.removesuffix('Serializer')}OrDryRun",
+        serializers=[serializer, DryRunSerializer],
+        resource_type_field_name=None,
+    )
 
 
 def _require_operator(request: Request) -> None:
@@ -56,37 +72,77 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     def get_serializer_class(self) -> Any:
         return NodeDetailSerializer if self.action != "list" else NodeSerializer
 
-    @extend_schema(request=None, responses={200: NodeDetailSerializer})
+    @extend_schema(
+        request=CordonSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(NodeDetailSerializer)},
+    )
     @action(detail=True, methods=["post"])
     def cordon(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Take no new work on the node; `reason` is required."""
         _require_operator(request)
-        node = services.cordon_node(self.get_object().pk)
+        node = self.get_object()
+        reason = _reason(CordonSerializer, request)
+        if dry_run_requested(request):
+            return dry_run_response(Kind.CORDON, node_action_impact(node, Kind.CORDON))
+        node = services.cordon_node(node.pk, reason=reason, actor=request.user)
         return Response(NodeDetailSerializer(node, context=self.get_serializer_context()).data)
 
-    @extend_schema(request=None, responses={200: NodeDetailSerializer})
+    @extend_schema(
+        request=OptionalReasonSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(NodeDetailSerializer)},
+    )
     @action(detail=True, methods=["post"])
     def uncordon(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         _require_operator(request)
-        node = services.uncordon_node(self.get_object().pk)
+        node = self.get_object()
+        reason = _reason(OptionalReasonSerializer, request)
+        if dry_run_requested(request):
+            return dry_run_response(Kind.UNCORDON, node_action_impact(node, Kind.UNCORDON))
+        node = services.uncordon_node(node.pk, reason=reason, actor=request.user)
         return Response(NodeDetailSerializer(node, context=self.get_serializer_context()).data)
 
-    @extend_schema(request=DrainSerializer, responses={200: OperatorResultSerializer})
+    @extend_schema(
+        request=DrainSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(OperatorResultSerializer)},
+    )
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Cordon the node and requeue its workloads; `reason` is required (users see it)."""
         _require_operator(request)
         node = self.get_object()
-        payload = DrainSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
-        reason = payload.validated_data["reason"]
-        return Response({"requeued": services.drain_node(node.pk, reason=reason)})
+        reason = _reason(DrainSerializer, request)
+        if dry_run_requested(request):
+            return dry_run_response(Kind.DRAIN, node_action_impact(node, Kind.DRAIN))
+        return Response(
+            {"requeued": services.drain_node(node.pk, reason=reason, actor=request.user)}
+        )
 
-    @extend_schema(request=None, responses={200: OperatorResultSerializer})
+    @extend_schema(
+        request=OptionalReasonSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(OperatorResultSerializer)},
+    )
     @action(detail=True, methods=["post"])
     def fail(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """Simulated cluster only: the node fails, its workloads are requeued."""
         _require_operator(request)
         _require_simulated()
-        return Response({"requeued": services.fail_node(self.get_object().pk)})
+        node = self.get_object()
+        reason = _reason(OptionalReasonSerializer, request)
+        if dry_run_requested(request):
+            return dry_run_response(Kind.NODE_FAILURE, node_action_impact(node, Kind.NODE_FAILURE))
+        return Response(
+            {"requeued": services.fail_node(node.pk, reason=reason, actor=request.user)}
+        )
+
+
+def _reason(serializer: type[Serializer], request: Request) -> str:
+    payload = serializer(data=request.data)
+    payload.is_valid(raise_exception=True)
+    return str(payload.validated_data.get("reason", ""))
 
 
 def _require_simulated() -> None:
@@ -121,26 +177,45 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet):
         data = GpuSerializer(items, many=True, context=ctx).data
         return self.get_paginated_response(data) if page is not None else Response(data)
 
-    @extend_schema(request=GpuHealthSerializer, responses={200: OperatorResultSerializer})
+    @extend_schema(
+        request=GpuHealthSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(OperatorResultSerializer)},
+    )
     @action(detail=True, methods=["post"])
     def health(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Mark the GPU healthy or unhealthy; `reason` is required to mark it unhealthy."""
         _require_operator(request)
+        gpu = self.get_object()
         payload = GpuHealthSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
+        healthy = payload.validated_data["healthy"]
+        if dry_run_requested(request):
+            kind = Kind.GPU_HEALTHY if healthy else Kind.GPU_UNHEALTHY
+            return dry_run_response(kind, gpu_action_impact(gpu, kind))
         requeued = services.set_gpu_health(
-            self.get_object().pk,
-            healthy=payload.validated_data["healthy"],
+            gpu.pk,
+            healthy=healthy,
             reason=payload.validated_data.get("reason", ""),
+            actor=request.user,
         )
         return Response({"requeued": requeued})
 
-    @extend_schema(request=None, responses={200: OperatorResultSerializer})
+    @extend_schema(
+        request=OptionalReasonSerializer,
+        parameters=[DRY_RUN_PARAMETER],
+        responses={200: _or_dry_run(OperatorResultSerializer)},
+    )
     @action(detail=True, methods=["post"])
     def fail(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """Simulated cluster only: the GPU fails; exactly the workloads on it are requeued."""
         _require_operator(request)
         _require_simulated()
-        return Response({"requeued": services.fail_gpu(self.get_object().pk)})
+        gpu = self.get_object()
+        reason = _reason(OptionalReasonSerializer, request)
+        if dry_run_requested(request):
+            return dry_run_response(Kind.GPU_FAILURE, gpu_action_impact(gpu, Kind.GPU_FAILURE))
+        return Response({"requeued": services.fail_gpu(gpu.pk, reason=reason, actor=request.user)})
 
 
 class PlacementViewSet(TenantScopedQuerysetMixin, viewsets.ReadOnlyModelViewSet):

@@ -1,6 +1,9 @@
 """Operator actions on the inventory: cordon/uncordon, drain, GPU health, and simulated failures.
 
-Each one is a transaction that bumps the shards whose nodes it touched (so cached snapshots are rebuilt)
+Each one is a transaction that checks the reason (`portal.operator_log.clean_reason`: required for
+cordon, drain and marking a GPU unhealthy), computes its impact with the function its confirmation
+uses (`operator_impact`), writes one audit row (`portal.OperatorAction`, with the workloads it
+requeued), bumps the shards whose nodes it touched (so cached snapshots are rebuilt)
 and triggers their cycles; workloads that must move are requeued (never deleted: a codespace's observer
 stops it, a job pod waits for capacity again).
 """
@@ -8,15 +11,19 @@ stops it, a job pod waits for capacity again).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.db import transaction
 
-from portal.errors import InvalidInput, NotFoundError
+from portal.choices import OperatorActionKind as Kind
+from portal.choices import OperatorTargetKind
+from portal.errors import NotFoundError
+from portal.operator_log import ActionImpact, clean_reason, record_operator_action
 from portal.transactions import retry_transaction
 from scheduling.backends.registry import get_backend
-from scheduling.limits import MAX_REASON_LENGTH
 from scheduling.lock_objects import lock_shards
 from scheduling.models import Gpu, Node, Placement
+from scheduling.services.operator_impact import gpu_action_impact, node_action_impact, workloads_on
 from scheduling.services.snapshot import bump_shards_for_nodes, groups_for_nodes
 from scheduling.services.workloads import requeue_workloads, trigger_cycle
 
@@ -54,84 +61,111 @@ def _touch(node: Node) -> None:
         trigger_cycle(gid)
 
 
-def _workloads_on(*, node_id: int | None = None, gpu_id: int | None = None) -> list[int]:
-    qs = Placement.objects.filter(released_at__isnull=True)
-    if node_id is not None:
-        qs = qs.filter(node_id=node_id)
-    if gpu_id is not None:
-        qs = qs.filter(gpu_shares__gpu_id=gpu_id)
-    return sorted(set(qs.values_list("workload_id", flat=True)))
+def _record_node(node: Node, action: str, impact: ActionImpact, *, actor: Any, reason: str) -> None:
+    record_operator_action(
+        actor=actor,
+        action=action,
+        target_kind=OperatorTargetKind.NODE,
+        target_id=node.pk,
+        target_name=node.name,
+        node_name=node.name,
+        impact=impact,
+        reason=reason,
+    )
+
+
+def _record_gpu(gpu: Gpu, action: str, impact: ActionImpact, *, actor: Any, reason: str) -> None:
+    record_operator_action(
+        actor=actor,
+        action=action,
+        target_kind=OperatorTargetKind.GPU,
+        target_id=gpu.pk,
+        target_name=f"GPU {gpu.index} of {gpu.node.name}",
+        node_name=gpu.node.name,
+        impact=impact,
+        reason=reason,
+    )
+
+
+def _set_cordoned(node: Node, cordoned: bool) -> None:
+    if node.cordoned != cordoned:
+        Node.objects.filter(pk=node.pk).update(cordoned=cordoned)
+        _touch(node)
 
 
 @retry_transaction
-def cordon_node(node_id: int) -> Node:
-    """Take no new work on the node (what runs there stays). Idempotent."""
+def cordon_node(node_id: int, *, reason: str, actor: Any = None) -> Node:
+    """Take no new work on the node (what runs there stays); `reason` is required. Idempotent: the
+    node stays cordoned; each call is one audit row."""
+    reason = clean_reason(reason, required=True)
     with transaction.atomic():
         node = _node(node_id)
         _lock_for(node)
-        if not node.cordoned:
-            Node.objects.filter(pk=node.pk).update(cordoned=True)
-            _touch(node)
+        impact = node_action_impact(node, Kind.CORDON)
+        _set_cordoned(node, True)
+        _record_node(node, Kind.CORDON, impact, actor=actor, reason=reason)
     return _node(node_id)
 
 
 @retry_transaction
-def uncordon_node(node_id: int) -> Node:
+def uncordon_node(node_id: int, *, reason: str = "", actor: Any = None) -> Node:
     """Accept new work on the node again. Idempotent."""
+    reason = clean_reason(reason, required=False)
     with transaction.atomic():
         node = _node(node_id)
         _lock_for(node)
-        if node.cordoned:
-            Node.objects.filter(pk=node.pk).update(cordoned=False)
-            _touch(node)
+        impact = node_action_impact(node, Kind.UNCORDON)
+        _set_cordoned(node, False)
+        _record_node(node, Kind.UNCORDON, impact, actor=actor, reason=reason)
     return _node(node_id)
 
 
-def _check_reason(reason: str) -> None:
-    if len(reason) > MAX_REASON_LENGTH:
-        message = f"At most {MAX_REASON_LENGTH} characters (got {len(reason)})."
-        raise InvalidInput(f"reason: {message}", fields={"reason": [message]})
-
-
 @retry_transaction
-def drain_node(node_id: int, *, reason: str = "") -> list[int]:
-    """Cordon the node and requeue every workload on it (their pending reason: `reason`, at most
-    MAX_REASON_LENGTH characters, else InvalidInput). Returns the requeued workload ids."""
-    _check_reason(reason)
+def drain_node(node_id: int, *, reason: str, actor: Any = None) -> list[int]:
+    """Cordon the node and requeue every workload on it (with their gangs); their pending reason is
+    `reason` (required, trimmed, at most MAX_REASON_LENGTH characters, else InvalidInput naming it).
+    Returns the requeued workload ids."""
+    reason = clean_reason(reason, required=True)
     with transaction.atomic():
-        _lock_for(_node(node_id))
-        node = cordon_node(node_id)
-        ids = _workloads_on(node_id=node.pk)
-        why = reason or f"Requeued: node {node.name} is being drained by an operator."
-        requeued = requeue_workloads(ids, reason=why, code="drained")
+        node = _node(node_id)
+        _lock_for(node)
+        impact = node_action_impact(node, Kind.DRAIN)
+        _set_cordoned(node, True)
+        requeued = requeue_workloads(workloads_on(node_id=node.pk), reason=reason, code="drained")
+        _record_node(node, Kind.DRAIN, impact, actor=actor, reason=reason)
     logger.info("drained node %s: requeued %s", node.name, requeued)
     return requeued
 
 
 @retry_transaction
-def set_gpu_health(gpu_id: int, *, healthy: bool, reason: str = "") -> list[int]:
-    """Mark a GPU healthy or unhealthy. An unhealthy GPU takes no new work and the workloads on it are
-    requeued (exactly those). Returns the requeued workload ids."""
+def set_gpu_health(gpu_id: int, *, healthy: bool, reason: str = "", actor: Any = None) -> list[int]:
+    """Mark a GPU healthy or unhealthy (then `reason` is required). An unhealthy GPU takes no new work
+    and the workloads on it are requeued (exactly those, with their gangs). Returns the requeued
+    workload ids."""
+    reason = clean_reason(reason, required=not healthy)
+    action = Kind.GPU_HEALTHY if healthy else Kind.GPU_UNHEALTHY
     with transaction.atomic():
         gpu = _gpu(gpu_id)
         _lock_for(gpu.node)
-        requeued: list[int] = []
-        if gpu.healthy != healthy:
-            Gpu.objects.filter(pk=gpu.pk).update(healthy=healthy)
-            _touch(gpu.node)
-        if not healthy:
-            why = (
-                reason or f"Requeued: GPU {gpu.index} of node {gpu.node.name} was marked unhealthy."
-            )
-            requeued = requeue_workloads(
-                _workloads_on(gpu_id=gpu.pk), reason=why, code="gpu_unhealthy"
-            )
+        impact = gpu_action_impact(gpu, action)
+        requeued = _apply_gpu_health(gpu, healthy=healthy, reason=reason, code="gpu_unhealthy")
+        _record_gpu(gpu, action, impact, actor=actor, reason=reason)
     return requeued
+
+
+def _apply_gpu_health(gpu: Gpu, *, healthy: bool, reason: str, code: str) -> list[int]:
+    if gpu.healthy != healthy:
+        Gpu.objects.filter(pk=gpu.pk).update(healthy=healthy)
+        _touch(gpu.node)
+    if healthy:
+        return []
+    return requeue_workloads(workloads_on(gpu_id=gpu.pk), reason=reason, code=code)
 
 
 @retry_transaction
 def set_node_health(node_id: int, *, healthy: bool, reason: str = "") -> list[int]:
-    """Mark a node healthy or unhealthy (an unhealthy node's workloads are requeued)."""
+    """Mark a node healthy or unhealthy (an unhealthy node's workloads are requeued). Used by the
+    inventory sync and simulated failures (which write their own audit row)."""
     with transaction.atomic():
         node = _node(node_id)
         _lock_for(node)
@@ -142,35 +176,43 @@ def set_node_health(node_id: int, *, healthy: bool, reason: str = "") -> list[in
         if not healthy:
             why = reason or f"Requeued: node {node.name} failed."
             requeued = requeue_workloads(
-                _workloads_on(node_id=node.pk), reason=why, code="node_failed"
+                workloads_on(node_id=node.pk), reason=why, code="node_failed"
             )
     return requeued
 
 
 @retry_transaction
-def fail_gpu(gpu_id: int) -> list[int]:
+def fail_gpu(gpu_id: int, *, reason: str = "", actor: Any = None) -> list[int]:
     """Simulate the failure of a GPU: its simulated pods fail, and exactly the workloads that were on it
     are requeued; the GPU stays unhealthy until an operator marks it healthy."""
+    reason = clean_reason(reason, required=False)
     gpu = _gpu(gpu_id)
-    why = f"GPU {gpu.index} ({gpu.uuid}) of node {gpu.node.name} failed; requeued."
+    why = reason or f"GPU {gpu.index} ({gpu.uuid}) of node {gpu.node.name} failed; requeued."
     with transaction.atomic():
         _lock_for(gpu.node)
-        ids = _workloads_on(gpu_id=gpu.pk)
+        impact = gpu_action_impact(gpu, Kind.GPU_FAILURE)
+        ids = workloads_on(gpu_id=gpu.pk)
         backend = get_backend()
         if hasattr(backend, "fail_pods"):
             backend.fail_pods(ids, why)
-        return set_gpu_health(gpu.pk, healthy=False, reason=why)
+        requeued = _apply_gpu_health(gpu, healthy=False, reason=why, code="gpu_unhealthy")
+        _record_gpu(gpu, Kind.GPU_FAILURE, impact, actor=actor, reason=reason)
+    return requeued
 
 
 @retry_transaction
-def fail_node(node_id: int) -> list[int]:
+def fail_node(node_id: int, *, reason: str = "", actor: Any = None) -> list[int]:
     """Simulate the failure of a whole node: its pods fail and its workloads are requeued."""
+    reason = clean_reason(reason, required=False)
     node = _node(node_id)
-    why = f"Node {node.name} failed; requeued."
+    why = reason or f"Node {node.name} failed; requeued."
     with transaction.atomic():
         _lock_for(node)
-        ids = _workloads_on(node_id=node.pk)
+        impact = node_action_impact(node, Kind.NODE_FAILURE)
+        ids = workloads_on(node_id=node.pk)
         backend = get_backend()
         if hasattr(backend, "fail_pods"):
             backend.fail_pods(ids, why)
-        return set_node_health(node.pk, healthy=False, reason=why)
+        requeued = set_node_health(node.pk, healthy=False, reason=why)
+        _record_node(node, Kind.NODE_FAILURE, impact, actor=actor, reason=reason)
+    return requeued

@@ -607,15 +607,7 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
         return []
     with transaction.atomic():
         groups = _lock_shards_of(ids)
-        hit = dict(
-            Workload.objects.filter(pk__in=ids, state__in=ACTIVE_STATES).values_list(
-                "pk", "gang_id"
-            )
-        )
-        mates = Workload.objects.filter(
-            gang_id__in={g for g in hit.values() if g}, state__in=ACTIVE_STATES
-        ).values_list("pk", "gang_id")
-        whole = with_whole_gangs(hit, [*hit.items(), *mates])
+        hit, whole = _requeue_set(ids)
         workloads = list(
             Workload.objects.select_for_update()
             .filter(pk__in=whole, state__in=ACTIVE_STATES)
@@ -639,6 +631,24 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
             )
         _after_leaving(workloads, held, groups)
     return [w.pk for w in workloads]
+
+
+def _requeue_set(ids: Sequence[int]) -> tuple[dict[int, int | None], set[int]]:
+    """The active workloads among `ids` (pk -> gang id) and every active workload requeueing them
+    moves: they and their active gang mates."""
+    hit: dict[int, int | None] = dict(
+        Workload.objects.filter(pk__in=ids, state__in=ACTIVE_STATES).values_list("pk", "gang_id")
+    )
+    mates = Workload.objects.filter(
+        gang_id__in={g for g in hit.values() if g}, state__in=ACTIVE_STATES
+    ).values_list("pk", "gang_id")
+    return hit, set(with_whole_gangs(hit, [*hit.items(), *mates]))
+
+
+def workloads_requeued_with(workload_ids: Iterable[int]) -> list[int]:
+    """The ids `requeue_workloads(workload_ids)` would requeue now (the active ones and their whole
+    gangs), ascending: what an operator's confirmation counts. Reads only; takes no lock."""
+    return sorted(_requeue_set(sorted(set(workload_ids)))[1])
 
 
 def _requeue_reasons(

@@ -270,14 +270,15 @@ def test_operator_actions_are_for_operators_only(
     client = api_as(request.getfixturevalue(persona))
     node = Node.objects.get(name="training-g0")
     gpu = node.gpus.get(index=0)
-    assert client.post(f"/api/v1/nodes/{node.pk}/cordon/").status_code == status
+    why = {"reason": "rack maintenance"}
+    assert client.post(f"/api/v1/nodes/{node.pk}/cordon/", why, format="json").status_code == status
     node.refresh_from_db()
     assert node.cordoned is (status == 200)
-    r = client.post(f"/api/v1/gpus/{gpu.pk}/health/", {"healthy": False}, format="json")
+    r = client.post(f"/api/v1/gpus/{gpu.pk}/health/", {"healthy": False, **why}, format="json")
     assert r.status_code == status
     gpu.refresh_from_db()
     assert gpu.healthy is (status != 200)
-    assert client.post(f"/api/v1/nodes/{node.pk}/drain/").status_code == status
+    assert client.post(f"/api/v1/nodes/{node.pk}/drain/", why, format="json").status_code == status
     assert client.post(f"/api/v1/nodes/{node.pk}/uncordon/").status_code == status
 
 

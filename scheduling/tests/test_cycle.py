@@ -289,7 +289,7 @@ def test_cordoned_and_tainted_nodes_take_no_new_work() -> None:
 
     small_cluster(gpu_nodes=2)
     q = make_quota(make_group())
-    services.cordon_node(Node.objects.get(name="training-g0").pk)
+    services.cordon_node(Node.objects.get(name="training-g0").pk, reason="maintenance")
     Node.objects.filter(name="training-g1").update(taints=["dedicated=infra:NoSchedule"])
     snap.bump_all_shards()
     w = submit(q, "w", gpu_count=1, gpu_milli=1000)

@@ -26,7 +26,7 @@ def test_cycle_records_and_decides_at_the_time_it_got_the_shard_lock(
         # given a slice waiting and a gang whose deadline falls while the next cycle waits for the lock
         # (two nodes, one cordoned: a pool that could never hold the gang refuses it at submit)
         small_cluster(gpu_nodes=2, gpus_per_node=4)
-        services.cordon_node(Node.objects.order_by("name").last().pk)
+        services.cordon_node(Node.objects.order_by("name").last().pk, reason="maintenance")
         q = make_quota(make_group())
         w = services.submit_workload(
             tenant=q.tenant, quota=q, kind="job_pod", name="nb", cpu_milli=1000,

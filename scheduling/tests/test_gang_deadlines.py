@@ -88,7 +88,7 @@ def test_gang_that_never_gathers_times_out_at_its_submit_deadline() -> None:
         # given a gang that needs two 4-GPU nodes on a cluster of two, one of them cordoned
         # (a pool that could never hold it is refused at submit instead)
         small_cluster(gpu_nodes=2, gpus_per_node=4)
-        services.cordon_node(Node.objects.order_by("name").last().pk)
+        services.cordon_node(Node.objects.order_by("name").last().pk, reason="maintenance")
         q = make_quota(make_group())
         gang = submit_pair(q)
         # then it waits until submit + 30 s and times out then

@@ -54,7 +54,7 @@ def fail_first_gpu(first: Workload) -> list[int]:
 
 
 def drain_first_node(first: Workload) -> list[int]:
-    return services.drain_node(open_placement(first).node_id)
+    return services.drain_node(open_placement(first).node_id, reason="drained for a kernel upgrade")
 
 
 def delete_first_pod(first: Workload) -> list[int]:

@@ -203,6 +203,12 @@ REGISTRY: dict[str, Resource] = {
         model="scheduling.Gpu",
         reason="the inventory is shared by every tenant; other tenants' slices show only their size",
     ),
+    "operator-actions": Resource(
+        kind="global",
+        model="portal.OperatorAction",
+        reason="the operators' audit trail: operators read all of it, every tenant's member gets 403 "
+        "(it is not tenant-owned; portal/tests/test_operator_log.py checks the personas)",
+    ),
     "placements": Resource(kind="tenant", make=_placement, model="scheduling.Placement"),
     "workloads": Resource(kind="tenant", make=_placed_workload, model="scheduling.Workload"),
     "jobs": Resource(

@@ -243,7 +243,8 @@ def operator_action(world: World, actor: Actor, rng: random.Random) -> OpRecord:
             gpu = rng.choice(world.gpus)
             world.failed_gpus.append(gpu)
             path, kind = f"gpus/{gpu}/fail/", "gpu.fail"
-    body = {"healthy": True, "reason": "repaired"} if kind == "gpu.heal" else None
+    # Cordon and drain require a reason (issue 16); every operator action carries one.
+    body = {"healthy": True, "reason": "repaired"} if kind == "gpu.heal" else {"reason": kind}
     return OpRecord(kind, OPERATOR, actor.operator_client.call("POST", path, json=body))
 
 

@@ -8,12 +8,6 @@
   var url = box.getAttribute("data-status-url") + "?ids=" + id;
   var transitional = ["queued", "placed", "starting", "stopping", "deleting"];
 
-  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
-    form.addEventListener("submit", function (event) {
-      if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
-    });
-  });
-
   function draw(series) {
     var el = document.querySelector("[data-sparkline]");
     if (!window.Plotly || !el) { return; }
