@@ -20,8 +20,8 @@ from codespaces.models import (
     Codespace,
 )
 from codespaces.phase import Observed
-from codespaces.services.actions import cleared_placement
 from codespaces.requeue_notice import requeue_message
+from codespaces.services.actions import cleared_placement
 from portal.errors import Conflict
 from portal.periodic import ItemFailures, run_each
 
