@@ -6,6 +6,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from portal import views
+from portal.api.views import ApiRootView
 from portal.forms import AdminLoginForm, LoginForm
 
 # Every page that takes a password goes through the sign-in lockout (portal.login_throttle).
@@ -21,6 +22,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("", ApiRootView.as_view(), name="api-root"),
 ]
 
 urlpatterns = [
@@ -51,7 +53,11 @@ urlpatterns = [
     path("dashboards/", include("portal.dashboards.urls")),
     path("", include("portal.dashboards.metrics_urls")),
     path("admin/", admin.site.urls),
+    # Browsers ask for /favicon.ico on pages that name none (the admin, the API docs): the static icon.
+    path("favicon.ico", views.favicon, name="favicon"),
 ]
 
 # An unhandled exception anywhere (a view or a middleware): JSON on /api/ paths, HTML elsewhere.
 handler500 = views.server_error
+handler404 = views.page_not_found
+handler403 = views.permission_denied
