@@ -445,3 +445,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # The folder broker has no host; kombu warns "No hostname was supplied. Reverting to default
+    # 'localhost'" on every connection, which only confuses someone reading `make run`'s output.
+    LOGGING["loggers"]["kombu.connection"] = {"level": "ERROR"}  # type: ignore[index]
