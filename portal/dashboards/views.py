@@ -18,8 +18,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import charts
-from portal.errors import DomainError
+from portal import charts, numbers
+from portal.errors import DomainError, InvalidInput
 from portal.models import Tenant
 from portal.numbers import parse_int
 from portal.scoping import current_user, is_operator, tenants_for
@@ -30,8 +30,8 @@ from scheduling.telemetry import series
 DEFINITIONS = {
     "allocation": (
         "GPU allocation = allocated GPU capacity ÷ schedulable GPU capacity, unhealthy GPUs excluded; "
-        "in cards (cards holding any share ÷ healthy cards) and in compute milli "
-        "(allocated milli ÷ healthy cards × 1000)."
+        "in cards (cards holding any share ÷ healthy cards) and in compute (the GPU compute handed out "
+        "÷ healthy cards, where a 30 % slice of a card counts as 0.3 of a card)."
     ),
     "utilization": (
         "Utilization = mean SM utilization (DCGM SM active, or HAMi's per-container SM % on shared "
@@ -41,8 +41,8 @@ DEFINITIONS = {
         "Idle allocated GPU-hours = GPU capacity held during minutes whose SM utilization was below 5 %."
     ),
     "fragmentation": (
-        "Fragmentation = free GPU capacity that the current request mix cannot use (expected idle milli "
-        "that a random request of the active and pending mix could not take)."
+        "Fragmentation = free GPU capacity that the current request mix cannot use (the expected "
+        "share of free GPU compute that a random request of the active and pending mix could not take)."
     ),
 }
 RANGE_CHOICES = [(k, k) for k in series.RANGES]
@@ -228,17 +228,16 @@ def _chosen_pool(request: HttpRequest) -> QuotaGroup | None:
     return pools.first()
 
 
-def _int_or_none(raw: str | None, field: str) -> int | None:
+def _amount_or_none(
+    raw: str | None, field: str, unit: str, maximum: int, *, minimum: float = 0
+) -> int | None:
+    """A query parameter typed in people's units (% of a GPU, GiB) as the exact milli / MiB."""
     if raw is None or raw == "":
         return None
     try:
-        return int(raw)
-    except ValueError as exc:
-        from portal.errors import InvalidInput
-
-        raise InvalidInput(
-            f"{field}={raw!r}: a whole number.", fields={field: ["a whole number"]}
-        ) from exc
+        return numbers.to_base(raw, unit, minimum=minimum, maximum=maximum)
+    except numbers.UnitError as exc:
+        raise InvalidInput(f"{field}={raw[:32]!r}: {exc}", fields={field: [str(exc)]}) from exc
 
 
 @login_required
@@ -261,8 +260,10 @@ def fragmentation_data(request: HttpRequest) -> JsonResponse:
     try:
         chosen = frag.preset(
             request.GET.get("preset") or None,
-            _int_or_none(request.GET.get("milli"), "milli"),
-            _int_or_none(request.GET.get("memory_mib"), "memory_mib"),
+            _amount_or_none(
+                request.GET.get("gpu_percent"), "gpu_percent", "percent", 100, minimum=0.1
+            ),
+            _amount_or_none(request.GET.get("gpu_memory_gib"), "gpu_memory_gib", "gib", 1024),
         )
     except DomainError as exc:
         return _error(exc)
@@ -286,10 +287,10 @@ def _fragmentation(pool: QuotaGroup, chosen: frag.SlicePreset) -> dict[str, Any]
             "compute": charts.fragmentation_heatmap(
                 fmap.nodes,
                 fmap.gpu_columns,
-                fmap.free_milli,
+                [[None if v is None else v / 10 for v in row] for row in fmap.free_milli],
                 title=f"Free compute per GPU — {pool.name}",
-                unit="milli",
-                maximum=1000,
+                unit="% of the GPU",
+                maximum=100,
             ),
             "memory": charts.fragmentation_heatmap(
                 fmap.nodes,

@@ -50,11 +50,11 @@ def test_cluster_page_shows_nodes_and_who_holds_each_slice(
     html = page.content.decode()
     assert 'data-testid="node-training-g0"' in html
     assert 'data-testid="node-training-c0"' in html
-    assert "alice-notebook (team-a): 250m, 2048 MiB" in html
+    assert "alice-notebook (team-a): 25 % of the GPU, 2 GiB" in html
     assert 'style="width: 25.0%"' in html
     other = login(charlie).get("/cluster/").content.decode()
     assert "alice-notebook" not in other
-    assert "another team (another team): 250m, 2048 MiB" in other
+    assert "another team (another team): 25 % of the GPU, 2 GiB" in other
 
 
 def test_cluster_page_filters_by_pool(alice: Any) -> None:

@@ -71,7 +71,7 @@ def test_overview_data_has_the_pool_figures(client, bob, ingested):
     }
     allocation = body["figures"]["allocation"]["data"]
     assert [(t["name"], t["y"]) for t in allocation] == [
-        ("a100 allocation (milli)", [66.67]),
+        ("a100 allocation (compute)", [66.67]),
         ("a100 allocation (cards)", [100.0]),
         ("a100 SM utilization", [45.17]),
     ]
@@ -136,13 +136,22 @@ def test_fragmentation_data(client, bob, ingested):
         "fragmented_gpus": 0.4,
         "fragmentation": 40.0,
     }
-    assert body["figures"]["compute"]["data"][0]["z"] == [[500, 0], [500, None]]
+    # free compute in % of each GPU (a person reads percent, not milli)
+    assert body["figures"]["compute"]["data"][0]["z"] == [[50.0, 0.0], [50.0, None]]
     assert body["figures"]["memory"]["data"][0]["z"] == [[40.0, 0.0], [40.0, None]]
     assert body["figures"]["fits"]["data"][0]["y"] == [2, 2]
-    bad = client.get("/dashboards/fragmentation/data/?milli=0")
+    custom = client.get(
+        "/dashboards/fragmentation/data/?pool=a100&gpu_percent=25&gpu_memory_gib=20"
+    )
+    assert custom.json()["summary"]["preset"] == "25% / 20 GiB"
+    bad = client.get("/dashboards/fragmentation/data/?gpu_percent=0")
     assert bad.status_code == 400
-    assert bad.json()["error"]["fields"] == {"milli": ["1 to 1000"]}
-    assert client.get("/dashboards/fragmentation/data/?milli=abc").status_code == 400
+    assert bad.json()["error"]["fields"] == {"gpu_percent": ["Enter between 0.1 and 100 %."]}
+    abc = client.get("/dashboards/fragmentation/data/?gpu_memory_gib=abc")
+    assert abc.status_code == 400
+    assert abc.json()["error"]["fields"] == {
+        "gpu_memory_gib": ["Enter a number of GiB, e.g. 2 or 0.5."]
+    }
     assert client.get("/dashboards/fragmentation/data/?pool=nope").status_code == 404
 
 
