@@ -376,6 +376,7 @@ def chargeback(request: HttpRequest) -> HttpResponse:
         "dashboards/chargeback.html",
         reverse("dashboards:chargeback-data"),
         prices=sorted(series.gpu_hour_prices().items()),
+        currency=settings.TESSERA_CHARGEBACK_CURRENCY,
         month_choices=(1, 3, 6, 12),
         tenants=tenants_for(current_user(request)).order_by("slug"),
     )
@@ -387,11 +388,12 @@ def chargeback_data(request: HttpRequest) -> JsonResponse:
         rows = _chargeback_rows(request)
     except DomainError as exc:
         return _error(exc)
+    currency = settings.TESSERA_CHARGEBACK_CURRENCY
     return JsonResponse(
         {
             "figures": {"chargeback": charts.chargeback_figure(rows)},
             "summary": {
-                "total_cost": f"{sum((r.cost for r in rows), start=0):.2f}",
+                "total_cost": f"{sum((r.cost for r in rows), start=0):.2f} {currency}",
                 "allocated_gpu_hours": round(sum(r.allocated_gpu_hours for r in rows), 1),
                 "used_gpu_hours": round(sum(r.used_gpu_hours for r in rows), 1),
             },
@@ -403,8 +405,8 @@ def chargeback_data(request: HttpRequest) -> JsonResponse:
                         "GPU model",
                         "Allocated GPU-h",
                         "Used GPU-h",
-                        "Price / GPU-h",
-                        "Charge",
+                        f"Price / GPU-h ({currency})",
+                        f"Charge ({currency})",
                     ],
                     "rows": [
                         [
@@ -442,8 +444,10 @@ def chargeback_csv(request: HttpRequest) -> HttpResponse:
             "used_gpu_hours",
             "price_per_gpu_hour",
             "charge",
+            "currency",
         ]
     )
+    currency = settings.TESSERA_CHARGEBACK_CURRENCY
     for r in rows:
         writer.writerow(
             [
@@ -454,6 +458,7 @@ def chargeback_csv(request: HttpRequest) -> HttpResponse:
                 f"{r.used_gpu_hours:.3f}",
                 r.price_per_gpu_hour,
                 r.cost,
+                currency,
             ]
         )
     return response

@@ -190,7 +190,7 @@ def test_chargeback_operators_see_all_members_their_own_and_csv(client, bob, ope
         ["2026-11", "team-b", "A100", 4.0, 2.0, "2.5", "10.00"],
     ]
     assert body["summary"] == {
-        "total_cost": "35.00",
+        "total_cost": "35.00 USD",
         "allocated_gpu_hours": 14.0,
         "used_gpu_hours": 7.0,
     }
@@ -208,8 +208,9 @@ def test_chargeback_operators_see_all_members_their_own_and_csv(client, bob, ope
             "used_gpu_hours",
             "price_per_gpu_hour",
             "charge",
+            "currency",
         ],
-        ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00"],
+        ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00", "USD"],
     ]
     assert client.get("/dashboards/chargeback/data/?months=99").status_code == 400
 
@@ -222,6 +223,7 @@ CSV_HEADER = [
     "used_gpu_hours",
     "price_per_gpu_hour",
     "charge",
+    "currency",
 ]
 
 
@@ -232,11 +234,11 @@ def test_chargeback_tenant_narrows_the_table_and_the_csv(client, bob, operator, 
     assert body["tables"]["chargeback"]["rows"] == [
         ["2026-11", "team-b", "A100", 4.0, 2.0, "2.5", "10.00"],
     ]
-    assert body["summary"]["total_cost"] == "10.00"
+    assert body["summary"]["total_cost"] == "10.00 USD"
     response = client.get("/dashboards/chargeback.csv?months=1&tenant=team-b")
     assert list(csv.reader(io.StringIO(response.content.decode()))) == [
         CSV_HEADER,
-        ["2026-11", "team-b", "A100", "4.000", "2.000", "2.5", "10.00"],
+        ["2026-11", "team-b", "A100", "4.000", "2.000", "2.5", "10.00", "USD"],
     ]
     # a member names only their own teams; another team's slug is not found
     client.force_login(bob)
@@ -244,7 +246,7 @@ def test_chargeback_tenant_narrows_the_table_and_the_csv(client, bob, operator, 
     assert client.get("/dashboards/chargeback/data/?tenant=team-b").status_code == 404
     own = client.get("/dashboards/chargeback.csv?months=1&tenant=team-a")
     assert list(csv.reader(io.StringIO(own.content.decode())))[1:] == [
-        ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00"],
+        ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00", "USD"],
     ]
 
 
@@ -302,3 +304,60 @@ def test_tenant_idle_total_and_wasting_rows_come_from_the_same_samples(client, b
     rows = body["tables"]["wasting"]["rows"]
     assert rows == [["cs-idle", 0.004, 0.004, 2.0]]
     assert sum(r[1] for r in rows) <= body["summary"]["idle_gpu_hours"]
+
+
+def _bill(quota, model: str, hours: int) -> None:
+    QuotaSample.objects.create(
+        resolution=Resolution.HOUR,
+        ts=datetime(2026, 11, 1, 3, 0, tzinfo=UTC),
+        minutes=60,
+        group=quota.group,
+        quota=quota,
+        tenant=quota.tenant,
+        gpu_model=model,
+        allocated_milli=hours * 60000,
+        used_milli=0,
+    )
+
+
+def test_every_demo_gpu_model_has_its_own_price_matched_exactly(
+    client, operator, telemetry_cluster
+):
+    # issue 16: an L40S was billed at the default because only "L4" was priced
+    from django.conf import settings as live
+
+    from portal.settings import TESSERA_GPU_HOUR_PRICES as DEFAULT_PRICES
+    from scheduling.telemetry.series import gpu_hour_prices
+
+    assert live.TESSERA_GPU_HOUR_PRICES == DEFAULT_PRICES
+    prices = gpu_hour_prices()
+    for model in ("H100", "A100", "L40S", "T4"):  # the demo cluster's models
+        assert model.lower() in prices
+    quota = telemetry_cluster.quotas["team-a"]
+    for model in ("L40S", "L4", "L40"):
+        _bill(quota, model, 10)
+    client.force_login(operator)
+    with time_machine.travel(T0, tick=False):
+        body = client.get("/dashboards/chargeback/data/?months=1").json()
+    billed = {r[2]: r[5] for r in body["tables"]["chargeback"]["rows"]}
+    assert billed == {
+        "L40S": str(prices["l40s"]),
+        "L4": str(prices["l4"]),
+        "L40": str(prices["default"]),  # no "L40" price: the default, never L4's or L40S's
+    }
+    assert prices["l40s"] != prices["default"]
+
+
+def test_chargeback_names_its_currency(client, operator, charges, settings):
+    settings.TESSERA_CHARGEBACK_CURRENCY = "EUR"
+    client.force_login(operator)
+    body = client.get("/dashboards/chargeback/data/?months=1").json()
+    assert body["summary"]["total_cost"] == "35.00 EUR"
+    assert body["tables"]["chargeback"]["columns"][-2:] == ["Price / GPU-h (EUR)", "Charge (EUR)"]
+    page = client.get("/dashboards/chargeback/").content.decode()
+    assert "Prices per GPU-hour (EUR)" in page
+    rows = list(
+        csv.reader(io.StringIO(client.get("/dashboards/chargeback.csv?months=1").content.decode()))
+    )
+    assert rows[0][-1] == "currency"
+    assert rows[1][-1] == "EUR"
