@@ -1,10 +1,14 @@
 # Tessera: the two commands a newcomer needs.
-#   make run   set up .venv, migrate, load demo data, start web + worker + beat (no external service)
+#   make run   set up .venv, migrate, load demo data, start web + worker + beat (no external service);
+#              `make run PORT=8080` (default 8000; HOST=0.0.0.0 to listen on every interface)
+#   make stop  stop what `make run` started
 #   make test  run the whole test suite (SQLite by default; PostgreSQL when DATABASE_URL is set)
 #   make services  install (Debian packages) and start PostgreSQL and Redis on 127.0.0.1 for the full suite
-.PHONY: run test lint venv services
+.PHONY: run stop test lint venv services
 
 PYTHON ?= python3
+PORT ?= $(or $(TESSERA_PORT),8000)
+HOST ?= $(or $(TESSERA_HOST),127.0.0.1)
 VENV := .venv
 BIN := $(VENV)/bin
 
@@ -17,7 +21,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: venv
-	./scripts/run.sh
+	TESSERA_HOST=$(HOST) TESSERA_PORT=$(PORT) ./scripts/run.sh
+
+stop:
+	./scripts/stop.sh
 
 test: venv
 	$(BIN)/python -m pytest

@@ -1,4 +1,15 @@
-"""Root pytest configuration: each app's fixtures and factories are registered once here."""
+"""Root pytest configuration: each app's fixtures and factories are registered once here, and the run ends
+with what was skipped and why (tests/skip_summary.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from tests.skip_summary import summarise
 
 pytest_plugins = [
     "portal.tests.fixtures",
@@ -10,3 +21,21 @@ pytest_plugins = [
     "tests.browser.fixtures",
     "tests.sso_fixtures",
 ]
+
+
+def _skip_reason(report: Any) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> Iterator[None]:
+    """At the very end of the run (after pytest's own short summary): which optional parts were
+    skipped, why, and how to run them."""
+    yield
+    reasons = [_skip_reason(r) for r in terminalreporter.stats.get("skipped", [])]
+    terminalreporter.section("optional parts")
+    for line in summarise(reasons, database_vendor=connection.vendor):
+        terminalreporter.write_line(line)

@@ -18,22 +18,20 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
-from portal import charts
+from portal import charts, numbers
 from portal.errors import DomainError, InvalidInput
 from portal.models import Tenant
 from portal.numbers import parse_int
 from portal.scoping import current_user, is_operator, tenants_for
 from quotas.models import QuotaGroup
-from scheduling.models import Shard
 from scheduling.telemetry import fragmentation as frag
 from scheduling.telemetry import series
-from scheduling.telemetry.models import PoolSample, Resolution
 
 DEFINITIONS = {
     "allocation": (
         "GPU allocation = allocated GPU capacity ÷ schedulable GPU capacity, unhealthy GPUs excluded; "
-        "in cards (cards holding any share ÷ healthy cards) and in compute milli "
-        "(allocated milli ÷ healthy cards × 1000)."
+        "in cards (cards holding any share ÷ healthy cards) and in compute (the GPU compute handed out "
+        "÷ healthy cards, where a 30 % slice of a card counts as 0.3 of a card)."
     ),
     "utilization": (
         "Utilization = mean SM utilization (DCGM SM active, or HAMi's per-container SM % on shared "
@@ -43,8 +41,8 @@ DEFINITIONS = {
         "Idle allocated GPU-hours = GPU capacity held during minutes whose SM utilization was below 5 %."
     ),
     "fragmentation": (
-        "Fragmentation = free GPU capacity that the current request mix cannot use (expected idle milli "
-        "that a random request of the active and pending mix could not take)."
+        "Fragmentation = free GPU capacity that the current request mix cannot use (the expected "
+        "share of free GPU compute that a random request of the active and pending mix could not take)."
     ),
 }
 RANGE_CHOICES = [(k, k) for k in series.RANGES]
@@ -84,6 +82,8 @@ CACHE_SECONDS = 120
 
 def _data_version() -> str:
     """Changes whenever ingestion writes a minute: the latest minute row of any pool."""
+    from scheduling.telemetry.models import PoolSample, Resolution
+
     latest = (
         PoolSample.objects.filter(resolution=Resolution.MINUTE)
         .order_by("-ts")
@@ -228,15 +228,16 @@ def _chosen_pool(request: HttpRequest) -> QuotaGroup | None:
     return pools.first()
 
 
-def _int_or_none(raw: str | None, field: str) -> int | None:
+def _amount_or_none(
+    raw: str | None, field: str, unit: str, maximum: int, *, minimum: float = 0
+) -> int | None:
+    """A query parameter typed in people's units (% of a GPU, GiB) as the exact milli / MiB."""
     if raw is None or raw == "":
         return None
     try:
-        return int(raw)
-    except ValueError as exc:
-        raise InvalidInput(
-            f"{field}={raw!r}: a whole number.", fields={field: ["a whole number"]}
-        ) from exc
+        return numbers.to_base(raw, unit, minimum=minimum, maximum=maximum)
+    except numbers.UnitError as exc:
+        raise InvalidInput(f"{field}={raw[:32]!r}: {exc}", fields={field: [str(exc)]}) from exc
 
 
 @login_required
@@ -259,11 +260,15 @@ def fragmentation_data(request: HttpRequest) -> JsonResponse:
     try:
         chosen = frag.preset(
             request.GET.get("preset") or None,
-            _int_or_none(request.GET.get("milli"), "milli"),
-            _int_or_none(request.GET.get("memory_mib"), "memory_mib"),
+            _amount_or_none(
+                request.GET.get("gpu_percent"), "gpu_percent", "percent", 100, minimum=0.1
+            ),
+            _amount_or_none(request.GET.get("gpu_memory_gib"), "gpu_memory_gib", "gib", 1024),
         )
     except DomainError as exc:
         return _error(exc)
+    from scheduling.models import Shard
+
     version = Shard.objects.filter(group=pool).values_list("version", flat=True).first()
     if version is None:  # no shard yet: nothing tells when the map changes, so no cache
         return JsonResponse(_fragmentation(pool, chosen))
@@ -282,10 +287,10 @@ def _fragmentation(pool: QuotaGroup, chosen: frag.SlicePreset) -> dict[str, Any]
             "compute": charts.fragmentation_heatmap(
                 fmap.nodes,
                 fmap.gpu_columns,
-                fmap.free_milli,
+                [[None if v is None else v / 10 for v in row] for row in fmap.free_milli],
                 title=f"Free compute per GPU — {pool.name}",
-                unit="milli",
-                maximum=1000,
+                unit="% of the GPU",
+                maximum=100,
             ),
             "memory": charts.fragmentation_heatmap(
                 fmap.nodes,
@@ -371,6 +376,7 @@ def chargeback(request: HttpRequest) -> HttpResponse:
         "dashboards/chargeback.html",
         reverse("dashboards:chargeback-data"),
         prices=sorted(series.gpu_hour_prices().items()),
+        currency=settings.TESSERA_CHARGEBACK_CURRENCY,
         month_choices=(1, 3, 6, 12),
         tenants=tenants_for(current_user(request)).order_by("slug"),
     )
@@ -382,11 +388,12 @@ def chargeback_data(request: HttpRequest) -> JsonResponse:
         rows = _chargeback_rows(request)
     except DomainError as exc:
         return _error(exc)
+    currency = settings.TESSERA_CHARGEBACK_CURRENCY
     return JsonResponse(
         {
             "figures": {"chargeback": charts.chargeback_figure(rows)},
             "summary": {
-                "total_cost": f"{sum((r.cost for r in rows), start=0):.2f}",
+                "total_cost": f"{sum((r.cost for r in rows), start=0):.2f} {currency}",
                 "allocated_gpu_hours": round(sum(r.allocated_gpu_hours for r in rows), 1),
                 "used_gpu_hours": round(sum(r.used_gpu_hours for r in rows), 1),
             },
@@ -398,8 +405,8 @@ def chargeback_data(request: HttpRequest) -> JsonResponse:
                         "GPU model",
                         "Allocated GPU-h",
                         "Used GPU-h",
-                        "Price / GPU-h",
-                        "Charge",
+                        f"Price / GPU-h ({currency})",
+                        f"Charge ({currency})",
                     ],
                     "rows": [
                         [
@@ -437,8 +444,10 @@ def chargeback_csv(request: HttpRequest) -> HttpResponse:
             "used_gpu_hours",
             "price_per_gpu_hour",
             "charge",
+            "currency",
         ]
     )
+    currency = settings.TESSERA_CHARGEBACK_CURRENCY
     for r in rows:
         writer.writerow(
             [
@@ -449,6 +458,7 @@ def chargeback_csv(request: HttpRequest) -> HttpResponse:
                 f"{r.used_gpu_hours:.3f}",
                 r.price_per_gpu_hour,
                 r.cost,
+                currency,
             ]
         )
     return response

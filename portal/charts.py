@@ -76,7 +76,7 @@ def allocation_figure(series: Mapping[str, Sequence[Any]]) -> Figure:
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": f"{pool} allocation (milli)",
+                "name": f"{pool} allocation (compute)",
                 "x": x,
                 "y": [p.allocation_milli_percent for p in points],
                 "line": {"color": color, "width": 2},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -11,6 +12,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from portal import numbers
 from portal.errors import DomainError
 from portal.login_throttle import LoginRefused, admit_attempt, attempt_succeeded, client_address
 from portal.operator_log import MAX_FILTER_LENGTH, LogFilters, action_choices
@@ -122,3 +124,38 @@ class ActivityFilterForm(forms.Form):
             since=d.get("since"),
             until=d.get("until"),
         )
+
+
+class UnitField(forms.Field):
+    """A resource amount typed in people's units (GPUs, % of a GPU, cores, GiB) whose cleaned value
+    is the exact integer the services keep (milli or MiB); conversion in `portal.numbers`. An initial
+    value given as that integer is shown in the unit."""
+
+    def __init__(
+        self, unit: str, *, minimum: float = 0, maximum: float = 10**6, **kwargs: Any
+    ) -> None:
+        self.unit = unit
+        self.minimum = minimum
+        self.maximum = maximum
+        places = numbers.UNITS[unit][1]
+        attrs = {"inputmode": "decimal", "step": str(Decimal(1).scaleb(-places)),
+                 "min": numbers.format_number(minimum), "max": numbers.format_number(maximum),
+                 "data-unit": unit}  # fmt: skip
+        kwargs.setdefault("widget", forms.NumberInput(attrs=attrs))
+        super().__init__(**kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return numbers.from_base(value, self.unit)
+        return value
+
+    def to_python(self, value: Any) -> int | None:  # type: ignore[override]
+        text = value.strip() if isinstance(value, str) else value
+        if text in self.empty_values:
+            return None
+        if len(str(text)) > 32:
+            raise ValidationError("Enter a shorter number.", code="invalid")
+        try:
+            return numbers.to_base(text, self.unit, minimum=self.minimum, maximum=self.maximum)
+        except numbers.UnitError as exc:
+            raise ValidationError(str(exc), code="invalid") from exc

@@ -7,6 +7,7 @@ SECRET_KEY and ALLOWED_HOSTS). Every variable is documented in docs/configuratio
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -455,7 +456,18 @@ CELERY_BEAT_SCHEDULE["prune-telemetry"] = {
     "task": "scheduling.telemetry.tasks.prune_telemetry_task",
     "schedule": crontab(minute="17"),
 }
-TESSERA_GPU_HOUR_PRICES = env_str("TESSERA_GPU_HOUR_PRICES", "H100=4.0,A100=2.5,L4=0.8,default=1.0")
+# Model names match exactly (case-insensitively): "L4" never prices an L40S, so every model of the demo
+# cluster (H100, A100, L40S, T4) has its own price.
+TESSERA_GPU_HOUR_PRICES = env_str(
+    "TESSERA_GPU_HOUR_PRICES", "H100=4.0,A100=2.5,L40S=1.8,L4=0.8,T4=0.4,default=1.0"
+)
+# The currency chargeback prices and charges are in (an ISO 4217 code, shown next to every amount).
+TESSERA_CHARGEBACK_CURRENCY = env_str("TESSERA_CHARGEBACK_CURRENCY", "USD")
+if not re.fullmatch(r"[A-Z]{3}", TESSERA_CHARGEBACK_CURRENCY):
+    raise ImproperlyConfigured(
+        f"TESSERA_CHARGEBACK_CURRENCY={TESSERA_CHARGEBACK_CURRENCY[:20]!r}: use a three-letter "
+        "ISO 4217 code such as USD or EUR"
+    )
 TESSERA_DASHBOARD_REFRESH_SECONDS = env_int("TESSERA_DASHBOARD_REFRESH_SECONDS", 60, minimum=5)
 
 # codespaces: idle auto-stop check (warn, then stop idle running codespaces per template policy).
@@ -478,3 +490,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # The folder broker has no host; kombu warns "No hostname was supplied. Reverting to default
+    # 'localhost'" on every connection, which only confuses someone reading `make run`'s output.
+    LOGGING["loggers"]["kombu.connection"] = {"level": "ERROR"}  # type: ignore[index]

@@ -6,6 +6,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from portal import activity_views, views
+from portal.api.views import ApiRootView
 from portal.forms import AdminLoginForm, LoginForm
 from portal.sso.views import SsoCallbackView, SsoStartView
 
@@ -22,6 +23,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("", ApiRootView.as_view(), name="api-root"),
 ]
 
 urlpatterns = [
@@ -55,7 +57,11 @@ urlpatterns = [
     path("dashboards/", include("dashboards.urls")),
     path("", include("dashboards.metrics_urls")),
     path("admin/", admin.site.urls),
+    # Browsers ask for /favicon.ico on pages that name none (the admin, the API docs): the static icon.
+    path("favicon.ico", views.favicon, name="favicon"),
 ]
 
 # An unhandled exception anywhere (a view or a middleware): JSON on /api/ paths, HTML elsewhere.
 handler500 = views.server_error
+handler404 = views.page_not_found
+handler403 = views.permission_denied

@@ -6,16 +6,24 @@ from typing import Any
 
 from django import forms
 
+from portal.forms import UnitField
 from portal.labels import MAX_LABEL_NAME_LENGTH, MAX_LABEL_PREFIX_LENGTH, MAX_LABEL_VALUE_LENGTH
 from portal.models import Tenant
 from quotas.models import RESOURCE_FIELDS, Quota, QuotaGroup
 from quotas.resources import Side
 
+# The unit each dimension is typed in (the form converts once, through portal.numbers).
+UNIT_OF = {
+    "gpu_milli": "gpus",
+    "gpu_memory_mib": "gib",
+    "cpu_milli": "cores",
+    "memory_mib": "gib",
+}
 UNIT_HELP = {
-    "gpu_milli": "milli-GPUs: 1000 = one GPU",
-    "gpu_memory_mib": "GPU memory in MiB (81920 = 80 GiB)",
-    "cpu_milli": "milli-CPUs: 1000 = one CPU",
-    "memory_mib": "memory in MiB (1024 = 1 GiB)",
+    "gpu_milli": "GPUs (0.5 = half of one GPU's compute)",
+    "gpu_memory_mib": "GiB of GPU memory",
+    "cpu_milli": "CPU cores (0.5 = half a core)",
+    "memory_mib": "GiB of memory",
 }
 DIMENSION_LABELS = {
     "gpu_milli": "GPU",
@@ -56,13 +64,15 @@ class QuotaForm(forms.Form):
             for dimension in side.dimensions:
                 for bound in ("min", "max"):
                     name = f"{side.value}_{bound}_{dimension}"
-                    self.fields[name] = forms.IntegerField(
+                    field = UnitField(
+                        UNIT_OF[dimension],
                         required=True,
                         initial=0,
                         label=f"{side.label} {bound} {DIMENSION_LABELS[dimension]}",
                         help_text=UNIT_HELP[dimension],
-                        widget=forms.NumberInput(attrs={"step": "1", "data-dimension": dimension}),
                     )
+                    field.widget.attrs["data-dimension"] = dimension
+                    self.fields[name] = field
         if quota is not None:
             for name in (*RESOURCE_FIELDS, "shared_weight", "lend_idle_min"):
                 self.initial.setdefault(name, getattr(quota, name))

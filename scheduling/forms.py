@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 
 from portal.errors import DomainError, InvalidInput
+from portal.forms import UnitField
 from portal.operator_log import clean_reason
 from quotas.models import Quota
 from scheduling.limits import MAX_REASON_LENGTH
@@ -21,15 +22,24 @@ class JobForm(forms.Form):
     min_available = forms.IntegerField(
         min_value=1, required=False, help_text="Empty = all pods must be placed together."
     )
-    cpu_milli = forms.IntegerField(min_value=1, initial=4000, label="CPU (milli) per pod")
-    memory_mib = forms.IntegerField(min_value=1, initial=16384, label="Memory (MiB) per pod")
+    # People type cores, GiB and % of a GPU; the cleaned values are the milli / MiB the services keep.
+    cpu_milli = UnitField(
+        "cores", minimum=0.001, maximum=1024, initial=4000, label="CPU cores per pod"
+    )
+    memory_mib = UnitField(
+        "gib", minimum=0.001, maximum=16384, initial=16384, label="Memory (GiB) per pod"
+    )
     gpu_count = forms.IntegerField(min_value=0, max_value=16, initial=1, label="GPUs per pod")
-    gpu_milli = forms.IntegerField(
-        min_value=0, max_value=1000, initial=1000, label="GPU milli per GPU",
-        help_text="1000 = whole cards; below 1000 = a slice of one GPU.",
-    )  # fmt: skip
-    gpu_memory_mib = forms.IntegerField(
-        min_value=0, initial=0, label="GPU memory (MiB) per slice", required=False
+    gpu_milli = UnitField(
+        "percent",
+        minimum=0,
+        maximum=100,
+        initial=1000,
+        label="Share of each GPU (%)",
+        help_text="100 % = whole cards; below 100 % = a slice of one GPU.",
+    )
+    gpu_memory_mib = UnitField(
+        "gib", maximum=1024, initial=0, label="GPU memory (GiB) per slice", required=False
     )
     timeout_seconds = forms.IntegerField(min_value=1, max_value=604800, initial=600)
     priority = forms.IntegerField(min_value=-1000, max_value=1000, initial=0)

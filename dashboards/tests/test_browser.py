@@ -77,9 +77,10 @@ def test_bad_custom_slice_shows_the_error_next_to_the_field(login, operator, liv
     page = login("operator")
     page.goto("/dashboards/fragmentation/")
     page.wait_for_selector("[data-dashboard][data-loaded=true]")
-    page.fill("#id_milli", "5000")
-    page.dispatch_event("#id_milli", "change")
+    page.fill("#id_gpu_percent", "500")
+    page.dispatch_event("#id_gpu_percent", "change")
     page.wait_for_function(
-        "() => document.querySelector('[data-field-error=milli]').textContent === '1 to 1000'"
+        "() => document.querySelector('[data-field-error=gpu_percent]').textContent"
+        " === 'Enter between 0.1 and 100 %.'"
     )
     assert page.inner_text('[data-summary="fits_total"]') == "4"

@@ -49,10 +49,10 @@ def test_allocation_figure_has_three_lines_per_pool_in_percent():
     fig = charts.allocation_figure({"b": points, "a": points[:1]})
     names = [t["name"] for t in fig["data"]]
     assert names == [
-        "a allocation (milli)",
+        "a allocation (compute)",
         "a allocation (cards)",
         "a SM utilization",
-        "b allocation (milli)",
+        "b allocation (compute)",
         "b allocation (cards)",
         "b SM utilization",
     ]

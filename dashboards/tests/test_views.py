@@ -71,7 +71,7 @@ def test_overview_data_has_the_pool_figures(client, bob, ingested):
     }
     allocation = body["figures"]["allocation"]["data"]
     assert [(t["name"], t["y"]) for t in allocation] == [
-        ("a100 allocation (milli)", [66.67]),
+        ("a100 allocation (compute)", [66.67]),
         ("a100 allocation (cards)", [100.0]),
         ("a100 SM utilization", [45.17]),
     ]
@@ -136,13 +136,22 @@ def test_fragmentation_data(client, bob, ingested):
         "fragmented_gpus": 0.4,
         "fragmentation": 40.0,
     }
-    assert body["figures"]["compute"]["data"][0]["z"] == [[500, 0], [500, None]]
+    # free compute in % of each GPU (a person reads percent, not milli)
+    assert body["figures"]["compute"]["data"][0]["z"] == [[50.0, 0.0], [50.0, None]]
     assert body["figures"]["memory"]["data"][0]["z"] == [[40.0, 0.0], [40.0, None]]
     assert body["figures"]["fits"]["data"][0]["y"] == [2, 2]
-    bad = client.get("/dashboards/fragmentation/data/?milli=0")
+    custom = client.get(
+        "/dashboards/fragmentation/data/?pool=a100&gpu_percent=25&gpu_memory_gib=20"
+    )
+    assert custom.json()["summary"]["preset"] == "25% / 20 GiB"
+    bad = client.get("/dashboards/fragmentation/data/?gpu_percent=0")
     assert bad.status_code == 400
-    assert bad.json()["error"]["fields"] == {"milli": ["1 to 1000"]}
-    assert client.get("/dashboards/fragmentation/data/?milli=abc").status_code == 400
+    assert bad.json()["error"]["fields"] == {"gpu_percent": ["Enter between 0.1 and 100 %."]}
+    abc = client.get("/dashboards/fragmentation/data/?gpu_memory_gib=abc")
+    assert abc.status_code == 400
+    assert abc.json()["error"]["fields"] == {
+        "gpu_memory_gib": ["Enter a number of GiB, e.g. 2 or 0.5."]
+    }
     assert client.get("/dashboards/fragmentation/data/?pool=nope").status_code == 404
 
 
@@ -181,7 +190,7 @@ def test_chargeback_operators_see_all_members_their_own_and_csv(client, bob, ope
         ["2026-11", "team-b", "A100", 4.0, 2.0, "2.5", "10.00"],
     ]
     assert body["summary"] == {
-        "total_cost": "35.00",
+        "total_cost": "35.00 USD",
         "allocated_gpu_hours": 14.0,
         "used_gpu_hours": 7.0,
     }
@@ -199,8 +208,9 @@ def test_chargeback_operators_see_all_members_their_own_and_csv(client, bob, ope
             "used_gpu_hours",
             "price_per_gpu_hour",
             "charge",
+            "currency",
         ],
-        ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00"],
+        ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00", "USD"],
     ]
     assert client.get("/dashboards/chargeback/data/?months=99").status_code == 400
 
@@ -213,6 +223,7 @@ CSV_HEADER = [
     "used_gpu_hours",
     "price_per_gpu_hour",
     "charge",
+    "currency",
 ]
 
 
@@ -223,11 +234,11 @@ def test_chargeback_tenant_narrows_the_table_and_the_csv(client, bob, operator, 
     assert body["tables"]["chargeback"]["rows"] == [
         ["2026-11", "team-b", "A100", 4.0, 2.0, "2.5", "10.00"],
     ]
-    assert body["summary"]["total_cost"] == "10.00"
+    assert body["summary"]["total_cost"] == "10.00 USD"
     response = client.get("/dashboards/chargeback.csv?months=1&tenant=team-b")
     assert list(csv.reader(io.StringIO(response.content.decode()))) == [
         CSV_HEADER,
-        ["2026-11", "team-b", "A100", "4.000", "2.000", "2.5", "10.00"],
+        ["2026-11", "team-b", "A100", "4.000", "2.000", "2.5", "10.00", "USD"],
     ]
     # a member names only their own teams; another team's slug is not found
     client.force_login(bob)
@@ -235,7 +246,7 @@ def test_chargeback_tenant_narrows_the_table_and_the_csv(client, bob, operator, 
     assert client.get("/dashboards/chargeback/data/?tenant=team-b").status_code == 404
     own = client.get("/dashboards/chargeback.csv?months=1&tenant=team-a")
     assert list(csv.reader(io.StringIO(own.content.decode())))[1:] == [
-        ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00"],
+        ["2026-11", "team-a", "A100", "10.000", "5.000", "2.5", "25.00", "USD"],
     ]
 
 
@@ -267,3 +278,86 @@ def test_fragmentation_map_follows_the_shard_version(client, bob, ingested):
     assert client.get(url).json()["summary"]["fits_total"] == 4  # same version: the shared payload
     Shard.objects.filter(pk=shard.pk).update(version=2)
     assert client.get(url).json()["summary"]["fits_total"] == 2
+
+
+def test_tenant_idle_total_and_wasting_rows_come_from_the_same_samples(client, bob, ingested):
+    # issue 16: the per-tenant page showed 1.42 idle GPU-h above rows adding up to 9.25. At 24 h the
+    # totals read minute rows while the table read the hour rollups, which also held hours without
+    # minute rows (the demo's backfilled history): the rows must come from the samples the total does.
+    from scheduling.models import Workload
+    from scheduling.telemetry.models import WorkloadHourly
+
+    idle = Workload.objects.get(name="cs-idle")
+    WorkloadHourly.objects.create(
+        hour=(T0 - timedelta(hours=12)).replace(minute=0, second=0, microsecond=0),
+        workload=idle,
+        tenant=idle.tenant,
+        quota=idle.quota,
+        kind="codespace",
+        minutes=60,
+        allocated_milli_minutes=9 * 60000,
+        used_milli_minutes=0,
+        idle_milli_minutes=9 * 60000,
+    )
+    client.force_login(bob)
+    body = client.get("/dashboards/tenants/data/?range=24h").json()
+    rows = body["tables"]["wasting"]["rows"]
+    assert rows == [["cs-idle", 0.004, 0.004, 2.0]]
+    assert sum(r[1] for r in rows) <= body["summary"]["idle_gpu_hours"]
+
+
+def _bill(quota, model: str, hours: int) -> None:
+    QuotaSample.objects.create(
+        resolution=Resolution.HOUR,
+        ts=datetime(2026, 11, 1, 3, 0, tzinfo=UTC),
+        minutes=60,
+        group=quota.group,
+        quota=quota,
+        tenant=quota.tenant,
+        gpu_model=model,
+        allocated_milli=hours * 60000,
+        used_milli=0,
+    )
+
+
+def test_every_demo_gpu_model_has_its_own_price_matched_exactly(
+    client, operator, telemetry_cluster
+):
+    # issue 16: an L40S was billed at the default because only "L4" was priced
+    from django.conf import settings as live
+
+    from portal.settings import TESSERA_GPU_HOUR_PRICES as DEFAULT_PRICES
+    from scheduling.telemetry.series import gpu_hour_prices
+
+    assert live.TESSERA_GPU_HOUR_PRICES == DEFAULT_PRICES
+    prices = gpu_hour_prices()
+    for model in ("H100", "A100", "L40S", "T4"):  # the demo cluster's models
+        assert model.lower() in prices
+    quota = telemetry_cluster.quotas["team-a"]
+    for model in ("L40S", "L4", "L40"):
+        _bill(quota, model, 10)
+    client.force_login(operator)
+    with time_machine.travel(T0, tick=False):
+        body = client.get("/dashboards/chargeback/data/?months=1").json()
+    billed = {r[2]: r[5] for r in body["tables"]["chargeback"]["rows"]}
+    assert billed == {
+        "L40S": str(prices["l40s"]),
+        "L4": str(prices["l4"]),
+        "L40": str(prices["default"]),  # no "L40" price: the default, never L4's or L40S's
+    }
+    assert prices["l40s"] != prices["default"]
+
+
+def test_chargeback_names_its_currency(client, operator, charges, settings):
+    settings.TESSERA_CHARGEBACK_CURRENCY = "EUR"
+    client.force_login(operator)
+    body = client.get("/dashboards/chargeback/data/?months=1").json()
+    assert body["summary"]["total_cost"] == "35.00 EUR"
+    assert body["tables"]["chargeback"]["columns"][-2:] == ["Price / GPU-h (EUR)", "Charge (EUR)"]
+    page = client.get("/dashboards/chargeback/").content.decode()
+    assert "Prices per GPU-hour (EUR)" in page
+    rows = list(
+        csv.reader(io.StringIO(client.get("/dashboards/chargeback.csv?months=1").content.decode()))
+    )
+    assert rows[0][-1] == "currency"
+    assert rows[1][-1] == "EUR"

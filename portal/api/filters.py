@@ -60,6 +60,8 @@ class FieldFilterBackend(BaseFilterBackend):
             if raw is None or raw == "":
                 continue
             values = [value.strip() for value in raw.split(",") if value.strip()][:MAX_VALUES]
+            if not values:  # only commas and spaces: no filter, as an empty value is
+                continue
             field = _model_field(queryset.model, lookup)
             choices = [str(value) for value, _ in (getattr(field, "choices", None) or [])]
             if choices:

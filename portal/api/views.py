@@ -3,13 +3,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.urls import reverse
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from portal import services
 from portal.api.serializers import (
@@ -132,3 +135,27 @@ class OperatorActionViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             first = next(iter(fields))
             raise InvalidInput(f"{first}: {fields[first][0]}", fields=fields)
         return filter_operator_actions(form.filters() if form.cleaned_data else LogFilters())
+
+
+class ApiRootView(APIView):
+    """GET /api/v1/: where the documentation and the schema are, for a person or a client finding its
+    way (public: it lists links, no data)."""
+
+    permission_classes = [AllowAny]
+    authentication_classes: list[type] = []
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        def link(name: str) -> str:
+            return request.build_absolute_uri(reverse(name, kwargs={"version": "v1"}))
+
+        return Response(
+            {
+                "name": "Tessera API",
+                "version": "v1",
+                "docs": link("api-docs"),
+                "redoc": link("api-redoc"),
+                "schema": link("api-schema"),
+                "authentication": "Authorization: Bearer <token> (create one at /account/tokens/)",
+            }
+        )

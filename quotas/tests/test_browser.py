@@ -34,13 +34,13 @@ def test_operator_edits_a_quota_with_what_if_and_inline_error(login, operator, t
 
     # and raises the min to 3 GPUs: the what-if shows both siblings before → after (min 3, then the
     # 3 idle GPUs split 4000:8000 by weight: team-a reaches its demand of 4, team-b gets 2 + 2)
-    page.fill("#id_gpu_min_gpu_milli", "3000")
+    page.fill("#id_gpu_min_gpu_milli", "3")
     page.wait_for_selector("#what-if tr[data-quota=team-a]")
     assert page.inner_text("#what-if tr[data-quota=team-a]").split("\t")[2] == "2.67 GPUs → 4 GPUs"
     assert page.inner_text("#what-if tr[data-quota=team-b]").split("\t")[2] == "5.33 GPUs → 4 GPUs"
 
     # and types a min above the max: an inline error next to the field, nothing saved
-    page.fill("#id_gpu_min_gpu_milli", "9000")
+    page.fill("#id_gpu_min_gpu_milli", "9")
     error = page.locator('.field-error.live[data-live-for="gpu_min_gpu_milli"]')
     error.wait_for(state="visible")
     assert error.inner_text() == "Min 9 GPUs is more than max 4 GPUs (GPU side)."
@@ -52,7 +52,7 @@ def test_operator_edits_a_quota_with_what_if_and_inline_error(login, operator, t
     assert QuotaChange.objects.count() == 0
 
     # when a valid edit is saved
-    page.fill("#id_gpu_min_gpu_milli", "3000")
+    page.fill("#id_gpu_min_gpu_milli", "3")
     page.fill("#id_note", "team-a needs its GPUs back")
     page.click("[data-testid=save]")
 

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from portal.numbers import from_base
 from portal.tests.factories import TenantFactory
+from quotas.forms import UNIT_OF
 from quotas.models import RESOURCE_FIELDS, Quota, QuotaChange, QuotaGroup
 from quotas.tests.factories import QuotaFactory, QuotaGroupFactory, make_node, make_workload
 
@@ -39,6 +41,10 @@ def _form_data(quota: Quota, **overrides):
     data = {name: getattr(quota, name) for name in RESOURCE_FIELDS}
     data.update(shared_weight="", lend_idle_min="on", note="", version=quota.version)
     data.update(overrides)
+    # the form speaks GPUs, cores and GiB: the amounts above (milli, MiB) as a person types them
+    for name in RESOURCE_FIELDS:
+        if isinstance(data.get(name), int):
+            data[name] = from_base(data[name], UNIT_OF[name.split("_", 2)[2]])
     return data
 
 
@@ -167,18 +173,20 @@ def test_create_group_and_quota_through_pages(operator, team_a):
     assert group.node_selector == {"pool": "batch"}
     bad = client.post("/quotas/groups/new/", {"name": "x", "selector_key_0": "pool"})
     assert bad.context["form"].errors["selector_value_0"] == ["Give label pool a value."]
-    data: dict[str, Any] = dict.fromkeys(RESOURCE_FIELDS, 0)
+    data: dict[str, Any] = dict.fromkeys(RESOURCE_FIELDS, "0")
+    # typed in GPUs, as the page asks
     data.update(
-        tenant="team-a", name="", gpu_min_gpu_milli=3000, gpu_max_gpu_milli=3000, lend_idle_min="on"
+        tenant="team-a", name="", gpu_min_gpu_milli="3", gpu_max_gpu_milli="3", lend_idle_min="on"
     )
     refused = client.post(f"/quotas/groups/{group.pk}/quotas/new/", data)
     assert (
         "more than its capacity of 2 GPUs" in refused.context["form"].errors["gpu_min_gpu_milli"][0]
     )
-    data.update(gpu_min_gpu_milli=1000)
+    data.update(gpu_min_gpu_milli="1")
     created = client.post(f"/quotas/groups/{group.pk}/quotas/new/", data)
     assert created.status_code == 302
-    assert Quota.objects.get(group=group).name == "team-a"
+    quota = Quota.objects.get(group=group)
+    assert (quota.name, quota.gpu_min_gpu_milli, quota.gpu_max_gpu_milli) == ("team-a", 1000, 3000)
 
 
 def test_delete_quota_page(setup, operator):

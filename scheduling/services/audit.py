@@ -517,7 +517,9 @@ def backend_matches_placements(context: AuditContext) -> list[Finding]:
 
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
-        "gpu_compute", "No GPU is over-committed in compute (milli)", gpu_compute_overcommitted
+        "gpu_compute",
+        "No GPU is over-committed in compute (more than 100 % handed out)",
+        gpu_compute_overcommitted,
     ),
     Invariant("gpu_memory", "No GPU is over-committed in memory", gpu_memory_overcommitted),
     Invariant(

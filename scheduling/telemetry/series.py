@@ -48,7 +48,6 @@ RANGES: dict[str, timedelta] = {
 }
 DEFAULT_RANGE = "24h"
 RAW_LIMIT = timedelta(hours=48)
-MINUTE_WASTE_LIMIT = timedelta(hours=6)
 BUCKET_ABOVE = timedelta(hours=6)
 MILLI_PER_GPU = 1000.0
 MILLI_MINUTES_PER_GPU_HOUR = 1000.0 * 60
@@ -370,10 +369,11 @@ def wasting_codespaces(
 ) -> list[WastingCodespace]:
     """The tenant's codespaces with the most idle allocated GPU-hours in the window (ties by name).
 
-    Up to 6 hours it reads minute samples; beyond, the hour rows (the current hour's row is re-rolled
-    every minute, so it is fresh) from the hour containing the window's start."""
+    Read at the window's resolution, like the tenant's totals (`tenant_usage`), so the rows never add up
+    to more than the total above them: minute samples for ranges read at minute resolution, hour rows
+    (the current hour's row is re-rolled every minute, so it is fresh) for those read per hour."""
     rows: Any
-    if win.end - win.start <= MINUTE_WASTE_LIMIT:
+    if win.resolution == Resolution.MINUTE:
         idle = Q(sm_utilization__isnull=True) | Q(sm_utilization__lt=5.0)
         qs = WorkloadSample.objects.filter(
             tenant=tenant, kind="codespace", ts__gte=win.start, ts__lt=win.end
@@ -389,7 +389,7 @@ def wasting_codespaces(
         hourly = WorkloadHourly.objects.filter(
             tenant=tenant,
             kind="codespace",
-            hour__gte=win.start.replace(minute=0, second=0, microsecond=0),
+            hour__gte=win.start,
             hour__lt=win.end,
         )
         if quota is not None:

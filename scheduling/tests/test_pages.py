@@ -50,11 +50,11 @@ def test_cluster_page_shows_nodes_and_who_holds_each_slice(
     html = page.content.decode()
     assert 'data-testid="node-training-g0"' in html
     assert 'data-testid="node-training-c0"' in html
-    assert "alice-notebook (team-a): 250m, 2048 MiB" in html
+    assert "alice-notebook (team-a): 25 % of the GPU, 2 GiB" in html
     assert 'style="width: 25.0%"' in html
     other = login(charlie).get("/cluster/").content.decode()
     assert "alice-notebook" not in other
-    assert "another team (another team): 250m, 2048 MiB" in other
+    assert "another team (another team): 25 % of the GPU, 2 GiB" in other
 
 
 def test_cluster_page_filters_by_pool(alice: Any) -> None:
@@ -138,13 +138,16 @@ def test_operator_fails_a_gpu_from_the_page(operator: Any, quota_a: Any) -> None
 
 def test_job_form_submits_a_gang_and_shows_its_pods(alice: Any, quota_a: Any) -> None:
     c = login(alice)
+    # typed as a person does: 2 cores, 4 GiB, 100 % of one GPU per pod
     form = {
-        "name": "train", "quota": quota_a.pk, "pods": 2, "cpu_milli": 2000, "memory_mib": 4096,
-        "gpu_count": 1, "gpu_milli": 1000, "gpu_memory_mib": 0, "timeout_seconds": 600,
+        "name": "train", "quota": quota_a.pk, "pods": 2, "cpu_milli": "2", "memory_mib": "4",
+        "gpu_count": 1, "gpu_milli": "100", "gpu_memory_mib": "0", "timeout_seconds": 600,
         "priority": 0, "preemptible": "on",
     }  # fmt: skip
     r = c.post("/cluster/jobs/", form)
     gang = Gang.objects.get()
+    sizes = set(gang.members.values_list("cpu_milli", "memory_mib", "gpu_milli"))
+    assert sizes == {(2000, 4096, 1000)}
     assert r.status_code == 302
     assert r["Location"] == f"/cluster/jobs/{gang.pk}/"
     services.run_cycle(quota_a.group_id)
@@ -158,8 +161,8 @@ def test_job_form_submits_a_gang_and_shows_its_pods(alice: Any, quota_a: Any) ->
 
 def test_job_form_shows_service_errors_next_to_the_field(alice: Any, quota_a: Any) -> None:
     form = {
-        "name": "bad", "quota": quota_a.pk, "pods": 2, "min_available": 3, "cpu_milli": 1,
-        "memory_mib": 1, "gpu_count": 2, "gpu_milli": 500, "timeout_seconds": 60, "priority": 0,
+        "name": "bad", "quota": quota_a.pk, "pods": 2, "min_available": 3, "cpu_milli": "0.001",
+        "memory_mib": "0.001", "gpu_count": 2, "gpu_milli": "50", "timeout_seconds": 60, "priority": 0,
     }  # fmt: skip
     r = login(alice).post("/cluster/jobs/", form)
     assert r.status_code == 200

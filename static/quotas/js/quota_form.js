@@ -77,27 +77,6 @@
       .catch(function () { if (mine === sequence) { status.textContent = "Preview unavailable; Save still validates."; } });
   }
 
-  // Next to every milli/MiB input, the value in the units people use ("= 2.5 GPUs", "= 80 GiB").
-  function trim(value) { return String(Math.round(value * 100) / 100); }
-  function humanize(input) {
-    var hint = input.parentNode.querySelector(".human");
-    if (!hint) {
-      hint = document.createElement("small");
-      hint.className = "human muted";
-      input.insertAdjacentElement("afterend", hint);
-    }
-    var value = Number(input.value);
-    var dimension = input.getAttribute("data-dimension");
-    if (input.value === "" || isNaN(value)) { hint.textContent = ""; return; }
-    if (dimension === "gpu_milli") { hint.textContent = "= " + trim(value / 1000) + " GPU" + (value === 1000 ? "" : "s"); }
-    else if (dimension === "cpu_milli") { hint.textContent = "= " + trim(value / 1000) + " CPU" + (value === 1000 ? "" : "s"); }
-    else { hint.textContent = "= " + trim(value / 1024) + " GiB"; }
-  }
-  form.querySelectorAll("input[data-dimension]").forEach(function (input) {
-    humanize(input);
-    input.addEventListener("input", function () { humanize(input); });
-  });
-
   form.addEventListener("input", function (event) {
     if (event.target.name === "note") { return; }
     clearTimeout(timer);
