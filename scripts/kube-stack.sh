@@ -2,7 +2,8 @@
 # The test control plane's binaries, built from pinned Go modules (tools/kube/*/go.mod + go.sum):
 #   kube-apiserver  k8s.io/kubernetes (staging modules pinned by replace lines)
 #   etcd            go.etcd.io/etcd/server/v3
-#   kwok            sigs.k8s.io/kwok (makes nodes Ready and bound pods Running, no kubelet)
+#   kwok            sigs.k8s.io/kwok (makes nodes Ready and bound pods Running, no kubelet),
+#                   with its default stages (kwok-stages.yaml) from the same module
 #   helm            helm.sh/helm/v3
 # into a cache outside the repo keyed by those versions, so a second run finds them at once.
 #
@@ -47,6 +48,20 @@ build() {
   echo "kube-stack: built $name in $(( $(date +%s) - started ))s" >&2
 }
 
+# KWOK's default stages (what kwokctl gives it): nodes become Ready and keep a heartbeat, bound pods
+# Running, finished pods Succeeded/Failed, deleted pods go. Taken from the pinned module's source.
+stages() {
+  [ -s "$dir/kwok-stages.yaml" ] && return 0
+  local src
+  src=$(cd "$tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+  for stage in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready \
+    pod/fast/pod-complete pod/fast/pod-delete; do
+    echo "---"
+    cat "$src/kustomize/stage/$stage.yaml"
+  done >"$dir/kwok-stages.yaml.tmp"
+  mv "$dir/kwok-stages.yaml.tmp" "$dir/kwok-stages.yaml"
+}
+
 case "${1:-}" in
   dir)
     echo "$dir"
@@ -64,6 +79,7 @@ case "${1:-}" in
       "-X k8s.io/component-base/version.gitVersion=$K8S -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
     build etcd etcd go.etcd.io/etcd/server/v3
     build kwok kwok sigs.k8s.io/kwok/cmd/kwok
+    stages
     build helm helm helm.sh/helm/v3/cmd/helm \
       "-X helm.sh/helm/v3/internal/version.version=$HELM"
     echo "kube-stack: binaries ready in $(( $(date +%s) - started ))s" >&2
