@@ -52,10 +52,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
     secretKeyRef:
       name: {{ .Values.django.existingSecret }}
       key: {{ .Values.django.databaseUrlKey }}
+{{- if .Values.broker.existingSecret }}
+- name: CELERY_BROKER_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.broker.existingSecret }}
+      key: {{ .Values.broker.urlKey }}
+- name: REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.broker.existingSecret }}
+      key: {{ .Values.broker.redisUrlKey }}
+{{- else }}
 - name: CELERY_BROKER_URL
   value: {{ .Values.broker.url | quote }}
 - name: REDIS_URL
   value: {{ .Values.broker.redisUrl | quote }}
+{{- end }}
 - name: TESSERA_BACKEND
   value: kubernetes
 - name: TESSERA_KUBECONFIG
