@@ -24,8 +24,10 @@ from portal.models import Tenant
 from portal.numbers import parse_int
 from portal.scoping import current_user, is_operator, tenants_for
 from quotas.models import QuotaGroup
+from scheduling.models import Shard
 from scheduling.telemetry import fragmentation as frag
 from scheduling.telemetry import series
+from scheduling.telemetry.models import PoolSample, Resolution
 
 DEFINITIONS = {
     "allocation": (
@@ -82,8 +84,6 @@ CACHE_SECONDS = 120
 
 def _data_version() -> str:
     """Changes whenever ingestion writes a minute: the latest minute row of any pool."""
-    from scheduling.telemetry.models import PoolSample, Resolution
-
     latest = (
         PoolSample.objects.filter(resolution=Resolution.MINUTE)
         .order_by("-ts")
@@ -267,8 +267,6 @@ def fragmentation_data(request: HttpRequest) -> JsonResponse:
         )
     except DomainError as exc:
         return _error(exc)
-    from scheduling.models import Shard
-
     version = Shard.objects.filter(group=pool).values_list("version", flat=True).first()
     if version is None:  # no shard yet: nothing tells when the map changes, so no cache
         return JsonResponse(_fragmentation(pool, chosen))

@@ -8,9 +8,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from quotas.cluster import cluster_rows
 from quotas.models import QuotaGroup
 from quotas.usage import node_matches, nodes_matching_both, selectors_overlap
-from scheduling.models import Gpu, Node
 
 # What the builder offers at most (a cluster with more labels still works: type the key).
 MAX_OFFERED_KEYS = 100
@@ -56,7 +56,7 @@ class SelectorPreview:
 def inventory_labels() -> dict[str, list[str]]:
     """Every node label key of the inventory with its values, both sorted (bounded)."""
     values: dict[str, set[str]] = {}
-    for labels in Node.objects.values_list("labels", flat=True):
+    for labels in cluster_rows().nodes().values_list("labels", flat=True):
         for key, value in (labels or {}).items():
             values.setdefault(str(key), set()).add(str(value))
     return {
@@ -86,11 +86,19 @@ def preview_selector(selector: dict[str, str], group_pk: int | None = None) -> S
     would overlap (a save would be refused while there is one)."""
     nodes = [
         (pk, name)
-        for pk, name, labels in Node.objects.order_by("name").values_list("pk", "name", "labels")
+        for pk, name, labels in cluster_rows()
+        .nodes()
+        .order_by("name")
+        .values_list("pk", "name", "labels")
         if node_matches(labels, selector)
     ]
     models = Counter(
-        Gpu.objects.filter(node_id__in=[pk for pk, _ in nodes]).values_list("model", flat=True)
+        model
+        for model in cluster_rows()
+        .nodes()
+        .filter(pk__in=[pk for pk, _ in nodes])
+        .values_list("gpus__model", flat=True)
+        if model is not None  # a node without GPUs
     )
     return SelectorPreview(
         nodes=tuple(name for _, name in nodes),
