@@ -3,8 +3,9 @@
 #              `make run PORT=8080` (default 8000; HOST=0.0.0.0 to listen on every interface)
 #   make stop  stop what `make run` started
 #   make test  run the whole test suite (SQLite by default; PostgreSQL when DATABASE_URL is set)
+#   make kube-stack  build kube-apiserver, etcd, KWOK and Helm for tests/kubernetes (once, cached)
 #   make services  install (Debian packages) and start PostgreSQL and Redis on 127.0.0.1 for the full suite
-.PHONY: run stop test lint venv services
+.PHONY: run stop test lint venv services kube-stack
 
 PYTHON ?= python3
 PORT ?= $(or $(TESSERA_PORT),8000)
@@ -38,3 +39,7 @@ lint: venv
 
 services:
 	bash scripts/services.sh
+
+# Build (once; cached outside the repo by version) the real control plane tests/kubernetes runs on.
+kube-stack:
+	bash scripts/kube-stack.sh build

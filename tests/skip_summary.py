@@ -26,7 +26,7 @@ PARTS = (
     OptionalPart(
         "Kubernetes stack",
         re.compile(r"kube|kwok|etcd|helm|kubectl", re.I),
-        "start the test cluster (docs/kubernetes.md)",
+        "build it once with `make kube-stack` (docs/kubernetes.md)",
     ),
     OptionalPart(
         "Redis / real Celery worker",
