@@ -41,6 +41,8 @@ NOT_PAGES = re.compile(
     r"|/(revoke|start|stop|delete|keep|cancel)/$"
     r"|<str:action>/$"
     r"|^(accounts/logout/|tenant/switch/)$"
+    r"|^accounts/sso/"  # redirects to and from the identity provider (404 while single sign-on is off)
+    r"|selector-preview/$"  # the quota-group builder's JSON preview
 )
 
 # Which real row fills a route's id, for the user who visits (None: the persona has no such row).

@@ -11,7 +11,8 @@ def test_success_message_survives_a_reload_of_the_same_page(login, alice):
     issue_token(alice, name="laptop")
     page = login("alice")
     page.goto("/account/tokens/")
-    page.click("button:has-text('Revoke')")
+    page.click("a:has-text('Revoke')")  # revoking asks once, on its confirmation page
+    page.click("[data-testid=confirm-button]")
     page.wait_for_selector(".message.success")
     assert page.inner_text(".messages") == "Token “laptop” revoked."
 

@@ -400,8 +400,11 @@ def _check_requests(stack: Stack, report: ChaosReport) -> None:
     }
     tables = {
         "codespace.create": (
-            "SELECT name, array_agg(id), array_agg(state), array_agg(pending_reason),"
-            " array_agg(failure_reason) FROM codespaces_codespace WHERE name = ANY(%s) GROUP BY name"
+            # A codespace's reasons are its workload's (codespaces.phase.observe derives them).
+            "SELECT c.name, array_agg(c.id), array_agg(c.state),"
+            " array_agg(COALESCE(w.pending_reason, '')), array_agg(COALESCE(w.failure_reason, ''))"
+            " FROM codespaces_codespace c LEFT JOIN scheduling_workload w ON w.id = c.workload_id"
+            " WHERE c.name = ANY(%s) GROUP BY c.name"
         ),
         "job.submit": (
             "SELECT name, array_agg(id), array_agg(state), array_agg(reason), array_agg(reason)"
