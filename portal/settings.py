@@ -470,6 +470,32 @@ if not re.fullmatch(r"[A-Z]{3}", TESSERA_CHARGEBACK_CURRENCY):
     )
 TESSERA_DASHBOARD_REFRESH_SECONDS = env_int("TESSERA_DASHBOARD_REFRESH_SECONDS", 60, minimum=5)
 
+# telemetry: GPU health rules (scheduling.telemetry.health_rules, checked against their bounds there):
+# fatal XIDs mark the GPU unhealthy, drain XIDs drain its node; temperature and power trip after
+# TRIP_AFTER readings above MAX and recover after CLEAR_AFTER readings below CLEAR; a GPU that tripped
+# MAX_AUTO_TRIPS times within FLAP_WINDOW_HOURS stays out; DRAIN_NODE_AT unhealthy GPUs drain a node
+# (0 = never). Operators are told by email (TESSERA_OPERATOR_EMAILS) and/or a webhook.
+TESSERA_HEALTH_RULES_ENABLED = env_bool("TESSERA_HEALTH_RULES_ENABLED", True)
+TESSERA_HEALTH_FATAL_XIDS = env_list(
+    "TESSERA_HEALTH_FATAL_XIDS", ["48", "62", "64", "74", "79", "94", "95"]
+)
+TESSERA_HEALTH_DRAIN_XIDS = env_list("TESSERA_HEALTH_DRAIN_XIDS", [])
+TESSERA_HEALTH_TEMPERATURE_MAX_C = env_float("TESSERA_HEALTH_TEMPERATURE_MAX_C", 90.0)
+TESSERA_HEALTH_TEMPERATURE_CLEAR_C = env_float("TESSERA_HEALTH_TEMPERATURE_CLEAR_C", 80.0)
+TESSERA_HEALTH_POWER_MAX_W = env_float("TESSERA_HEALTH_POWER_MAX_W", 750.0)
+TESSERA_HEALTH_POWER_CLEAR_W = env_float("TESSERA_HEALTH_POWER_CLEAR_W", 650.0)
+TESSERA_HEALTH_TRIP_AFTER = env_int("TESSERA_HEALTH_TRIP_AFTER", 3, minimum=1)
+TESSERA_HEALTH_CLEAR_AFTER = env_int("TESSERA_HEALTH_CLEAR_AFTER", 10, minimum=1)
+TESSERA_HEALTH_MAX_AUTO_TRIPS = env_int("TESSERA_HEALTH_MAX_AUTO_TRIPS", 3, minimum=1)
+TESSERA_HEALTH_FLAP_WINDOW_HOURS = env_float("TESSERA_HEALTH_FLAP_WINDOW_HOURS", 24.0)
+TESSERA_HEALTH_DRAIN_NODE_AT = env_int("TESSERA_HEALTH_DRAIN_NODE_AT", 0, minimum=0)
+TESSERA_OPERATOR_EMAILS = env_list("TESSERA_OPERATOR_EMAILS", [])
+TESSERA_OPERATOR_WEBHOOK_URL = env_str("TESSERA_OPERATOR_WEBHOOK_URL", "")
+CELERY_BEAT_SCHEDULE["evaluate-gpu-health"] = {
+    "task": "scheduling.telemetry.tasks.evaluate_gpu_health_task",
+    "schedule": crontab(minute="*"),
+}
+
 # codespaces: idle auto-stop check (warn, then stop idle running codespaces per template policy).
 TESSERA_CODESPACE_IDLE_CHECK_SECONDS = env_float("TESSERA_CODESPACE_IDLE_CHECK_SECONDS", 60.0)
 CELERY_BEAT_SCHEDULE["codespaces-idle-check"] = {

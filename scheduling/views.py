@@ -46,6 +46,7 @@ from scheduling.services.operator_impact import (
     job_cancel_impact,
     node_action_impact,
 )
+from scheduling.telemetry.health import node_health
 
 
 def _require_operator(request: HttpRequest) -> None:
@@ -94,6 +95,7 @@ def node_detail(request: HttpRequest, node_id: int) -> HttpResponse:
         "hidden": hidden,
         "simulated": settings.TESSERA_BACKEND == "simulated",
         "operator_actions": actions_on_node(node.name) if ops else [],
+        "gpu_health": node_health(node.pk),
     }
     return render(request, "scheduling/node_detail.html", context)
 

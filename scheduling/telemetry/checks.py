@@ -18,3 +18,15 @@ def check_gpu_hour_prices(app_configs: Any = None, **kwargs: Any) -> list[Error]
     except ImproperlyConfigured as exc:
         return [Error(str(exc), hint='e.g. "H100=4.0,A100=2.5,default=1.0"', id="telemetry.E001")]
     return []
+
+
+@register()
+def check_health_rules(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """The TESSERA_HEALTH_* knobs must build a valid HealthPolicy (numbers within their bounds)."""
+    from scheduling.telemetry.health import health_policy
+
+    try:
+        health_policy()
+    except ValueError as exc:
+        return [Error(f"TESSERA_HEALTH_*: {exc}", id="telemetry.E002")]
+    return []

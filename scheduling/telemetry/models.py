@@ -178,3 +178,49 @@ class PoolSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.group_id} {self.resolution}@{self.ts:%Y-%m-%d %H:%M}"
+
+
+class HealthAction(models.TextChoices):
+    """What the GPU health rules did (scheduling.telemetry.health_rules.Action)."""
+
+    MARK_UNHEALTHY = "mark_unhealthy", "Marked unhealthy"
+    MARK_HEALTHY = "mark_healthy", "Recovered"
+    DRAIN_NODE = "drain_node", "Drained the node"
+    HOLD = "hold", "Held out (flapping)"
+
+
+class GpuHealth(models.Model):
+    """The health rules' memory of one GPU (streaks, trips, last fault: `state`, see
+    `scheduling.telemetry.health.state_to_json`) and its last DCGM health reading."""
+
+    gpu = models.OneToOneField(Gpu, on_delete=models.CASCADE, related_name="health")
+    state = models.JSONField(default=dict)
+    read_at = models.DateTimeField(null=True, blank=True)
+    xid = models.PositiveIntegerField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+    ecc_dbe_total = models.FloatField(null=True, blank=True)
+    row_remap_failure = models.FloatField(null=True, blank=True)
+    uncorrectable_remapped_rows = models.FloatField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"health of gpu {self.gpu_id}"
+
+
+class GpuHealthEvent(models.Model):
+    """One decision of the health rules about one GPU: the history shown on the node page."""
+
+    ts = models.DateTimeField()
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="health_events")
+    action = models.CharField(max_length=20, choices=HealthAction.choices)
+    rule = models.CharField(max_length=20)
+    reason = models.CharField(max_length=500)
+    value = models.FloatField(null=True, blank=True)
+    requeued = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-ts", "-id"]
+        indexes = [models.Index(fields=["gpu", "-ts"], name="ghealth_gpu_ts")]
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} {self.action}@{self.ts:%Y-%m-%d %H:%M}"

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from scheduling.models import Gpu
+from scheduling.telemetry.health_rules import GpuReading
 from scheduling.telemetry.models import Source
 from scheduling.telemetry.samples import GPU_MILLI, MinuteMetrics, Share
 
@@ -194,4 +195,47 @@ def attribute(
         own = card_percent[workload_id] * GPU_MILLI / allocated[workload_id]
         out.workload_utilization[workload_id] = round(min(own, 100.0), 3)
     out.workload_memory_mib = dict(memory)
+    return out
+
+
+# GPU health (dcgm-exporter's default counters): the last XID, temperature, power, ECC and row remapping.
+HEALTH_METRICS = {
+    "xid": "DCGM_FI_DEV_XID_ERRORS",
+    "temperature_c": "DCGM_FI_DEV_GPU_TEMP",
+    "power_w": "DCGM_FI_DEV_POWER_USAGE",
+    "ecc_dbe_total": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "row_remap_failure": "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "uncorrectable_remapped_rows": "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+}
+
+
+class PrometheusHealth:
+    """Health readings of every GPU from dcgm-exporter's metrics through Prometheus (joined on UUID)."""
+
+    def __init__(self, base_url: str, client: PrometheusClient | None = None) -> None:
+        self.client = client or PrometheusClient(base_url)
+
+    def read(self, gpus: Sequence[Gpu]) -> list[GpuReading]:
+        values = {field: by_uuid(self.client.query(name)) for field, name in HEALTH_METRICS.items()}
+        return health_readings(gpus, values)
+
+
+def health_readings(gpus: Sequence[Gpu], values: dict[str, dict[str, float]]) -> list[GpuReading]:
+    """One reading per GPU that has at least one health metric (pure: tested on fixed numbers)."""
+    out = []
+    for gpu in gpus:
+        found = {
+            field: per_uuid[gpu.uuid] for field, per_uuid in values.items() if gpu.uuid in per_uuid
+        }
+        if not found:
+            continue
+        xid = found.pop("xid", None)
+        out.append(
+            GpuReading(
+                gpu_id=gpu.pk,
+                node=gpu.node.name,
+                xid=int(xid) if xid is not None else None,
+                **found,
+            )
+        )
     return out

@@ -8,12 +8,13 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from portal.periodic import claim_period, period_start
 from portal.transactions import run_in_transaction
-from scheduling.telemetry import ingestion, rollups
+from scheduling.telemetry import health, ingestion, rollups
 from scheduling.telemetry.prometheus import PrometheusError
 
 logger = logging.getLogger(__name__)
@@ -68,3 +69,28 @@ def prune_telemetry_task() -> dict[str, object]:
         "telemetry pruned %d minute rows, %d hour rows", report.minute_rows, report.hour_rows
     )
     return {"minute_rows": report.minute_rows, "hour_rows": report.hour_rows}
+
+
+@shared_task(autoretry_for=(PrometheusError,), retry_backoff=10, retry_kwargs={"max_retries": 2})
+def evaluate_gpu_health_task() -> dict[str, object]:
+    """Run the GPU health rules on this minute's DCGM readings (scheduling.telemetry.health), once per
+    minute (a second run for the same minute skips). Off when TESSERA_HEALTH_RULES_ENABLED is false."""
+    if not settings.TESSERA_HEALTH_RULES_ENABLED:
+        return {"skipped": "health rules disabled"}
+    minute = period_start(timezone.now(), INGEST_PERIOD_SECONDS)
+
+    def claim_and_evaluate() -> health.HealthReport | None:
+        if not claim_period("telemetry.health", minute):
+            return None
+        return health.evaluate_gpu_health(minute)
+
+    # The claim and the minute's decisions commit together (a Prometheus outage rolls both back).
+    report = run_in_transaction(claim_and_evaluate, name="gpu health")
+    if report is None:
+        return {"minute": minute.isoformat(), "skipped": "already ran for this minute"}
+    return {
+        "minute": minute.isoformat(),
+        "readings": report.readings,
+        "changes": [f"{c.action} gpu {c.gpu_id}: {c.reason}" for c in report.changes],
+        "requeued": list(report.requeued),
+    }
