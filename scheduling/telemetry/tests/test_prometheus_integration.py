@@ -14,9 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from scheduling.models import Gpu, Workload
+from scheduling.telemetry.health_rules import GpuReading
 from scheduling.telemetry.ingestion import ingest_minute
 from scheduling.telemetry.models import GpuSample, Source, WorkloadSample
-from scheduling.telemetry.prometheus import PrometheusClient, PrometheusError, PrometheusMetrics
+from scheduling.telemetry.prometheus import (
+    PrometheusClient,
+    PrometheusError,
+    PrometheusHealth,
+    PrometheusMetrics,
+)
 from scheduling.telemetry.tests.fixtures import T0
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -44,6 +51,34 @@ hami_container_device_utilization_ratio{{namespace="tessera-workloads",pod="cs-i
 # TYPE hami_vgpu_memory_used_bytes gauge
 hami_vgpu_memory_used_bytes{{namespace="tessera-workloads",pod="cs-busy",container="codespace",vdevice_index="0",device_uuid="GPU-n1-0"}} {10 * GIB}
 hami_vgpu_memory_used_bytes{{namespace="tessera-workloads",pod="cs-idle",container="codespace",vdevice_index="0",device_uuid="GPU-n1-0"}} {2 * GIB}
+# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.
+# TYPE DCGM_FI_DEV_XID_ERRORS gauge
+DCGM_FI_DEV_XID_ERRORS{{gpu="0",UUID="GPU-n1-0",Hostname="n1",err_code="79",err_msg="GPU has fallen off the bus"}} 79
+DCGM_FI_DEV_XID_ERRORS{{gpu="1",UUID="GPU-n1-1",Hostname="n1"}} 0
+DCGM_FI_DEV_XID_ERRORS{{gpu="0",UUID="GPU-n2-0",hostname="n2"}} 0
+# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).
+# TYPE DCGM_FI_DEV_GPU_TEMP gauge
+DCGM_FI_DEV_GPU_TEMP{{gpu="0",UUID="GPU-n1-0",Hostname="n1"}} 41
+DCGM_FI_DEV_GPU_TEMP{{gpu="1",UUID="GPU-n1-1",Hostname="n1"}} 96
+DCGM_FI_DEV_GPU_TEMP{{gpu="0",UUID="GPU-n2-0",hostname="n2"}} 58
+# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{{gpu="0",UUID="GPU-n1-0",Hostname="n1"}} 61.5
+DCGM_FI_DEV_POWER_USAGE{{gpu="1",UUID="GPU-n1-1",Hostname="n1"}} 398.25
+DCGM_FI_DEV_POWER_USAGE{{gpu="0",UUID="GPU-n2-0",hostname="n2"}} 210
+# HELP DCGM_FI_DEV_ECC_DBE_VOL_TOTAL Total number of double-bit volatile ECC errors.
+# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",UUID="GPU-n1-0",Hostname="n1"}} 0
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="1",UUID="GPU-n1-1",Hostname="n1"}} 0
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="0",UUID="GPU-n2-0",hostname="n2"}} 3
+# HELP DCGM_FI_DEV_ROW_REMAP_FAILURE Whether remapping of rows has failed.
+# TYPE DCGM_FI_DEV_ROW_REMAP_FAILURE gauge
+DCGM_FI_DEV_ROW_REMAP_FAILURE{{gpu="0",UUID="GPU-n1-0",Hostname="n1"}} 0
+DCGM_FI_DEV_ROW_REMAP_FAILURE{{gpu="1",UUID="GPU-n1-1",Hostname="n1"}} 0
+DCGM_FI_DEV_ROW_REMAP_FAILURE{{gpu="0",UUID="GPU-n2-0",hostname="n2"}} 0
+# HELP DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS Number of remapped rows for uncorrectable errors.
+# TYPE DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS counter
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{gpu="0",UUID="GPU-n2-0",hostname="n2"}} 2
 """
 
 
@@ -98,8 +133,10 @@ def prometheus(tmp_path: Path) -> Iterator[str]:
         deadline = time.monotonic() + 60
         while True:
             try:
-                if len(client.query("hami_vgpu_memory_used_bytes")) == 2 and client.query(
-                    "DCGM_FI_DEV_FB_USED"
+                if (
+                    len(client.query("hami_vgpu_memory_used_bytes")) == 2
+                    and client.query("DCGM_FI_DEV_FB_USED")
+                    and client.query("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")
                 ):
                     break
             except PrometheusError:
@@ -154,6 +191,51 @@ def test_the_beat_task_reads_prometheus_when_configured(telemetry_cluster, prome
     result = ingest_telemetry_task()
     assert result["workloads"] == 4
     assert set(WorkloadSample.objects.values_list("source", flat=True)) == {"prometheus"}
+
+
+def test_health_readings_come_from_dcgm_through_prometheus(telemetry_cluster, prometheus):
+    # given the exporter's health figures scraped by a real Prometheus (GPU-n2-1 exports none)
+    gpus = list(Gpu.objects.select_related("node").order_by("node__name", "index"))
+    by_id = {g.pk: g.uuid for g in gpus}
+
+    readings = PrometheusHealth(prometheus).read(gpus)
+
+    assert {by_id[r.gpu_id]: r for r in readings} == {
+        "GPU-n1-0": GpuReading(by_uuid_pk(gpus, "GPU-n1-0"), "n1", 79, 41.0, 61.5, 0.0, 0.0, None),
+        "GPU-n1-1": GpuReading(by_uuid_pk(gpus, "GPU-n1-1"), "n1", 0, 96.0, 398.25, 0.0, 0.0, None),
+        "GPU-n2-0": GpuReading(by_uuid_pk(gpus, "GPU-n2-0"), "n2", 0, 58.0, 210.0, 3.0, 0.0, 2.0),
+    }
+
+
+def by_uuid_pk(gpus, uuid):
+    return next(g.pk for g in gpus if g.uuid == uuid)
+
+
+def test_the_health_task_takes_out_the_gpus_prometheus_reports_failing(
+    telemetry_cluster, prometheus, settings
+):
+    from scheduling.telemetry.tasks import evaluate_gpu_health_task
+
+    settings.TESSERA_PROMETHEUS_URL = prometheus
+    result = evaluate_gpu_health_task()
+
+    # XID 79 on GPU-n1-0 and 3 double-bit ECC errors on GPU-n2-0 take them out at once; GPU-n1-1 at
+    # 96 °C is one reading above the limit, not yet three (hold-down)
+    assert result["readings"] == 3
+    healthy = dict(Gpu.objects.values_list("uuid", "healthy"))
+    assert healthy == {"GPU-n1-0": False, "GPU-n1-1": True, "GPU-n2-0": False, "GPU-n2-1": False}
+    assert sorted(result["changes"]) == sorted(
+        [
+            f"mark_unhealthy gpu {by_uuid_pk(Gpu.objects.all(), 'GPU-n1-0')}: "
+            "XID 79: GPU has fallen off the bus (DCGM_FI_DEV_XID_ERRORS)",
+            f"mark_unhealthy gpu {by_uuid_pk(Gpu.objects.all(), 'GPU-n2-0')}: "
+            "3 double-bit ECC errors (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)",
+        ]
+    )
+    requeued = set(
+        Workload.objects.filter(pk__in=result["requeued"]).values_list("name", flat=True)
+    )
+    assert requeued == {"cs-busy", "cs-idle", "half"}
 
 
 def test_unreachable_prometheus_is_a_transient_error():
