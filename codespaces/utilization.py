@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.utils import timezone
+
+from codespaces.models import Codespace
 from scheduling.telemetry.models import WorkloadSample
+from scheduling.telemetry.services import GpuUse, gpu_use_by_workload
 
 
 def utilization_series(workload_ids: Iterable[int], since: datetime) -> dict[int, dict[str, Any]]:
@@ -23,3 +27,12 @@ def utilization_series(workload_ids: Iterable[int], since: datetime) -> dict[int
         series[workload_id]["ts"].append(ts.isoformat())
         series[workload_id]["values"].append(value)
     return series
+
+
+def codespace_gpu_use(codespace: Codespace, *, hours: int = 1) -> GpuUse | None:
+    """What the codespace's current workload used of its GPU share over the last `hours`, labelled
+    with how it was found (None: no workload or no metric)."""
+    if not codespace.workload_id:
+        return None
+    since = timezone.now() - timedelta(hours=hours)
+    return gpu_use_by_workload([codespace.workload_id], since).get(codespace.workload_id)

@@ -21,7 +21,7 @@ from codespaces.choices import CodespaceState
 from codespaces.delete_preview import codespace_delete_impact
 from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm, SizePreviewForm
 from codespaces.models import Codespace, CodespaceTemplate, attach_placements
-from codespaces.utilization import utilization_series
+from codespaces.utilization import codespace_gpu_use, utilization_series
 from portal.api.parsers import load_json_object
 from portal.errors import DomainError
 from portal.forms import show_domain_error
@@ -189,6 +189,7 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
             "events": events,
             "can_manage": can_manage(user, codespace),
             "S": CodespaceState,
+            "gpu_use": codespace_gpu_use(codespace),
         },
     )
 

@@ -4,6 +4,7 @@ jobs (submit, follow, cancel). Thin: scope, call a service, render."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from portal.choices import OperatorActionKind as Kind
@@ -47,6 +49,7 @@ from scheduling.services.operator_impact import (
     node_action_impact,
 )
 from scheduling.telemetry.health import node_health
+from scheduling.telemetry.services import gpu_use_by_workload
 
 
 def _require_operator(request: HttpRequest) -> None:
@@ -320,7 +323,10 @@ def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
         .prefetch_related("gpu_shares__gpu")
         .first()
     )
-    return render(request, "scheduling/workload_detail.html", {"w": w, "placement": placement})
+    since = timezone.now() - timedelta(hours=1)
+    use = gpu_use_by_workload([w.pk], since).get(w.pk)
+    context = {"w": w, "placement": placement, "gpu_use": use}
+    return render(request, "scheduling/workload_detail.html", context)
 
 
 @login_required

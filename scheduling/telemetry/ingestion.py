@@ -30,6 +30,7 @@ from scheduling.choices import WorkloadKind, WorkloadState
 from scheduling.models import Gpu, Node, PlacementGpu, Shard, Workload
 from scheduling.telemetry import rollups, synthetic
 from scheduling.telemetry.models import (
+    Attribution,
     GpuSample,
     PoolSample,
     QuotaSample,
@@ -67,6 +68,7 @@ class SyntheticMetrics:
                 share.workload_id, share.profile, minute, share.gpu_memory_mib
             )
             out.workload_utilization[share.workload_id] = util
+            out.workload_attribution[share.workload_id] = Attribution.SIMULATED
             per_workload_memory[share.workload_id] += used
             gpu_util[share.gpu_id] += util * share.gpu_milli / GPU_MILLI
             gpu_mem[share.gpu_id] += used
@@ -197,6 +199,9 @@ def ingest_minute(
                 used_milli=round(milli * (util or 0.0) / 100, 3),
                 memory_used_mib=metrics.workload_memory_mib.get(workload_id, 0),
                 source=source.source,
+                attribution=metrics.workload_attribution.get(workload_id, "")
+                if util is not None
+                else "",
             )
         )
     gpu_rows = [

@@ -25,6 +25,15 @@ class Source(models.TextChoices):
     PROMETHEUS = "prometheus", "Prometheus (DCGM + HAMi)"
 
 
+class Attribution(models.TextChoices):
+    """How a workload's share of a GPU's use was found (shown next to the figure)."""
+
+    CONTAINER = "container", "measured per container (HAMi)"
+    DEVICE = "device", "the device's own figure (the only workload on its GPUs)"
+    APPORTIONED = "apportioned", "apportioned: the device's use split by allocation"
+    SIMULATED = "simulated", "simulated"
+
+
 class WorkloadSample(models.Model):
     """One minute of one GPU workload: what it held and how much of it it used.
 
@@ -42,6 +51,12 @@ class WorkloadSample(models.Model):
     used_milli = models.FloatField(default=0)
     memory_used_mib = models.PositiveIntegerField(default=0)
     source = models.CharField(max_length=20, choices=Source.choices, default=Source.SIMULATED)
+    attribution = models.CharField(
+        max_length=20,
+        choices=Attribution.choices,
+        blank=True,
+        help_text="How the workload's share of a shared GPU was found (blank: no metric)",
+    )
 
     class Meta:
         ordering = ["-ts"]

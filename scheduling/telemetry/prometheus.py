@@ -28,7 +28,7 @@ from datetime import datetime
 
 from scheduling.models import Gpu
 from scheduling.telemetry.health_rules import GpuReading
-from scheduling.telemetry.models import Source
+from scheduling.telemetry.models import Attribution, Source
 from scheduling.telemetry.samples import GPU_MILLI, MinuteMetrics, Share
 
 TIMEOUT_SECONDS = 10.0
@@ -131,6 +131,16 @@ class PrometheusMetrics:
         )
 
 
+def attribution_of(ways: set[str]) -> str:
+    """One label for a workload over its GPUs: apportioned if any of its cards was split by
+    allocation (the figure is then an estimate), else measured per container if any card was shared,
+    else the device's own figure."""
+    for label in (Attribution.APPORTIONED, Attribution.CONTAINER, Attribution.DEVICE):
+        if label in ways:
+            return str(label)
+    return ""
+
+
 def attribute(
     shares: Sequence[Share],
     gpus: Sequence[Gpu],
@@ -164,6 +174,7 @@ def attribute(
     card_percent: dict[int, float] = defaultdict(float)
     allocated: dict[int, int] = defaultdict(int)
     measured: set[int] = set()
+    how: dict[int, set[str]] = defaultdict(set)
     memory: dict[int, int] = defaultdict(int)
     for uuid, members in on_gpu.items():
         device = device_percent.get(uuid)
@@ -176,12 +187,16 @@ def attribute(
             if device is not None:
                 if len(members) == 1:
                     part = device
+                    how[share.workload_id].add(Attribution.DEVICE)
                 elif len(known) == len(members) and total_container > 0:
                     part = device * known[share.workload_id] / total_container
+                    how[share.workload_id].add(Attribution.CONTAINER)
                 elif len(known) == len(members):
                     part = 0.0
+                    how[share.workload_id].add(Attribution.CONTAINER)
                 else:
                     part = device * share.gpu_milli / total_milli
+                    how[share.workload_id].add(Attribution.APPORTIONED)
                 card_percent[share.workload_id] += part
                 measured.add(share.workload_id)
             used_bytes = container_memory_bytes.get((uuid, share.workload_name))
@@ -194,6 +209,7 @@ def attribute(
     for workload_id in measured:
         own = card_percent[workload_id] * GPU_MILLI / allocated[workload_id]
         out.workload_utilization[workload_id] = round(min(own, 100.0), 3)
+        out.workload_attribution[workload_id] = attribution_of(how[workload_id])
     out.workload_memory_mib = dict(memory)
     return out
 

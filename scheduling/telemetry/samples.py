@@ -36,12 +36,14 @@ class MinuteMetrics:
 
     `workload_utilization`: SM % of the workload's own allocation; `workload_memory_mib`: GPU memory used;
     `gpu_utilization`: SM % of the whole card; `gpu_memory_mib`: framebuffer used. Missing keys = no metric.
+    `workload_attribution`: how each workload's figure was found (`models.Attribution` values).
     """
 
     workload_utilization: dict[int, float] = field(default_factory=dict)
     workload_memory_mib: dict[int, int] = field(default_factory=dict)
     gpu_utilization: dict[int, float] = field(default_factory=dict)
     gpu_memory_mib: dict[int, int] = field(default_factory=dict)
+    workload_attribution: dict[int, str] = field(default_factory=dict)
 
 
 class MetricsSource(Protocol):
