@@ -469,6 +469,8 @@ if not re.fullmatch(r"[A-Z]{3}", TESSERA_CHARGEBACK_CURRENCY):
         "ISO 4217 code such as USD or EUR"
     )
 TESSERA_DASHBOARD_REFRESH_SECONDS = env_int("TESSERA_DASHBOARD_REFRESH_SECONDS", 60, minimum=5)
+# chargeback: teams (slugs) whose workloads are the platform's own, billed as platform overhead.
+TESSERA_CHARGEBACK_PLATFORM_TEAMS = env_list("TESSERA_CHARGEBACK_PLATFORM_TEAMS", [])
 
 # telemetry: GPU health rules (scheduling.telemetry.health_rules, checked against their bounds there):
 # fatal XIDs mark the GPU unhealthy, drain XIDs drain its node; temperature and power trip after

@@ -64,3 +64,34 @@ class PoolUsageSerializer(serializers.Serializer):
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
     points = PoolPointSerializer(many=True)
+
+
+class BillQuerySerializer(serializers.Serializer):
+    month = serializers.RegexField(
+        r"^\d{4}-\d{2}$", max_length=7, help_text="The month billed, YYYY-MM (UTC)"
+    )
+
+
+class BillLineSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField(source="model")
+    part = serializers.CharField(
+        help_text="A team's slug, or (platform overhead), (allocated but idle), (unallocated)"
+    )
+    allocated_gpu_hours = serializers.DecimalField(
+        max_digits=14, decimal_places=3, source="allocated_hours"
+    )
+    allocation_charge = serializers.DecimalField(max_digits=14, decimal_places=2)
+    used_gpu_hours = serializers.DecimalField(max_digits=14, decimal_places=3, source="used_hours")
+    usage_charge = serializers.DecimalField(max_digits=14, decimal_places=2)
+
+
+class BillSerializer(serializers.Serializer):
+    month = serializers.CharField(source="period")
+    currency = serializers.CharField()
+    physical_cost = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        allow_null=True,
+        help_text="Every GPU's GPU-hours × price (operators only; null for team members)",
+    )
+    lines = BillLineSerializer(many=True)

@@ -5,21 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import HttpResponse
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from portal.models import Tenant
-from portal.scoping import scope_queryset, tenants_for
+from portal.scoping import is_operator, scope_queryset, tenants_for
 from quotas.models import Quota, QuotaGroup
-from scheduling.telemetry import series
+from scheduling.telemetry import billing, series
 from scheduling.telemetry.api.serializers import (
+    BillQuerySerializer,
+    BillSerializer,
     PoolUsageSerializer,
     RangeQuerySerializer,
     TenantUsageSerializer,
 )
+from scheduling.telemetry.bill import Bill, BillLine
 
 RANGE_PARAMETER = OpenApiParameter(
     "range",
@@ -113,3 +119,43 @@ class PoolUsageViewSet(viewsets.GenericViewSet):
                 }
             ).data
         )
+
+
+def _bill_for(request: Request) -> tuple[Bill, list[BillLine], bool]:
+    query = BillQuerySerializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    bill = billing.monthly_bill(query.validated_data["month"], timezone.now())
+    operator = is_operator(request.user)
+    slugs = None if operator else set(tenants_for(request.user).values_list("slug", flat=True))
+    return bill, billing.visible_lines(bill, slugs), operator
+
+
+MONTH_PARAMETER = OpenApiParameter("month", str, required=True, description="YYYY-MM (UTC)")
+
+
+class BillView(APIView):
+    """The month's GPU bill: every GPU's physical cost split into teams' shares, platform overhead,
+    idle and unallocated, allocation-based and usage-based side by side; the parts add up to the
+    physical cost to the cent. Operators see every line, team members their teams' lines."""
+
+    @extend_schema(parameters=[MONTH_PARAMETER], responses={200: BillSerializer})
+    def get(self, request: Request, **kwargs: Any) -> Response:
+        bill, lines, operator = _bill_for(request)
+        payload = {
+            "period": bill.period,
+            "currency": bill.currency,
+            "physical_cost": bill.physical_cost if operator else None,
+            "lines": lines,
+        }
+        return Response(BillSerializer(payload).data)
+
+
+class BillCsvView(APIView):
+    """The same bill as CSV (one row per GPU model and part)."""
+
+    @extend_schema(parameters=[MONTH_PARAMETER], responses={(200, "text/csv"): OpenApiTypes.STR})
+    def get(self, request: Request, **kwargs: Any) -> HttpResponse:
+        bill, lines, _operator = _bill_for(request)
+        response = HttpResponse(billing.bill_csv(bill, lines), content_type="text/csv")
+        response["Content-Disposition"] = f'attachment; filename="gpu-bill-{bill.period}.csv"'
+        return response
