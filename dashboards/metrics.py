@@ -16,7 +16,13 @@ Families:
 * `tessera_placements_total{tenant}` — counter of placements ever made;
 * `tessera_invariant_violations{invariant}` — violating rows the last invariant audit found
   (scheduling.services.audit; only invariants it checked), and
-  `tessera_invariant_audit_timestamp_seconds` — when that audit ran.
+  `tessera_invariant_audit_timestamp_seconds` — when that audit ran;
+* `tessera_gpu_healthy{node,gpu,uuid}` — 1 healthy, 0 taken out (by an operator or the health rules);
+* `tessera_pending_oldest_wait_seconds{pool}` — how long the oldest PENDING GPU workload has waited;
+* `tessera_quota_gpu_allocated_milli{pool,quota,tenant}` — GPU milli held by a quota's placements.
+
+The alerting rules shipped with the Helm chart (`deploy/helm/tessera/templates/prometheusrule.yaml`)
+read these families.
 """
 
 from __future__ import annotations
@@ -25,14 +31,16 @@ import hmac
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Count, Sum
+from django.db.models import Count, Min, Sum
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadState
-from scheduling.models import Placement, Workload
+from scheduling.models import Gpu, Placement, Workload
 from scheduling.services.audit import invariant_statuses, latest_run
 from scheduling.telemetry.ingestion import quota_figures
 from scheduling.telemetry.models import PoolSample, Resolution
@@ -217,7 +225,52 @@ def collect() -> list[Family]:
         placements,
         violations,
         audited_at,
+        *health_and_wait_families(timezone.now()),
     ]
+
+
+def health_and_wait_families(now: datetime) -> list[Family]:
+    """GPU health, the oldest wait per pool and the allocation per quota (module docstring)."""
+    healthy = Family(
+        "tessera_gpu_healthy",
+        "1 = the GPU takes work, 0 = taken out (operator or health rule).",
+        "gauge",
+    )
+    for node, index, uuid, ok in Gpu.objects.order_by("node__name", "index").values_list(
+        "node__name", "index", "uuid", "healthy"
+    ):
+        healthy.add(1.0 if ok else 0.0, node=node, gpu=str(index), uuid=uuid)
+    oldest = Family(
+        "tessera_pending_oldest_wait_seconds",
+        "How long the oldest pending GPU workload of a pool has waited.",
+        "gauge",
+    )
+    for row in (
+        Workload.objects.filter(state=WorkloadState.PENDING, gpu_count__gt=0)
+        .values("quota__group__name")
+        .annotate(first=Min("submitted_at"))
+        .order_by("quota__group__name")
+    ):
+        wait = max((now - row["first"]).total_seconds(), 0.0)
+        oldest.add(round(wait, 3), pool=row["quota__group__name"])
+    per_quota = Family(
+        "tessera_quota_gpu_allocated_milli",
+        "GPU compute held by a quota's active placements (1000 = one card).",
+        "gauge",
+    )
+    for row in (
+        Placement.objects.filter(released_at__isnull=True)
+        .values("workload__quota__group__name", "workload__quota__name", "tenant__slug")
+        .annotate(milli=Sum("gpu_milli_total"))
+        .order_by("workload__quota__group__name", "workload__quota__name")
+    ):
+        per_quota.add(
+            float(row["milli"] or 0),
+            pool=row["workload__quota__group__name"],
+            quota=row["workload__quota__name"],
+            tenant=row["tenant__slug"],
+        )
+    return [healthy, oldest, per_quota]
 
 
 def _authorized(request: HttpRequest) -> bool:

@@ -82,3 +82,29 @@ def test_metrics_reports_allocation_quotas_pending_cycles_and_placements(
     }
     assert expected - lines == set()
     assert body.count("# HELP tessera_quota_gpu_runtime_milli ") == 1
+
+
+@pytest.mark.django_db
+def test_metrics_report_gpu_health_the_oldest_wait_and_allocation_per_quota(
+    client, settings, telemetry_cluster
+):
+    # the alerting rules (deploy/helm/tessera/templates/prometheusrule.yaml) read these families
+    from dashboards.metrics import health_and_wait_families
+    from scheduling.models import Workload
+
+    Workload.objects.filter(name="waiting").update(submitted_at=T0 - timedelta(minutes=45))
+    families = {f.name: f for f in health_and_wait_families(T0)}
+
+    assert families["tessera_gpu_healthy"].samples == [
+        ("", {"node": "n1", "gpu": "0", "uuid": "GPU-n1-0"}, 1.0),
+        ("", {"node": "n1", "gpu": "1", "uuid": "GPU-n1-1"}, 1.0),
+        ("", {"node": "n2", "gpu": "0", "uuid": "GPU-n2-0"}, 1.0),
+        ("", {"node": "n2", "gpu": "1", "uuid": "GPU-n2-1"}, 0.0),
+    ]
+    assert families["tessera_pending_oldest_wait_seconds"].samples == [
+        ("", {"pool": "a100"}, 2700.0)
+    ]
+    assert families["tessera_quota_gpu_allocated_milli"].samples == [
+        ("", {"pool": "a100", "quota": "team-a", "tenant": "team-a"}, 1000.0),
+        ("", {"pool": "a100", "quota": "team-b", "tenant": "team-b"}, 1000.0),
+    ]
