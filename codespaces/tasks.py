@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.utils import timezone
 
 from codespaces import idle, services
+from codespaces.services import waste
 from portal.periodic import ItemFailures
 
 logger = logging.getLogger(__name__)
@@ -61,3 +63,12 @@ def reconcile_codespaces_task() -> dict[str, object]:
     if changed:
         logger.info("codespaces reconcile: %d codespaces followed their workload", changed)
     return {"changed": changed, "failed": failures.failed, "failed_ids": failures.failed_ids}
+
+
+@shared_task
+def send_waste_digests_task() -> dict[str, object]:
+    """The weekly waste digest of every team with admins: email to its admins, and the report as
+    JSON to TESSERA_WASTE_WEBHOOK_URL (codespaces.services.waste)."""
+    sent = waste.send_waste_digests(timezone.now())
+    logger.info("waste digests sent to %d teams", len(sent))
+    return {"teams": sent}

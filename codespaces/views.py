@@ -21,10 +21,12 @@ from codespaces.choices import CodespaceState
 from codespaces.delete_preview import codespace_delete_impact
 from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm, SizePreviewForm
 from codespaces.models import Codespace, CodespaceTemplate, attach_placements
+from codespaces.services import waste
 from codespaces.utilization import codespace_gpu_use, utilization_series
 from portal.api.parsers import load_json_object
 from portal.errors import DomainError
 from portal.forms import show_domain_error
+from portal.models import Tenant
 from portal.numbers import parse_int
 from portal.scoping import admin_tenant_ids_for, current_user, is_operator, require_operator
 
@@ -303,3 +305,73 @@ def status_json(request: HttpRequest) -> JsonResponse:
             ]
         }
     )
+
+
+def _waste_for(request: HttpRequest) -> waste.WasteReport:
+    """The waste report of ?team=slug (default: the user's first team they administer); team admins
+    see their teams, operators any; ?idle_percent= and ?window_days= override the settings."""
+    user = current_user(request)
+    allowed = (
+        Tenant.objects.all()
+        if is_operator(user)
+        else Tenant.objects.filter(pk__in=admin_tenant_ids_for(user))
+    )
+    slug = request.GET.get("team", "")[:63]
+    tenant = (allowed.filter(slug=slug) if slug else allowed.order_by("slug")).first()
+    if tenant is None:
+        raise PermissionDenied("Waste reports are for the team's admins and operators.")
+    default = waste.waste_policy()
+    policy = waste.WastePolicy(
+        idle_percent=parse_number(request.GET, "idle_percent", default.idle_percent),
+        window_days=_window_days(request.GET.get("window_days"), default.window_days),
+    )
+    return waste.waste_report(tenant, timezone.now(), policy)
+
+
+def _window_days(raw: str | None, default: int) -> int:
+    if raw in (None, ""):
+        return default
+    days = parse_int(raw, minimum=1, maximum=waste.MAX_WINDOW_DAYS)
+    if days is None:
+        message = f"whole days between 1 and {waste.MAX_WINDOW_DAYS}"
+        raise DomainError(f"window_days: {message}.", fields={"window_days": [message]})
+    return days
+
+
+def parse_number(query: Any, name: str, default: float) -> float:
+    raw = query.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return float(str(raw)[:20])
+    except ValueError as exc:
+        raise DomainError(f"{name}: a number.", fields={name: ["a number"]}) from exc
+
+
+@login_required
+def waste_page(request: HttpRequest) -> HttpResponse:
+    """A team's weekly waste report (team admins, operators): idle GPU-hours by person and
+    template, never-used codespaces, jobs with idle GPUs, top savings."""
+    try:
+        report = _waste_for(request)
+    except DomainError as exc:
+        return render(
+            request,
+            "codespaces/waste.html",
+            {"error": exc, **_nav(request.user, "waste")},
+            status=400,
+        )
+    return render(
+        request, "codespaces/waste.html", {"report": report, **_nav(request.user, "waste")}
+    )
+
+
+@login_required
+def waste_csv(request: HttpRequest) -> HttpResponse:
+    try:
+        report = _waste_for(request)
+    except DomainError as exc:
+        return JsonResponse({"error": {"message": exc.message, "fields": exc.fields}}, status=400)
+    response = HttpResponse(waste.waste_csv(report), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="gpu-waste-{report.tenant.slug}.csv"'
+    return response

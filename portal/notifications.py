@@ -1,6 +1,6 @@
-"""Telling operators: an email to `TESSERA_OPERATOR_EMAILS` and a JSON POST to
+"""Telling people: operators (`notify_operators`) by an email to `TESSERA_OPERATOR_EMAILS` and a JSON POST to
 `TESSERA_OPERATOR_WEBHOOK_URL` (each optional; with neither set the audit trail and the pages are the
-only record). Call it after the commit of what it reports (`transaction.on_commit`): a delivery that
+only record), or any list of people and a webhook (`deliver`: the weekly waste digests). Call it after the commit of what it reports (`transaction.on_commit`): a delivery that
 fails is logged, never raised, so a mail server down does not undo a health decision."""
 
 from __future__ import annotations
@@ -22,19 +22,31 @@ MAX_BODY_LENGTH = 20_000
 
 
 def notify_operators(subject: str, body: str, payload: dict[str, Any]) -> list[str]:
-    """Send `subject`/`body` by email and `payload` (plus the subject) to the webhook. Returns the
-    channels that accepted it ("email", "webhook")."""
+    """Send `subject`/`body` by email and `payload` (plus the subject) to the operators' webhook.
+    Returns the channels that accepted it ("email", "webhook")."""
+    return deliver(
+        list(getattr(settings, "TESSERA_OPERATOR_EMAILS", [])),
+        getattr(settings, "TESSERA_OPERATOR_WEBHOOK_URL", ""),
+        subject,
+        body,
+        payload,
+    )
+
+
+def deliver(
+    recipients: list[str], url: str, subject: str, body: str, payload: dict[str, Any]
+) -> list[str]:
+    """Email `recipients` and POST `payload` (plus the subject) to `url`, each when given; failures
+    are logged. Returns the channels that accepted it."""
     subject = subject[:MAX_SUBJECT_LENGTH]
     body = body[:MAX_BODY_LENGTH]
     delivered: list[str] = []
-    recipients = list(getattr(settings, "TESSERA_OPERATOR_EMAILS", []))
     if recipients:
         try:
             send_mail(subject, body, None, recipients)
             delivered.append("email")
         except Exception:  # noqa: BLE001  (any mail failure is logged, the decision stands)
-            logger.exception("operator email %r was not sent", subject)
-    url = getattr(settings, "TESSERA_OPERATOR_WEBHOOK_URL", "")
+            logger.exception("email %r was not sent", subject)
     if url:
         data = json.dumps({"subject": subject, **payload}, default=str).encode()
         request = urllib.request.Request(  # noqa: S310  (an operator-configured URL)
@@ -44,5 +56,5 @@ def notify_operators(subject: str, body: str, payload: dict[str, Any]) -> list[s
             with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_SECONDS):  # noqa: S310
                 delivered.append("webhook")
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            logger.warning("operator webhook %s failed for %r: %s", url, subject, exc)
+            logger.warning("webhook %s failed for %r: %s", url, subject, exc)
     return delivered

@@ -497,6 +497,17 @@ CELERY_BEAT_SCHEDULE["evaluate-gpu-health"] = {
     "task": "scheduling.telemetry.tasks.evaluate_gpu_health_task",
     "schedule": crontab(minute="*"),
 }
+# waste reports (codespaces.services.waste): an hour of a workload below IDLE_PERCENT use of its
+# allocation is idle; reports cover WINDOW_DAYS; the weekly digest goes to each team's admins (email)
+# and to TESSERA_WASTE_WEBHOOK_URL, Mondays 07:00 UTC.
+TESSERA_WASTE_IDLE_PERCENT = env_float("TESSERA_WASTE_IDLE_PERCENT", 5.0)
+TESSERA_WASTE_WINDOW_DAYS = env_int("TESSERA_WASTE_WINDOW_DAYS", 7, minimum=1)
+TESSERA_WASTE_WEBHOOK_URL = env_str("TESSERA_WASTE_WEBHOOK_URL", "")
+TESSERA_PORTAL_URL = env_str("TESSERA_PORTAL_URL", "http://localhost:8000")
+CELERY_BEAT_SCHEDULE["waste-digests"] = {
+    "task": "codespaces.tasks.send_waste_digests_task",
+    "schedule": crontab(minute="0", hour="7", day_of_week="1"),
+}
 
 # codespaces: idle auto-stop check (warn, then stop idle running codespaces per template policy).
 TESSERA_CODESPACE_IDLE_CHECK_SECONDS = env_float("TESSERA_CODESPACE_IDLE_CHECK_SECONDS", 60.0)
