@@ -149,3 +149,34 @@ def test_the_weekly_digest_goes_to_the_team_admins(wasteful_team, alice, setting
         "Jobs with idle GPUs: train-idle",
         "Details: https://tessera.example.com/codespaces/waste/?team=team-a",
     ]
+
+
+def test_the_weekly_report_renders_for_a_demo_team():
+    # the demo (manage.py seed_demo): teams, users, inventory, demo jobs and 30 days of history
+    from django.core.management import call_command
+    from django.template.defaultfilters import floatformat
+
+    call_command("seed_demo", stdout=io.StringIO())
+    from portal.models import Tenant
+
+    team = Tenant.objects.get(slug="ml-research")
+    report = waste_report(team, datetime.now(UTC), WastePolicy(idle_percent=5, window_days=7))
+    # every idle GPU-hour is someone's and some template's (or a job's): the breakdowns add up
+    assert report.allocated_gpu_hours > 0
+    # (each line is rounded to the thousandth of a GPU-hour)
+    by_person = sum(x.idle_gpu_hours for x in report.by_person)
+    by_template = sum(x.idle_gpu_hours for x in report.by_template)
+    assert by_person == pytest.approx(report.idle_gpu_hours, abs=0.001 * len(report.by_person))
+    assert by_template == pytest.approx(report.idle_gpu_hours, abs=0.001 * len(report.by_template))
+
+    client = Client()
+    client.force_login(team.memberships.get(user__username="alice").user)
+    page = client.get("/codespaces/waste/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "GPU waste of team ml-research" in html
+    assert f'data-testid="idle">{floatformat(report.idle_gpu_hours, -1)}<' in html
+
+    out = io.StringIO()
+    call_command("waste_report", "--team", "ml-research", stdout=out)
+    assert out.getvalue().startswith("GPU waste of team ml-research, ")
