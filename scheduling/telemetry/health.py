@@ -45,6 +45,14 @@ from scheduling.telemetry.prometheus import PrometheusHealth
 logger = logging.getLogger(__name__)
 
 REASON_PREFIX = "Health rule: "
+READING_FIELDS = (
+    "xid",
+    "temperature_c",
+    "power_w",
+    "ecc_dbe_total",
+    "row_remap_failure",
+    "uncorrectable_remapped_rows",
+)
 HISTORY_PER_GPU = 20
 MAX_HISTORY_ROWS = 2000
 
@@ -60,13 +68,11 @@ class NominalHealth:
     following the GPU's last utilization sample (45 °C + 0.35 °C per %, 80 W + 3 W per %)."""
 
     def read(self, gpus: Sequence[Gpu]) -> list[GpuReading]:
+        latest = GpuSample.objects.order_by("-ts").values_list("ts", flat=True).first()
         last: dict[int, float] = {}
-        for gpu_id, util in (
-            GpuSample.objects.filter(gpu__in=list(gpus))
-            .order_by("gpu_id", "-ts")
-            .values_list("gpu_id", "sm_utilization")
-        ):
-            last.setdefault(gpu_id, util)
+        if latest is not None:
+            rows = GpuSample.objects.filter(ts=latest).values_list("gpu_id", "sm_utilization")
+            last = dict(rows)
         return [
             GpuReading(
                 gpu_id=gpu.pk,
@@ -181,20 +187,24 @@ def evaluate_gpu_health(
 
     def save_states() -> None:
         read = {r.gpu_id: r for r in readings}
+        rows = []
         for gpu_id, state in plan.states.items():
             reading = read.get(gpu_id)
-            values: dict[str, Any] = {"state": state_to_json(state)}
-            if reading is not None:
-                values.update(
-                    read_at=now,
-                    xid=reading.xid,
-                    temperature_c=reading.temperature_c,
-                    power_w=reading.power_w,
-                    ecc_dbe_total=reading.ecc_dbe_total,
-                    row_remap_failure=reading.row_remap_failure,
-                    uncorrectable_remapped_rows=reading.uncorrectable_remapped_rows,
-                )
-            GpuHealth.objects.update_or_create(gpu_id=gpu_id, defaults=values)
+            old = stored.get(gpu_id)
+            row = GpuHealth(gpu_id=gpu_id, state=state_to_json(state))
+            for name in READING_FIELDS:
+                value = getattr(reading, name) if reading is not None else getattr(old, name, None)
+                setattr(row, name, value)
+            row.read_at = now if reading is not None else getattr(old, "read_at", None)
+            rows.append(row)
+        # one upsert for every GPU (thousands on a large cluster), not a round trip each
+        GpuHealth.objects.bulk_create(
+            rows,
+            batch_size=1000,
+            update_conflicts=True,
+            unique_fields=["gpu"],
+            update_fields=["state", "read_at", *READING_FIELDS],
+        )
 
     run_in_transaction(save_states, name="gpu health states")
     return HealthReport(

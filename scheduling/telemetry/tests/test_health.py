@@ -189,3 +189,21 @@ def test_a_drain_xid_drains_the_whole_node(telemetry_cluster: Any) -> None:
         "gpu_unhealthy",
         "drain",
     ]
+
+
+def test_the_simulated_cluster_reads_nominal_health_that_follows_utilization(
+    telemetry_cluster: Any,
+) -> None:
+    from scheduling.telemetry.health import NominalHealth
+    from scheduling.telemetry.ingestion import ingest_minute
+    from scheduling.telemetry.tests.fixtures import FIXED, FixedMetrics
+
+    ingest_minute(T0, FixedMetrics(FIXED))  # train (whole GPU-n1-1) at 90 %
+    gpus = list(Gpu.objects.select_related("node").order_by("pk"))
+    readings = {g.uuid: r for g in gpus for r in NominalHealth().read(gpus) if r.gpu_id == g.pk}
+
+    train = readings["GPU-n1-1"]
+    assert (train.xid, train.temperature_c, train.power_w) == (0, 76.5, 350.0)
+    report = evaluate_gpu_health(T0, NominalHealth())
+    assert (report.readings, report.changes) == (4, ())
+    assert GpuHealth.objects.get(gpu__uuid="GPU-n1-1").temperature_c == 76.5
