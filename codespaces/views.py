@@ -29,6 +29,7 @@ from portal.forms import show_domain_error
 from portal.models import Tenant
 from portal.numbers import parse_int
 from portal.scoping import admin_tenant_ids_for, current_user, is_operator, require_operator
+from scheduling.telemetry.services import gpu_use_by_tenant
 
 
 def _nav(user: Any, scope: str) -> dict[str, Any]:
@@ -361,9 +362,10 @@ def waste_page(request: HttpRequest) -> HttpResponse:
             {"error": exc, **_nav(request.user, "waste")},
             status=400,
         )
-    return render(
-        request, "codespaces/waste.html", {"report": report, **_nav(request.user, "waste")}
-    )
+    since = timezone.now() - timedelta(hours=24)
+    team_use = gpu_use_by_tenant([report.tenant.pk], since).get(report.tenant.pk)
+    context = {"report": report, "team_use": team_use, **_nav(request.user, "waste")}
+    return render(request, "codespaces/waste.html", context)
 
 
 @login_required

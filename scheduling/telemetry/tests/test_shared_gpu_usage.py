@@ -126,3 +126,15 @@ def test_the_workload_page_labels_an_apportioned_figure(telemetry_cluster, opera
         page = client.get(f"/cluster/workloads/{busy.pk}/").content.decode()
     assert "apportioned: the device&#x27;s use split by allocation" in page
     assert "10 % of a GPU used of 25 % held (40.0 % of its allocation" in page
+
+
+def test_the_team_waste_page_labels_the_teams_apportioned_use(telemetry_cluster, alice):
+    ingest(DEVICE)
+    client = Client()
+    client.force_login(alice)  # team-a's admin
+    with time_machine.travel(T0 + timedelta(minutes=5), tick=False):
+        page = client.get("/codespaces/waste/?team=team-a").content.decode()
+    section = page.split('data-testid="team-use"')[1].split("</section>")[0]
+    # team-a: cs-busy 100 + cs-idle 100 (apportioned) + half 300 milli of 1000 held
+    assert "50 % of a GPU used of 100 % held (50.0 % of its allocation" in section
+    assert "apportioned: the device&#x27;s use split by allocation" in section
