@@ -247,6 +247,9 @@ REGISTRY: dict[str, Resource] = {
         lookup=lambda obj: obj.slug,  # type: ignore[attr-defined]
     ),
     "usage/quotas": Resource(kind="tenant", make=_quota, model="quotas.Quota"),
+    # the month's GPU bill: operators see every team's line, members only their teams' lines
+    "usage/bill": Resource(kind="tenant"),
+    "usage/bill.csv": Resource(kind="tenant"),
     "usage/pools": Resource(
         kind="global",
         make=_quota_group,

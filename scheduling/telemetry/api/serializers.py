@@ -68,7 +68,10 @@ class PoolUsageSerializer(serializers.Serializer):
 
 class BillQuerySerializer(serializers.Serializer):
     month = serializers.RegexField(
-        r"^\d{4}-\d{2}$", max_length=7, help_text="The month billed, YYYY-MM (UTC)"
+        r"^\d{4}-\d{2}$",
+        max_length=7,
+        required=False,
+        help_text="The month billed, YYYY-MM (UTC); the current month when left out",
     )
 
 

@@ -124,13 +124,16 @@ class PoolUsageViewSet(viewsets.GenericViewSet):
 def _bill_for(request: Request) -> tuple[Bill, list[BillLine], bool]:
     query = BillQuerySerializer(data=request.query_params)
     query.is_valid(raise_exception=True)
-    bill = billing.monthly_bill(query.validated_data["month"], timezone.now())
+    now = timezone.now()
+    bill = billing.monthly_bill(query.validated_data.get("month") or f"{now:%Y-%m}", now)
     operator = is_operator(request.user)
     slugs = None if operator else set(tenants_for(request.user).values_list("slug", flat=True))
     return bill, billing.visible_lines(bill, slugs), operator
 
 
-MONTH_PARAMETER = OpenApiParameter("month", str, required=True, description="YYYY-MM (UTC)")
+MONTH_PARAMETER = OpenApiParameter(
+    "month", str, required=False, description="YYYY-MM (UTC); default: the current month"
+)
 
 
 class BillView(APIView):
