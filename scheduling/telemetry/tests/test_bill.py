@@ -12,6 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+import time_machine
 from django.test import Client
 
 from scheduling.models import Node
@@ -132,10 +133,20 @@ def test_the_api_and_csv_give_operators_the_whole_bill_and_teams_their_lines(
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("month", ["2026-13", "11-2026", "1999-12", "x" * 50, ""])
+@pytest.mark.parametrize("month", ["2026-13", "11-2026", "1999-12", "x" * 50, "2026-1"])
 def test_a_bad_month_is_a_400_naming_the_field(operator, month):
     client = Client()
     client.force_login(operator)
     response = client.get("/api/v1/usage/bill/", {"month": month})
     assert response.status_code == 400
     assert list(response.json()["error"]["fields"]) == ["month"]
+
+
+@pytest.mark.django_db
+def test_without_a_month_the_bill_is_the_current_months(november, operator):
+    client = Client()
+    client.force_login(operator)
+    with time_machine.travel(datetime(2026, 11, 30, 23, 0, tzinfo=UTC), tick=False):
+        body = client.get("/api/v1/usage/bill/").json()
+    # 4 cards × (29 days + 23 hours) = 2876 GPU-hours × 2.4567 = 7065.4692
+    assert (body["month"], body["physical_cost"]) == ("2026-11", "7065.47")
