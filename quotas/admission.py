@@ -5,7 +5,9 @@ Koordinator's PreFilter (k8s-integration.md §3.3) on the workload's side of its
 2. the request fits the side's capacity of the group at all (code `exceeds_capacity`);
 3. non-preemptible work: `non-preemptible used + request ≤ min` in every dimension the quota guarantees
    (min > 0; a side with no min admits no non-preemptible work) (code `nonpreemptible_beyond_min`);
-4. `used + request ≤ runtime`, the runtime share computed with the request counted in the demand (code
+4. a GPU-hour budget at 100 % (`QuotaSpec.budget`, quotas.budgets) stops new borrowing: a GPU-side
+   request beyond min waits; a `hard` budget stops every new GPU request (code `budget_exhausted`);
+5. `used + request ≤ runtime`, the runtime share computed with the request counted in the demand (code
    `quota_runtime`).
 `within_min` tells the caller whether the request runs within the guaranteed min (then it may reclaim
 borrowed capacity from siblings; see quotas.reclaim).
@@ -24,6 +26,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from quotas.fairness import BudgetState
 from quotas.resources import Resources, Side, human_amount, human_number, total
 from quotas.usage import GroupSnapshot, WorkloadUsage, group_snapshot, usage_of
 
@@ -35,6 +38,7 @@ class AdmissionCode(str, Enum):
     NONPREEMPTIBLE_BEYOND_MIN = "nonpreemptible_beyond_min"
     OVER_RUNTIME = "quota_runtime"
     NO_QUOTA = "no_quota"
+    BUDGET_EXHAUSTED = "budget_exhausted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,9 @@ def check_request(
             f"{human_number(over, request.get(over))}{what}.",
             within_min,
         )
+    refusal = _budget_refusal(state.spec.budget, label, side, usage.min, after)
+    if refusal is not None:
+        return refusal
     capacity = snapshot.capacity.side(side)
     over = _first_over(request, capacity, dims)
     if over is not None:
@@ -179,6 +186,34 @@ def check_request(
     )
 
 
+def _budget_refusal(
+    budget: BudgetState | None, label: str, side: Side, minimum: Resources, after: Resources
+) -> Admission | None:
+    """Rule 4: the refusal when the quota's budget is exhausted and the request (with everything it
+    holds, `after`) borrows beyond min, or the budget is hard. None when the budget lets it start."""
+    if budget is None or side is not Side.GPU or not budget.exhausted:
+        return None
+    within_min = is_within_min(after, minimum, side.dimensions)
+    if budget.hard:
+        return Admission(
+            False,
+            AdmissionCode.BUDGET_EXHAUSTED.value,
+            f"{label}: GPU-hour budget exhausted ({budget.numbers()}, {budget.percent} %); the budget is "
+            "hard, so nothing new starts until the period resets or an operator tops it up.",
+            within_min,
+        )
+    if within_min:
+        return None
+    return Admission(
+        False,
+        AdmissionCode.BUDGET_EXHAUSTED.value,
+        f"{label}: GPU-hour budget exhausted ({budget.numbers()}, {budget.percent} %); new borrowing "
+        f"beyond min {human_amount('gpu_milli', minimum.gpu_milli)} stops until the period resets or "
+        "an operator tops it up (work within min still starts).",
+        within_min,
+    )
+
+
 class AdmissionSession:
     """Admits requests one after another against one snapshot of a group, counting what it admitted.
 
@@ -207,6 +242,14 @@ class AdmissionSession:
         if runtime <= 0:
             return float("inf") if used or usage.demand.get(dimension) else 0.0
         return used / runtime
+
+    def fair_share_ratio(self, quota_id: int) -> float:
+        """The quota's decayed usage over its fair share (quotas.fairness); 0 when its group has fair
+        share off. Lower = used less than its share recently = served first among equal priorities."""
+        if quota_id not in self.snapshot.quotas:
+            return 0.0
+        fair = self.snapshot.quota(quota_id).spec.fair_share
+        return fair.ratio if fair is not None else 0.0
 
     def admit(self, members: Sequence[WorkloadUsage], *, counted: bool | None = None) -> Admission:
         """May the request of `members` start now, after what this session admitted before?
@@ -284,6 +327,11 @@ class AdmissionSession:
         usage = state.side(side)
         label = f"{state.name} {side.label}"
         before = before or Resources()
+        refusal = _budget_refusal(
+            state.spec.budget, label, side, usage.min, usage.used + before + request
+        )
+        if refusal is not None:
+            return refusal
         limit = usage.runtime.minimum(usage.max)
         over = _first_over(usage.used + before + request, limit, side.dimensions)
         if over is not None:

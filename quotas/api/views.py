@@ -22,6 +22,7 @@ from portal.errors import Forbidden, InvalidInput
 from portal.models import Tenant
 from portal.scoping import is_operator, scope_queryset, tenant_ids_for
 from quotas import services
+from quotas.api.fairness import QuotaFairnessSerializer, fairness_body
 from quotas.api.serializers import (
     NewQuotaWhatIfSerializer,
     QuotaChangeSerializer,
@@ -213,6 +214,15 @@ class QuotaViewSet(ETagMixin, viewsets.ModelViewSet):
         payload.is_valid(raise_exception=True)
         rows = services.what_if(quota.group, quota, dict(payload.validated_data))
         return Response([what_if_row(row) for row in rows])
+
+    @extend_schema(
+        responses={200: QuotaFairnessSerializer, 404: ERRORS[404]},
+        description="Fairness over time: the quota's decayed fair share (null when its group has it "
+        "off), its GPU-hour budgets in the current period, its loans and its team admins' notices.",
+    )
+    @action(detail=True, methods=["get"], filter_backends=[])
+    def fairness(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        return Response(fairness_body(self.get_object()))
 
     @extend_schema(
         responses={200: QuotaChangeSerializer(many=True), 404: ERRORS[404]},

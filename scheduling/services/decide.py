@@ -5,8 +5,9 @@
 
 1. **units**: a workload alone, or the pending members of one gang that must be placed together now
    (`min_available` minus its active members); a gang already complete places its members one by one;
-2. **order**: highest priority first, then the quota furthest below its runtime share (fair share), then
-   the oldest submission, then the id;
+2. **order**: highest priority first, then the quota that used least of its decayed fair share over time
+   (`QuotaSpec.fair_share`, data in `CycleInput.quota`; all equal when the group has it off), then the
+   quota furthest below its runtime share now, then the oldest submission, then the id;
 3. **admit** every unit through one `quotas.admission.AdmissionSession` (the rules the picker and the
    what-if preview use); refused units wait with the quota's reason;
 4. **plan** the admitted units with the engine on a copy of the shard's engine state (gangs all or
@@ -264,10 +265,12 @@ def _units(pending: Sequence[PendingWorkload], gang_active: Mapping[int, int]) -
 
 
 def _order(session: AdmissionSession, unit: Unit) -> tuple[Any, ...]:
-    """Sort key: (highest priority of the unit, its quota's share ratio on its side, oldest, id)."""
+    """Sort key: (highest priority of the unit, its quota's decayed fair-share ratio (0 when the group
+    has fair share off), its quota's share ratio on its side now, oldest, id)."""
     head = unit.head
     return (
         -max(m.usage.priority for m in unit.members),
+        session.fair_share_ratio(head.usage.quota_id),
         session.share_ratio(head.usage.quota_id, head.usage.side),
         head.submitted_at,
         head.workload_id,
