@@ -160,17 +160,17 @@ class QuotaLoanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
 
     @extend_schema(request=LoanDecisionSerializer, responses={200: QuotaLoanSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
-    def approve(self, request: Request, pk: str | None = None) -> Response:
+    def approve(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         return self._decide(request, "approve")
 
     @extend_schema(request=LoanDecisionSerializer, responses={200: QuotaLoanSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
-    def decline(self, request: Request, pk: str | None = None) -> Response:
+    def decline(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         return self._decide(request, "decline")
 
     @extend_schema(request=LoanDecisionSerializer, responses={200: QuotaLoanSerializer, **ERRORS})
     @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str | None = None) -> Response:
+    def cancel(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         return self._decide(request, "cancel")
 
 
@@ -268,7 +268,7 @@ class QuotaBudgetViewSet(
 
     @extend_schema(request=TopUpSerializer, responses={200: BudgetSerializer, **ERRORS})
     @action(detail=True, methods=["post"], url_path="top-up")
-    def top_up(self, request: Request, pk: str | None = None) -> Response:
+    def top_up(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         budget = self.get_object()
         payload = TopUpSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
