@@ -421,6 +421,13 @@ def cmd_quota_fairness(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_quota_user_cap(args: argparse.Namespace) -> int:
+    """`tessera quota user-cap ID [--max-gpus N]`: set or clear the per-person GPU cap."""
+    body = {"max_gpus_per_user": args.max_gpus}
+    emit(args, client_from_config().post(f"/quotas/{args.id}/user-cap/", body))
+    return EXIT_OK
+
+
 def cmd_loan(args: argparse.Namespace) -> int:
     client = client_from_config()
     if args.action == "list":
@@ -469,6 +476,10 @@ def _fairness_parsers(sub: Any, quotas: Any, common: argparse.ArgumentParser) ->
     fairness = quotas.add_parser("fairness", parents=[common], help="fair share, budgets, loans")
     fairness.add_argument("id", type=int)
     fairness.set_defaults(func=cmd_quota_fairness)
+    cap = quotas.add_parser("user-cap", parents=[common], help="most GPUs per person (operators)")
+    cap.add_argument("id", type=int)
+    cap.add_argument("--max-gpus", type=int, help="omit to clear the cap")
+    cap.set_defaults(func=cmd_quota_user_cap)
 
     loan = sub.add_parser("loan", help="quota loans: GPUs of min from a sibling quota for a window")
     loans = loan.add_subparsers(dest="action", required=True)

@@ -1,6 +1,8 @@
 """Admission: may a quota start this request now? If not, a reason with numbers the user sees.
 
-Koordinator's PreFilter (k8s-integration.md §3.3) on the workload's side of its quota, in this order:
+Koordinator's PreFilter (k8s-integration.md §3.3) on the workload's side of its quota, in this order
+(after rule 0, the quota's per-person GPU cap, `max_gpus_per_user`, code `user_cap`, checked on the
+owner's placed and running GPUs plus what the session admitted for them):
 1. `used + request ≤ max` in every dimension (code `quota_max`);
 2. the request fits the side's capacity of the group at all (code `exceeds_capacity`);
 3. non-preemptible work: `non-preemptible used + request ≤ min` in every dimension the quota guarantees
@@ -39,6 +41,7 @@ class AdmissionCode(str, Enum):
     OVER_RUNTIME = "quota_runtime"
     NO_QUOTA = "no_quota"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    USER_CAP = "user_cap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +232,7 @@ class AdmissionSession:
         self.snapshot = snapshot
         self._admitted: dict[tuple[int, Side], Resources] = {}
         self._admitted_nonpreemptible: dict[tuple[int, Side], Resources] = {}
+        self._admitted_by_user: dict[tuple[int, int], int] = {}
 
     def share_ratio(self, quota_id: int, side: Side) -> float:
         """How far a quota is along its runtime share on `side` (used / runtime, primary dimension):
@@ -268,6 +272,9 @@ class AdmissionSession:
                 f"Quota {quota_id} is not in group {self.snapshot.group_name}.",
                 False,
             )
+        refusal = self._check_user_cap(quota_id, members)
+        if refusal is not None:
+            return refusal
         snapshot = self._with_demand(members, counted)
         result: Admission | None = None
         sides = [(side, [u for u in members if u.side is side]) for side in (Side.GPU, Side.CPU)]
@@ -287,6 +294,12 @@ class AdmissionSession:
                 return answer
             result = answer if result is None else _both(result, answer)
         assert result is not None
+        for member in members:
+            if member.owner_id is not None:
+                key = (quota_id, member.owner_id)
+                self._admitted_by_user[key] = (
+                    self._admitted_by_user.get(key, 0) + member.resources.gpu_milli
+                )
         for side, on_side in sides:
             if on_side:
                 request = total(u.resources for u in on_side).only(side.dimensions)
@@ -294,9 +307,45 @@ class AdmissionSession:
                 self._count((quota_id, side), request, nonpreemptible=held)
         return result
 
+    def _check_user_cap(self, quota_id: int, members: Sequence[WorkloadUsage]) -> Admission | None:
+        """Rule 0: the quota's per-person cap (`QuotaSpec.user_cap`): what the owner holds, plus what
+        this session admitted for them, plus the request must stay within it (code `user_cap`)."""
+        cap = self.snapshot.quota(quota_id).spec.user_cap
+        if cap is None:
+            return None
+        wanted: dict[int, int] = {}
+        for member in members:
+            if member.owner_id is not None and member.resources.gpu_milli:
+                wanted[member.owner_id] = (
+                    wanted.get(member.owner_id, 0) + member.resources.gpu_milli
+                )
+        name = self.snapshot.quota(quota_id).name
+        for owner_id, request in sorted(wanted.items()):
+            held = cap.used_by(owner_id)
+            admitted = self._admitted_by_user.get((quota_id, owner_id), 0)
+            if held + admitted + request > cap.cap_milli:
+                return Admission(
+                    False,
+                    AdmissionCode.USER_CAP.value,
+                    f"{name}: one person may hold at most {human_amount('gpu_milli', cap.cap_milli)} "
+                    f"of this quota; its owner holds {human_number('gpu_milli', held)}"
+                    + (
+                        f" + {human_number('gpu_milli', admitted)} admitted this cycle"
+                        if admitted
+                        else ""
+                    )
+                    + f", request {human_number('gpu_milli', request)}.",
+                    False,
+                )
+        return None
+
     def unadmit(self, members: Sequence[WorkloadUsage]) -> None:
         """Give back the tally of admitted `members` (never below zero)."""
         for member in members:
+            if member.owner_id is not None:
+                user_key = (member.quota_id, member.owner_id)
+                left = self._admitted_by_user.get(user_key, 0) - member.resources.gpu_milli
+                self._admitted_by_user[user_key] = max(0, left)
             amount = member.resources.only(member.side.dimensions).scaled(-1)
             key = (member.quota_id, member.side)
             self._count(key, amount, nonpreemptible=not member.preemptible)

@@ -186,3 +186,18 @@ class LoanEffect:
     lender_id: int
     borrower_id: int
     gpus: int
+
+
+# ----------------------------------------------------------------------------------- per-user caps
+
+
+@dataclass(frozen=True, slots=True)
+class UserCap:
+    """The most GPU milli one person of a quota may hold (`cap_milli`) and what each holds now
+    (owner id → GPU milli of their placed and running work)."""
+
+    cap_milli: int
+    used: Mapping[int, int]
+
+    def used_by(self, owner_id: int) -> int:
+        return int(self.used.get(owner_id, 0))

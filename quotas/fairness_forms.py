@@ -60,3 +60,9 @@ class TopUpForm(forms.Form):
         min_value=0, max_value=MAX_BUDGET_GPU_HOURS, decimal_places=2, label="GPU-hours"
     )
     reason = forms.CharField(max_length=500)
+
+
+class UserCapForm(forms.Form):
+    max_gpus_per_user = forms.IntegerField(
+        required=False, min_value=1, max_value=10_000, label="Most GPUs per person (empty = no cap)"
+    )

@@ -140,6 +140,12 @@ class Quota(models.Model):
     lend_idle_min = models.BooleanField(
         default=True, help_text="Lend the unused part of the min to sibling quotas."
     )
+    max_gpus_per_user = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(10_000)],
+        help_text="The most GPUs one person of the team may hold at once (empty = no cap).",
+    )
     version = models.PositiveIntegerField(
         default=1, help_text="Incremented on every change (optimistic concurrency)."
     )

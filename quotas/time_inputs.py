@@ -20,6 +20,7 @@ from quotas.fairness import (
     FairShare,
     LoanEffect,
     UsageHour,
+    UserCap,
     budget_charge,
     decayed_usage,
     fair_shares,
@@ -47,10 +48,11 @@ class TimeInputs:
     fair_shares: dict[int, FairShare] = field(default_factory=dict)
     budgets: dict[int, BudgetState] = field(default_factory=dict)
     loans: tuple[LoanEffect, ...] = ()
+    user_caps: dict[int, UserCap] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
-        return not (self.fair_shares or self.budgets or self.loans)
+        return not (self.fair_shares or self.budgets or self.loans or self.user_caps)
 
 
 def period_bounds(period: str, window: str, now: datetime) -> tuple[datetime, str]:
@@ -145,12 +147,37 @@ def active_loan_effects(group: QuotaGroup | int, now: datetime) -> tuple[LoanEff
     )
 
 
-def time_inputs(group: QuotaGroup, now: datetime) -> TimeInputs:
-    """Everything fairness over time adds to a snapshot of `group` at `now`."""
+def user_caps(group: QuotaGroup, quotas: Sequence[Quota] | None = None) -> dict[int, UserCap]:
+    """Per quota of `group` (its rows `quotas`, read when None) with a per-person cap: the cap and the
+    GPU milli each owner holds now (placed and running work; work without an owner counts for nobody)."""
+    rows = list(group.quotas.all()) if quotas is None else quotas
+    capped = {int(q.pk): int(cap) for q in rows if (cap := q.max_gpus_per_user)}
+    if not capped:
+        return {}
+    held: dict[int, dict[int, int]] = {int(q): {} for q in capped}
+    held_rows = (
+        cluster_rows()
+        .charged_workloads(int(group.pk))
+        .filter(quota_id__in=list(capped), state__in=cluster_rows().active_states)
+        .exclude(owner_id=None)
+        .values_list("quota_id", "owner_id", "gpu_count", "gpu_milli")
+    )
+    for quota_id, owner_id, gpu_count, gpu_milli in held_rows:
+        per_owner = held[int(quota_id)]
+        per_owner[int(owner_id)] = per_owner.get(int(owner_id), 0) + int(gpu_count) * int(gpu_milli)
+    return {int(q): UserCap(int(cap) * 1000, held[int(q)]) for q, cap in capped.items()}
+
+
+def time_inputs(
+    group: QuotaGroup, now: datetime, quotas: Sequence[Quota] | None = None
+) -> TimeInputs:
+    """Everything fairness over time adds to a snapshot of `group` at `now` (`quotas`: the group's
+    quota rows when the caller has them already)."""
     return TimeInputs(
         fair_shares=group_fair_shares(group, now),
         budgets=group_budgets(group, now),
         loans=active_loan_effects(group, now),
+        user_caps=user_caps(group, quotas),
     )
 
 

@@ -29,7 +29,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
 from quotas.cluster import cluster_rows
-from quotas.fairness import BudgetState, FairShare, LoanEffect
+from quotas.fairness import BudgetState, FairShare, LoanEffect, UserCap
 from quotas.models import Quota, QuotaGroup
 from quotas.resources import Resources, Side, total
 from quotas.runtime import QuotaShareInput, ShareInput, runtime_1d, runtime_shares
@@ -250,6 +250,7 @@ class WorkloadUsage:
     gang_id: int | None = None
     gang_name: str = ""
     started_at: datetime | None = None
+    owner_id: int | None = None
 
 
 def workload_side(workload: Any) -> Side:
@@ -303,6 +304,7 @@ def usage_of(workload: Any) -> WorkloadUsage:
         gang_id=workload.gang_id,
         gang_name=gang_name,
         started_at=workload.started_at or workload.placed_at,
+        owner_id=getattr(workload, "owner_id", None),
     )
 
 
@@ -327,6 +329,8 @@ class QuotaSpec:
     """Its binding GPU-hour budget in the current period (quotas.budgets), else None."""
     loans: tuple[LoanEffect, ...] = ()
     """Active loans that moved min to or from it (already applied to `min` and `max`)."""
+    user_cap: UserCap | None = None
+    """Its per-person GPU cap and what each person holds (quotas.admission), else None."""
 
     @property
     def borrow_tier(self) -> int:
@@ -834,6 +838,7 @@ def apply_time_inputs(specs: Sequence[QuotaSpec], inputs: TimeInputs) -> list[Qu
             spec,
             fair_share=inputs.fair_shares.get(quota_id, spec.fair_share),
             budget=inputs.budgets.get(quota_id, spec.budget),
+            user_cap=inputs.user_caps.get(quota_id, spec.user_cap),
         )
         for quota_id, spec in by_id.items()
     ]
@@ -841,8 +846,9 @@ def apply_time_inputs(specs: Sequence[QuotaSpec], inputs: TimeInputs) -> list[Qu
 
 def group_specs(group: QuotaGroup, now: datetime | None = None) -> list[QuotaSpec]:
     """The specs of the group's quotas at `now` (default: the clock), fairness over time applied."""
-    specs = [QuotaSpec.of(q) for q in group.quotas.select_related("tenant").order_by("name")]
-    return apply_time_inputs(specs, time_inputs(group, now or timezone.now()))
+    rows = list(group.quotas.select_related("tenant").order_by("name"))
+    specs = [QuotaSpec.of(q) for q in rows]
+    return apply_time_inputs(specs, time_inputs(group, now or timezone.now(), rows))
 
 
 def group_snapshot(group: QuotaGroup | int, *, headroom: bool = True) -> GroupSnapshot:

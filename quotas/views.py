@@ -34,7 +34,13 @@ from portal.scoping import (
 )
 from quotas import budgets, loans, services
 from quotas.delete_preview import quota_delete_impact
-from quotas.fairness_forms import BudgetForm, LoanDecisionForm, LoanRequestForm, TopUpForm
+from quotas.fairness_forms import (
+    BudgetForm,
+    LoanDecisionForm,
+    LoanRequestForm,
+    TopUpForm,
+    UserCapForm,
+)
 from quotas.fairness_report import quota_fairness
 from quotas.forms import (
     DIMENSION_LABELS,
@@ -50,6 +56,7 @@ from quotas.presentation import bar, headroom_sentence
 from quotas.resources import Side, human, human_amount, human_short
 from quotas.selector_preview import inventory_labels, preview_selector
 from quotas.usage import GroupSnapshot, QuotaUsage, group_snapshot
+from quotas.user_caps import set_user_cap
 
 
 def _leaf(snapshot: GroupSnapshot, usage: QuotaUsage) -> dict[str, Any]:
@@ -384,6 +391,7 @@ def _fairness_context(
         "loan_form": LoanRequestForm(borrower=quota),
         "budget_form": BudgetForm(),
         "top_up_form": TopUpForm(),
+        "user_cap_form": UserCapForm(initial={"max_gpus_per_user": quota.max_gpus_per_user}),
     }
     forms_.update(bound or {})
     return {
@@ -456,6 +464,8 @@ def quota_fairness_action(request: HttpRequest, pk: int) -> HttpResponse:
         form, key = BudgetForm(request.POST), "budget_form"
     elif kind == "top_up":
         form, key = TopUpForm(request.POST), "top_up_form"
+    elif kind == "user_cap":
+        form, key = UserCapForm(request.POST), "user_cap_form"
     else:
         messages.error(request, "Unknown action.")
         return redirect("quotas:quota", pk=pk)
@@ -506,6 +516,9 @@ def _apply_fairness_action(
     if kind == "add_budget":
         budgets.create_budget(quota, data, actor=request.user)
         return "Budget added."
+    if kind == "user_cap":
+        cap = set_user_cap(quota, data["max_gpus_per_user"], actor=request.user).max_gpus_per_user
+        return f"Per-person cap: {cap} GPUs." if cap else "Per-person cap removed."
     budget = get_object_or_404(GpuHourBudget, pk=data["budget"], quota=quota)
     budgets.top_up_budget(budget, data["gpu_hours"], actor=request.user, reason=data["reason"])
     return f"Added {data['gpu_hours']} GPU-hours to the budget."

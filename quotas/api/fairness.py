@@ -30,6 +30,7 @@ from quotas.models import (
     QuotaLoan,
 )
 from quotas.time_inputs import quota_budget_states
+from quotas.user_caps import MAX_GPUS_PER_USER
 
 ERRORS = {
     400: OpenApiResponse(description="Invalid input: {error: {code, message, fields}}"),
@@ -275,6 +276,12 @@ class QuotaBudgetViewSet(
         data = payload.validated_data
         budgets.top_up_budget(budget, data["gpu_hours"], actor=request.user, reason=data["reason"])
         return Response(_budget_body(GpuHourBudget.objects.get(pk=budget.pk)))
+
+
+class UserCapSerializer(serializers.Serializer):
+    max_gpus_per_user = serializers.IntegerField(
+        required=True, allow_null=True, min_value=1, max_value=MAX_GPUS_PER_USER
+    )
 
 
 class QuotaFairnessSerializer(serializers.Serializer):

@@ -93,6 +93,7 @@ class QuotaSerializer(serializers.ModelSerializer):
             *RESOURCE_FIELDS,
             "shared_weight",
             "lend_idle_min",
+            "max_gpus_per_user",
             "version",
             "status",
             "created_at",

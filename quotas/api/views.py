@@ -22,7 +22,7 @@ from portal.errors import Forbidden, InvalidInput
 from portal.models import Tenant
 from portal.scoping import is_operator, scope_queryset, tenant_ids_for
 from quotas import services
-from quotas.api.fairness import QuotaFairnessSerializer, fairness_body
+from quotas.api.fairness import QuotaFairnessSerializer, UserCapSerializer, fairness_body
 from quotas.api.serializers import (
     NewQuotaWhatIfSerializer,
     QuotaChangeSerializer,
@@ -38,6 +38,7 @@ from quotas.api.serializers import (
     what_if_row,
 )
 from quotas.models import Quota, QuotaChange, QuotaGroup
+from quotas.user_caps import set_user_cap
 
 ERRORS = {
     400: OpenApiResponse(description="Invalid input: {error: {code, message, fields}}"),
@@ -223,6 +224,25 @@ class QuotaViewSet(ETagMixin, viewsets.ModelViewSet):
     @action(detail=True, methods=["get"], filter_backends=[])
     def fairness(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         return Response(fairness_body(self.get_object()))
+
+    @extend_schema(
+        request=UserCapSerializer,
+        responses={200: QuotaSerializer, **ERRORS},
+        description="Set (or clear with null) the most GPUs one person of the team may hold at once. "
+        "Operators only; audited.",
+    )
+    @action(detail=True, methods=["post"], url_path="user-cap")
+    def user_cap(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        payload = UserCapSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        saved = set_user_cap(
+            quota, payload.validated_data.get("max_gpus_per_user"), actor=request.user
+        )
+        return _with_etag(
+            Response(QuotaSerializer(saved, context=self.get_serializer_context()).data),
+            saved.version,
+        )
 
     @extend_schema(
         responses={200: QuotaChangeSerializer(many=True), 404: ERRORS[404]},

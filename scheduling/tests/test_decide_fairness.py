@@ -97,3 +97,24 @@ def test_a_budget_under_100_percent_changes_nothing() -> None:
     a = replace(quota(1, "team-a", gpu_max=8), budget=replace(EXHAUSTED, used=399.0))
     cycle = cycle_input([a], [node("n1", 8)], waiting=tuple(pending(i, 1) for i in range(1, 4)))
     assert sorted(placed(decide(cycle))) == [1, 2, 3]
+
+
+def test_one_person_cannot_take_the_teams_whole_burst() -> None:
+    from quotas.fairness import UserCap
+
+    capped = replace(quota(1, "team-a", gpu_max=8), user_cap=UserCap(3000, {7: 1000}))
+    mine = tuple(
+        replace(p, usage=replace(p.usage, owner_id=7))
+        for p in (pending(i, 1, minute=i) for i in (1, 2, 3))
+    )
+    theirs = tuple(
+        replace(p, usage=replace(p.usage, owner_id=8))
+        for p in (pending(i, 1, minute=i) for i in (4, 5))
+    )
+    decision = decide(cycle_input([capped], [node("n1", 8)], waiting=(*mine, *theirs)))
+    assert sorted(placed(decision)) == [1, 2, 4, 5]  # person 7 already held 1: 2 more reach 3
+    assert codes(decision) == {3: ("user_cap", 1)}
+    assert decision.waiting[3].reason == (
+        "team-a: one person may hold at most 3 GPUs of this quota; its owner holds 1 + 2 admitted "
+        "this cycle, request 1."
+    )
