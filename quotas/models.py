@@ -16,6 +16,9 @@ from portal.models import Tenant, dns_label_validator
 from quotas.fairness import MAX_HALF_LIFE_HOURS
 from quotas.resources import DIMENSIONS, Resources, Side
 
+MAX_MIN_RUNTIME_SECONDS = 7 * 24 * 3600
+"""The longest minimum runtime before preemption a group may set (a week)."""
+
 # Model field name of a bound: f"{side}_{bound}_{dimension}", e.g. gpu_min_gpu_milli, cpu_max_memory_mib.
 BOUNDS = ("min", "max")
 
@@ -38,6 +41,7 @@ EDITABLE_GROUP_FIELDS: tuple[str, ...] = (
     "node_selector",
     "allow_overcommitted_min",
     "fair_share_half_life_hours",
+    "min_runtime_seconds",
 )
 
 
@@ -59,6 +63,11 @@ class QuotaGroup(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(MAX_HALF_LIFE_HOURS)],
         help_text="Decayed fair share: half-life of past GPU-hour usage in hours (empty = off).",
     )
+    min_runtime_seconds = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_MIN_RUNTIME_SECONDS)],
+        help_text="Minimum runtime before preemption: reclaim never stops work younger than this.",
+    )
     version = models.PositiveIntegerField(
         default=1, help_text="Incremented on every change (optimistic concurrency)."
     )
@@ -79,6 +88,7 @@ class QuotaGroup(models.Model):
             "node_selector": self.node_selector,
             "allow_overcommitted_min": self.allow_overcommitted_min,
             "fair_share_half_life_hours": self.fair_share_half_life_hours,
+            "min_runtime_seconds": self.min_runtime_seconds,
         }
 
 

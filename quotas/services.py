@@ -32,6 +32,7 @@ from quotas.lock_objects import lock_group_selectors
 from quotas.models import (
     EDITABLE_GROUP_FIELDS,
     EDITABLE_QUOTA_FIELDS,
+    MAX_MIN_RUNTIME_SECONDS,
     RESOURCE_FIELDS,
     ChangeAction,
     Quota,
@@ -514,12 +515,14 @@ def create_group(
     node_selector: dict[str, Any] | None = None,
     allow_overcommitted_min: bool = False,
     fair_share_half_life_hours: Any = None,
+    min_runtime_seconds: Any = 0,
     actor: Any = None,
     note: str = "",
 ) -> Saved[QuotaGroup]:
     """Create a quota group (a node pool selected by labels). Audited. One transaction, retried when
     it lost a lock race (Busy when every attempt did)."""
     half_life = clean_half_life(fair_share_half_life_hours)
+    min_runtime = clean_min_runtime(min_runtime_seconds)
     errors: dict[str, list[str]] = {}
     try:
         dns_label_validator(name)
@@ -541,6 +544,7 @@ def create_group(
                     node_selector=selector,
                     allow_overcommitted_min=bool(allow_overcommitted_min),
                     fair_share_half_life_hours=half_life,
+                    min_runtime_seconds=min_runtime,
                 )
         except IntegrityError as exc:
             raise InvalidInput(
@@ -599,6 +603,8 @@ def update_group(
         cleaned["fair_share_half_life_hours"] = clean_half_life(
             cleaned["fair_share_half_life_hours"]
         )
+    if "min_runtime_seconds" in cleaned:
+        cleaned["min_runtime_seconds"] = clean_min_runtime(cleaned["min_runtime_seconds"])
     with transaction.atomic():
         if "node_selector" in cleaned:
             lock_group_selectors()  # advisory lock first, then the group row
@@ -638,6 +644,17 @@ def clean_half_life(value: Any) -> int | None:
         raise InvalidInput(
             f"fair_share_half_life_hours: {message}",
             fields={"fair_share_half_life_hours": [message]},
+        )
+    return number
+
+
+def clean_min_runtime(value: Any) -> int:
+    """Minimum runtime before preemption in seconds: 0 (off) to MAX_MIN_RUNTIME_SECONDS."""
+    number = 0 if value in (None, "") else _as_int(value)
+    if number is None or not 0 <= number <= MAX_MIN_RUNTIME_SECONDS:
+        message = f"A whole number of seconds from 0 (off) to {MAX_MIN_RUNTIME_SECONDS}."
+        raise InvalidInput(
+            f"min_runtime_seconds: {message}", fields={"min_runtime_seconds": [message]}
         )
     return number
 

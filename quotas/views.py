@@ -169,6 +169,7 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
                     node_selector=data["node_selector"],
                     allow_overcommitted_min=data["allow_overcommitted_min"],
                     fair_share_half_life_hours=data["fair_share_half_life_hours"],
+                    min_runtime_seconds=data["min_runtime_seconds"] or 0,
                     actor=request.user,
                     note=data["note"],
                 )
@@ -182,6 +183,7 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
                     node_selector=data["node_selector"],
                     allow_overcommitted_min=data["allow_overcommitted_min"],
                     fair_share_half_life_hours=data["fair_share_half_life_hours"],
+                    min_runtime_seconds=data["min_runtime_seconds"] or 0,
                 )
         except PreconditionFailed:
             form.add_error(None, stale_edit_message("group", group))

@@ -70,7 +70,8 @@ class CycleInput:
     `cluster`: the engine state of the shard's nodes with current placements applied (never mutated);
     `recent`: the shapes of the shard's last placements (with the pending ones: FGD's target workload);
     `gang_active`: per gang id, how many members are active (placed or running) already;
-    `workloads`: the group's snapshot with its workloads one by one, for reclaim (None: no reclaim).
+    `workloads`: the group's snapshot with its workloads one by one, for reclaim (None: no reclaim);
+    `protect_started_after`: see the field.
     """
 
     pending: tuple[PendingWorkload, ...]
@@ -80,6 +81,9 @@ class CycleInput:
     recent: tuple[PlacementRequest, ...] = ()
     gang_active: Mapping[int, int] = field(default_factory=dict)
     workloads: GroupSnapshot | None = None
+    protect_started_after: datetime | None = None
+    """Minimum runtime before preemption: reclaim never stops work that started after this moment
+    (`now - QuotaGroup.min_runtime_seconds`, set by the cycle; None = no protection)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +165,9 @@ class CycleDecision:
 
 def decide(cycle: CycleInput) -> CycleDecision:
     """The decision of one cycle (see the module docstring). Pure and deterministic."""
-    return conclude(propose(cycle), cycle.workloads)
+    return conclude(
+        propose(cycle), cycle.workloads, protect_started_after=cycle.protect_started_after
+    )
 
 
 def propose(cycle: CycleInput) -> Proposal:
@@ -203,12 +209,17 @@ def propose(cycle: CycleInput) -> Proposal:
     )
 
 
-def conclude(proposal: Proposal, workloads: GroupSnapshot | None) -> CycleDecision:
-    """Steps 5–6: the reclaim claim (on `workloads`, the group's workloads one by one) and everyone's
-    waiting reason and position."""
+def conclude(
+    proposal: Proposal,
+    workloads: GroupSnapshot | None,
+    *,
+    protect_started_after: datetime | None = None,
+) -> CycleDecision:
+    """Steps 5–6: the reclaim claim (on `workloads`, the group's workloads one by one; work started
+    after `protect_started_after` is protected) and everyone's waiting reason and position."""
     claim = None
     if workloads is not None and proposal.reclaim_candidates:
-        claim = _reclaim(proposal, _with_placements(workloads, proposal))
+        claim = _reclaim(proposal, _with_placements(workloads, proposal), protect_started_after)
     placed = {int(a.request_id) for a in proposal.placements}
     waiting: dict[int, Waiting] = {}
     position = 0
@@ -296,12 +307,18 @@ def _with_placements(workloads: GroupSnapshot, proposal: Proposal) -> GroupSnaps
     return workloads.with_workloads(placed) if placed else workloads
 
 
-def _reclaim(proposal: Proposal, workloads: GroupSnapshot) -> Reclaim | None:
+def _reclaim(
+    proposal: Proposal, workloads: GroupSnapshot, protect_started_after: datetime | None = None
+) -> Reclaim | None:
     """The quota rule: the first unit admitted within its runtime share that found no capacity takes back
     capacity lent to sibling quotas (a gang as one request, all or nothing)."""
     for unit in proposal.reclaim_candidates:
         usages = [m.usage for m in unit.members]
-        plan = plan_reclaim(workloads, usages if unit.gang_need else usages[0])
+        plan = plan_reclaim(
+            workloads,
+            usages if unit.gang_need else usages[0],
+            protect_started_after=protect_started_after,
+        )
         if not plan.victims:
             continue
         names = ", ".join(v.name for v in plan.victims)

@@ -4,6 +4,7 @@ enter as data on the quotas' specs (no database here, as in test_decide.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from quotas.fairness import BudgetState, FairShare
 from scheduling.services.decide import decide
@@ -118,3 +119,19 @@ def test_one_person_cannot_take_the_teams_whole_burst() -> None:
         "team-a: one person may hold at most 3 GPUs of this quota; its owner holds 1 + 2 admitted "
         "this cycle, request 1."
     )
+
+
+def test_minimum_runtime_protects_work_that_just_started_from_reclaim() -> None:
+    from scheduling.tests.test_decide import T0, _lent_pool
+
+    # the gang (priority 9) started at T0+1 min, the single job (priority 5) at T0+2 min: reclaim
+    # takes the lower priority first, unless it is younger than the minimum runtime
+    assert decide(_lent_pool(gang_priority=9)).reclaim.victim_ids == (13,)  # type: ignore[union-attr]
+    young = replace(_lent_pool(gang_priority=9), protect_started_after=T0 + timedelta(seconds=90))
+    decision = decide(young)
+    assert decision.reclaim is not None
+    assert decision.reclaim.victim_ids == (11, 12)
+    nobody = replace(_lent_pool(), protect_started_after=T0)
+    decision = decide(nobody)
+    assert decision.reclaim is None  # everything borrowed is younger than the minimum runtime
+    assert decision.waiting[1].code == "insufficient_gpu"
