@@ -117,3 +117,45 @@ def test_a_budget_exhausted_mid_week_stops_borrowing_with_the_reason_and_numbers
         "Mon 30 Nov 00:00 UTC), 120 %); new borrowing beyond min 2 GPUs stops until the period "
         "resets or an operator tops it up (work within min still starts)."
     )
+
+
+def test_a_loan_moves_min_for_its_window_and_at_its_end_the_lender_reclaims() -> None:
+    from portal.tests.factories import MembershipFactory, UserFactory
+    from quotas import loans
+
+    small_cluster(gpu_nodes=2, gpus_per_node=4)  # 8 A100
+    group = make_group()
+    lab = make_quota(
+        group, name="lab", gpu_min_milli=8000, gpu_max_milli=8000,
+        gpu_min_gpu_memory_mib=8 * 40960,
+    )  # fmt: skip
+    team = make_quota(group, name="team-a", gpu_max_milli=4000)
+    lea = UserFactory(username="lea")
+    MembershipFactory(user=lea, tenant=lab.tenant, role="tenant_admin")
+    with time_machine.travel(NOW, tick=False):
+        loan = loans.request_loan(
+            borrower=team, lender=lab, gpus=4, starts_at=NOW, ends_at=NOW + timedelta(days=1),
+            actor=_operator(),
+        )  # fmt: skip
+        loans.decide_loan(loan, approve=True, actor=lea)
+        borrowed = submit(team, 4, "team")
+        run_cycle(group.pk)
+        assert active(borrowed) == 4
+        own = submit(lab, 8, "lab")
+        run_cycle(group.pk)
+        # within the window the lab's min is 4: it gets 4 and cannot take back the loaned 4
+        assert (active(own), active(borrowed)) == (4, 4)
+        assert Workload.objects.get(pk=own[4].pk).pending_code != "reclaiming"
+    with time_machine.travel(NOW + timedelta(days=1, seconds=1), tick=False):
+        run_cycle(group.pk)  # the window ended: min 8 is back with the lab, it reclaims
+        assert active(borrowed) == 3  # one claim per cycle: one GPU taken back for the first unit
+        assert Workload.objects.get(pk=borrowed[0].pk).pending_code == "reclaimed"
+        for _ in range(4):
+            run_cycle(group.pk)
+        assert (active(own), active(borrowed)) == (8, 0)
+
+
+def _operator() -> Any:
+    from portal.tests.factories import UserFactory
+
+    return UserFactory(username="operator", is_staff=True, is_superuser=True)
