@@ -476,6 +476,7 @@ def quota_fairness_action(request: HttpRequest, pk: int) -> HttpResponse:
             done = _apply_fairness_action(request, quota, kind, form.cleaned_data)
         except DomainError as error:
             show_domain_error(form, error)
+            messages.error(request, error.message)  # seen even where the form is not shown
         else:
             messages.success(request, done)
             return redirect("quotas:quota", pk=pk)

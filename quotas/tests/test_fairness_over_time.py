@@ -385,3 +385,31 @@ def test_the_loan_form_shows_the_services_refusal_on_the_field(
     assert response.status_code == 400
     assert "lab has a min of 8 GPUs and already lends 0 in that window" in response.content.decode()
     assert QuotaLoan.objects.count() == 0
+
+
+def test_operators_top_up_and_cap_from_the_quota_page_and_bad_input_is_a_form_error(
+    pool: dict[str, Any], client: Any, operator: Any
+) -> None:
+    budget = budgets.create_budget(pool["a"], {"limit_gpu_hours": "10"}, actor=operator)
+    client.force_login(operator)
+    url = f"/quotas/{pool['a'].pk}/fairness/"
+    missing_reason = client.post(url, {"action": "top_up", "budget": budget.pk, "gpu_hours": "5"})
+    assert missing_reason.status_code == 400
+    assert "This field is required." in missing_reason.content.decode()
+    done = client.post(
+        url, {"action": "top_up", "budget": budget.pk, "gpu_hours": "5", "reason": "deadline"}
+    )
+    assert done.status_code == 302
+    assert OperatorAction.objects.filter(action="budget_top_up").count() == 1
+    capped = client.post(url, {"action": "user_cap", "max_gpus_per_user": "3"})
+    assert capped.status_code == 302
+    pool["a"].refresh_from_db()
+    assert pool["a"].max_gpus_per_user == 3
+    page = client.get(f"/quotas/{pool['a'].pk}/").content.decode()
+    assert "at most 3 GPUs held by one person at once" in page
+    client.force_login(pool["alice"])
+    refused = client.post(url, {"action": "user_cap", "max_gpus_per_user": "8"})
+    assert refused.status_code == 400
+    assert "Only platform operators set the per-person cap of a quota." in refused.content.decode()
+    pool["a"].refresh_from_db()
+    assert pool["a"].max_gpus_per_user == 3
