@@ -18,6 +18,9 @@ class OperatorActionKind(models.TextChoices):
     GPU_HEALTHY = "gpu_healthy", "Mark GPU healthy"
     GPU_FAILURE = "gpu_failure", "Simulate GPU failure"
     TOKEN_REVOKE = "token_revoke", "Revoke API token"
+    BUDGET_TOP_UP = "budget_top_up", "Top up a GPU-hour budget"
+    LOAN_APPROVE = "loan_approve", "Approve a quota loan"
+    LOAN_DECLINE = "loan_decline", "Decline a quota loan"
 
 
 class OperatorTargetKind(models.TextChoices):
@@ -26,3 +29,4 @@ class OperatorTargetKind(models.TextChoices):
     NODE = "node", "Node"
     GPU = "gpu", "GPU"
     TOKEN = "token", "API token"
+    QUOTA = "quota", "Quota"

@@ -384,6 +384,139 @@ def cmd_quota(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+LOAN_COLUMNS = (
+    "id",
+    "lender_name",
+    "borrower_name",
+    "gpus",
+    "starts_at",
+    "ends_at",
+    "state",
+    "active",
+)
+BUDGET_COLUMNS = (
+    "id",
+    "quota",
+    "period",
+    "window",
+    "gpu_model",
+    "used",
+    "limit_with_top_ups",
+    "percent",
+)
+
+
+def cmd_quota_fairness(args: argparse.Namespace) -> int:
+    """`tessera quota fairness ID`: fair share, budgets, loans and notices of one quota."""
+    data = client_from_config().get(f"/quotas/{args.id}/fairness/")
+    if args.json:
+        emit(args, data)
+        return EXIT_OK
+    fair = data.get("fair_share")
+    print(fair["explanation"] if fair else "Decayed fair share is off for this quota's group.")
+    for budget in data.get("budgets", []):
+        print(f"budget {budget['id']}: {budget['explanation']}")
+    print()
+    print(render_table(data.get("loans", []), LOAN_COLUMNS) if data.get("loans") else "(no loans)")
+    return EXIT_OK
+
+
+def cmd_quota_user_cap(args: argparse.Namespace) -> int:
+    """`tessera quota user-cap ID [--max-gpus N]`: set or clear the per-person GPU cap."""
+    body = {"max_gpus_per_user": args.max_gpus}
+    emit(args, client_from_config().post(f"/quotas/{args.id}/user-cap/", body))
+    return EXIT_OK
+
+
+def cmd_loan(args: argparse.Namespace) -> int:
+    client = client_from_config()
+    if args.action == "list":
+        params = {"state": args.state} if args.state else {}
+        emit(args, client.list_all("/quota-loans/", params), LOAN_COLUMNS)
+    elif args.action == "request":
+        body = {
+            "borrower": args.borrower,
+            "lender": args.lender,
+            "gpus": args.gpus,
+            "starts_at": args.starts_at,
+            "ends_at": args.ends_at,
+            "reason": args.reason,
+        }
+        emit(args, client.post("/quota-loans/", body))
+    else:
+        body = {"note": args.note} if args.note else {}
+        emit(args, client.post(f"/quota-loans/{args.id}/{args.action}/", body))
+    return EXIT_OK
+
+
+def cmd_budget(args: argparse.Namespace) -> int:
+    client = client_from_config()
+    if args.action == "list":
+        params = {"quota": args.quota} if args.quota else {}
+        emit(args, client.list_all("/quota-budgets/", params), BUDGET_COLUMNS)
+    elif args.action == "add":
+        body = {
+            "quota": args.quota,
+            "period": args.period,
+            "window": args.window,
+            "gpu_model": args.gpu_model,
+            "weighting": args.weighting,
+            "limit_gpu_hours": args.gpu_hours,
+            "hard": args.hard,
+        }
+        emit(args, client.post("/quota-budgets/", body))
+    else:
+        body = {"gpu_hours": args.gpu_hours, "reason": args.reason}
+        emit(args, client.post(f"/quota-budgets/{args.id}/top-up/", body))
+    return EXIT_OK
+
+
+def _fairness_parsers(sub: Any, quotas: Any, common: argparse.ArgumentParser) -> None:
+    """`quota fairness`, `loan ...` and `budget ...` (fairness over time, docs/quotas.md)."""
+    fairness = quotas.add_parser("fairness", parents=[common], help="fair share, budgets, loans")
+    fairness.add_argument("id", type=int)
+    fairness.set_defaults(func=cmd_quota_fairness)
+    cap = quotas.add_parser("user-cap", parents=[common], help="most GPUs per person (operators)")
+    cap.add_argument("id", type=int)
+    cap.add_argument("--max-gpus", type=int, help="omit to clear the cap")
+    cap.set_defaults(func=cmd_quota_user_cap)
+
+    loan = sub.add_parser("loan", help="quota loans: GPUs of min from a sibling quota for a window")
+    loans = loan.add_subparsers(dest="action", required=True)
+    loan_list = loans.add_parser("list", parents=[common])
+    loan_list.add_argument("--state")
+    ask = loans.add_parser("request", parents=[common])
+    ask.add_argument("--borrower", type=int, required=True, help="your quota id")
+    ask.add_argument("--lender", type=int, required=True, help="the sibling quota id")
+    ask.add_argument("--gpus", type=int, required=True)
+    ask.add_argument("--starts-at", required=True, help="ISO 8601, e.g. 2026-12-07T09:00:00Z")
+    ask.add_argument("--ends-at", required=True)
+    ask.add_argument("--reason", default="")
+    for action in ("approve", "decline", "cancel"):
+        decision = loans.add_parser(action, parents=[common])
+        decision.add_argument("id", type=int)
+        decision.add_argument("--note", default="")
+    loan.set_defaults(func=cmd_loan)
+
+    budget = sub.add_parser("budget", help="GPU-hour budgets (operators write)")
+    budgets = budget.add_subparsers(dest="action", required=True)
+    budget_list = budgets.add_parser("list", parents=[common])
+    budget_list.add_argument("--quota", type=int)
+    add = budgets.add_parser("add", parents=[common])
+    add.add_argument("--quota", type=int, required=True)
+    add.add_argument("--gpu-hours", required=True)
+    add.add_argument("--period", choices=("week", "month"), default="week")
+    add.add_argument("--window", choices=("calendar", "rolling"), default="calendar")
+    add.add_argument("--gpu-model", default="")
+    add.add_argument("--weighting", choices=("hours", "price"), default="hours")
+    add.add_argument("--hard", action="store_true")
+    top_up = budgets.add_parser("top-up", parents=[common])
+    top_up.add_argument("id", type=int)
+    top_up.add_argument("--gpu-hours", required=True)
+    top_up.add_argument("--reason", required=True)
+    budget.set_defaults(func=cmd_budget)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tessera", description="Tessera GPU platform command-line client."
@@ -442,6 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = quotas.add_parser("show", parents=[common])
     show.add_argument("--tenant", help="tenant slug")
     quota.set_defaults(func=cmd_quota)
+    _fairness_parsers(sub, quotas, common)
     return parser
 
 

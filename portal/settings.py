@@ -521,6 +521,18 @@ CELERY_BEAT_SCHEDULE["codespaces-reconcile"] = {
     "schedule": TESSERA_CODESPACE_RECONCILE_SECONDS,
 }
 
+# quotas (fairness over time, docs/quotas.md): loan expiry and GPU-hour budget notices.
+TESSERA_QUOTA_LOAN_EXPIRY_SECONDS = env_float("TESSERA_QUOTA_LOAN_EXPIRY_SECONDS", 60.0)
+CELERY_BEAT_SCHEDULE["quotas-expire-loans"] = {
+    "task": "quotas.tasks.expire_quota_loans_task",
+    "schedule": TESSERA_QUOTA_LOAN_EXPIRY_SECONDS,
+}
+TESSERA_QUOTA_BUDGET_CHECK_SECONDS = env_float("TESSERA_QUOTA_BUDGET_CHECK_SECONDS", 300.0)
+CELERY_BEAT_SCHEDULE["quotas-budget-alerts"] = {
+    "task": "quotas.tasks.check_budget_alerts_task",
+    "schedule": TESSERA_QUOTA_BUDGET_CHECK_SECONDS,
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -1,11 +1,15 @@
 """Admission: may a quota start this request now? If not, a reason with numbers the user sees.
 
-Koordinator's PreFilter (k8s-integration.md §3.3) on the workload's side of its quota, in this order:
+Koordinator's PreFilter (k8s-integration.md §3.3) on the workload's side of its quota, in this order
+(after rule 0, the quota's per-person GPU cap, `max_gpus_per_user`, code `user_cap`, checked on the
+owner's placed and running GPUs plus what the session admitted for them):
 1. `used + request ≤ max` in every dimension (code `quota_max`);
 2. the request fits the side's capacity of the group at all (code `exceeds_capacity`);
 3. non-preemptible work: `non-preemptible used + request ≤ min` in every dimension the quota guarantees
    (min > 0; a side with no min admits no non-preemptible work) (code `nonpreemptible_beyond_min`);
-4. `used + request ≤ runtime`, the runtime share computed with the request counted in the demand (code
+4. a GPU-hour budget at 100 % (`QuotaSpec.budget`, quotas.budgets) stops new borrowing: a GPU-side
+   request beyond min waits; a `hard` budget stops every new GPU request (code `budget_exhausted`);
+5. `used + request ≤ runtime`, the runtime share computed with the request counted in the demand (code
    `quota_runtime`).
 `within_min` tells the caller whether the request runs within the guaranteed min (then it may reclaim
 borrowed capacity from siblings; see quotas.reclaim).
@@ -24,6 +28,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from quotas.fairness import BudgetState
 from quotas.resources import Resources, Side, human_amount, human_number, total
 from quotas.usage import GroupSnapshot, WorkloadUsage, group_snapshot, usage_of
 
@@ -35,6 +40,8 @@ class AdmissionCode(str, Enum):
     NONPREEMPTIBLE_BEYOND_MIN = "nonpreemptible_beyond_min"
     OVER_RUNTIME = "quota_runtime"
     NO_QUOTA = "no_quota"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    USER_CAP = "user_cap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,9 @@ def check_request(
             f"{human_number(over, request.get(over))}{what}.",
             within_min,
         )
+    refusal = _budget_refusal(state.spec.budget, label, side, usage.min, after)
+    if refusal is not None:
+        return refusal
     capacity = snapshot.capacity.side(side)
     over = _first_over(request, capacity, dims)
     if over is not None:
@@ -179,6 +189,34 @@ def check_request(
     )
 
 
+def _budget_refusal(
+    budget: BudgetState | None, label: str, side: Side, minimum: Resources, after: Resources
+) -> Admission | None:
+    """Rule 4: the refusal when the quota's budget is exhausted and the request (with everything it
+    holds, `after`) borrows beyond min, or the budget is hard. None when the budget lets it start."""
+    if budget is None or side is not Side.GPU or not budget.exhausted:
+        return None
+    within_min = is_within_min(after, minimum, side.dimensions)
+    if budget.hard:
+        return Admission(
+            False,
+            AdmissionCode.BUDGET_EXHAUSTED.value,
+            f"{label}: GPU-hour budget exhausted ({budget.numbers()}, {budget.percent} %); the budget is "
+            "hard, so nothing new starts until the period resets or an operator tops it up.",
+            within_min,
+        )
+    if within_min:
+        return None
+    return Admission(
+        False,
+        AdmissionCode.BUDGET_EXHAUSTED.value,
+        f"{label}: GPU-hour budget exhausted ({budget.numbers()}, {budget.percent} %); new borrowing "
+        f"beyond min {human_amount('gpu_milli', minimum.gpu_milli)} stops until the period resets or "
+        "an operator tops it up (work within min still starts).",
+        within_min,
+    )
+
+
 class AdmissionSession:
     """Admits requests one after another against one snapshot of a group, counting what it admitted.
 
@@ -194,6 +232,7 @@ class AdmissionSession:
         self.snapshot = snapshot
         self._admitted: dict[tuple[int, Side], Resources] = {}
         self._admitted_nonpreemptible: dict[tuple[int, Side], Resources] = {}
+        self._admitted_by_user: dict[tuple[int, int], int] = {}
 
     def share_ratio(self, quota_id: int, side: Side) -> float:
         """How far a quota is along its runtime share on `side` (used / runtime, primary dimension):
@@ -207,6 +246,14 @@ class AdmissionSession:
         if runtime <= 0:
             return float("inf") if used or usage.demand.get(dimension) else 0.0
         return used / runtime
+
+    def fair_share_ratio(self, quota_id: int) -> float:
+        """The quota's decayed usage over its fair share (quotas.fairness); 0 when its group has fair
+        share off. Lower = used less than its share recently = served first among equal priorities."""
+        if quota_id not in self.snapshot.quotas:
+            return 0.0
+        fair = self.snapshot.quota(quota_id).spec.fair_share
+        return fair.ratio if fair is not None else 0.0
 
     def admit(self, members: Sequence[WorkloadUsage], *, counted: bool | None = None) -> Admission:
         """May the request of `members` start now, after what this session admitted before?
@@ -225,6 +272,9 @@ class AdmissionSession:
                 f"Quota {quota_id} is not in group {self.snapshot.group_name}.",
                 False,
             )
+        refusal = self._check_user_cap(quota_id, members)
+        if refusal is not None:
+            return refusal
         snapshot = self._with_demand(members, counted)
         result: Admission | None = None
         sides = [(side, [u for u in members if u.side is side]) for side in (Side.GPU, Side.CPU)]
@@ -244,6 +294,12 @@ class AdmissionSession:
                 return answer
             result = answer if result is None else _both(result, answer)
         assert result is not None
+        for member in members:
+            if member.owner_id is not None:
+                key = (quota_id, member.owner_id)
+                self._admitted_by_user[key] = (
+                    self._admitted_by_user.get(key, 0) + member.resources.gpu_milli
+                )
         for side, on_side in sides:
             if on_side:
                 request = total(u.resources for u in on_side).only(side.dimensions)
@@ -251,9 +307,45 @@ class AdmissionSession:
                 self._count((quota_id, side), request, nonpreemptible=held)
         return result
 
+    def _check_user_cap(self, quota_id: int, members: Sequence[WorkloadUsage]) -> Admission | None:
+        """Rule 0: the quota's per-person cap (`QuotaSpec.user_cap`): what the owner holds, plus what
+        this session admitted for them, plus the request must stay within it (code `user_cap`)."""
+        cap = self.snapshot.quota(quota_id).spec.user_cap
+        if cap is None:
+            return None
+        wanted: dict[int, int] = {}
+        for member in members:
+            if member.owner_id is not None and member.resources.gpu_milli:
+                wanted[member.owner_id] = (
+                    wanted.get(member.owner_id, 0) + member.resources.gpu_milli
+                )
+        name = self.snapshot.quota(quota_id).name
+        for owner_id, request in sorted(wanted.items()):
+            held = cap.used_by(owner_id)
+            admitted = self._admitted_by_user.get((quota_id, owner_id), 0)
+            if held + admitted + request > cap.cap_milli:
+                return Admission(
+                    False,
+                    AdmissionCode.USER_CAP.value,
+                    f"{name}: one person may hold at most {human_amount('gpu_milli', cap.cap_milli)} "
+                    f"of this quota; its owner holds {human_number('gpu_milli', held)}"
+                    + (
+                        f" + {human_number('gpu_milli', admitted)} admitted this cycle"
+                        if admitted
+                        else ""
+                    )
+                    + f", request {human_number('gpu_milli', request)}.",
+                    False,
+                )
+        return None
+
     def unadmit(self, members: Sequence[WorkloadUsage]) -> None:
         """Give back the tally of admitted `members` (never below zero)."""
         for member in members:
+            if member.owner_id is not None:
+                user_key = (member.quota_id, member.owner_id)
+                left = self._admitted_by_user.get(user_key, 0) - member.resources.gpu_milli
+                self._admitted_by_user[user_key] = max(0, left)
             amount = member.resources.only(member.side.dimensions).scaled(-1)
             key = (member.quota_id, member.side)
             self._count(key, amount, nonpreemptible=not member.preemptible)
@@ -284,6 +376,11 @@ class AdmissionSession:
         usage = state.side(side)
         label = f"{state.name} {side.label}"
         before = before or Resources()
+        refusal = _budget_refusal(
+            state.spec.budget, label, side, usage.min, usage.used + before + request
+        )
+        if refusal is not None:
+            return refusal
         limit = usage.runtime.minimum(usage.max)
         over = _first_over(usage.used + before + request, limit, side.dimensions)
         if over is not None:

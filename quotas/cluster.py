@@ -9,10 +9,13 @@ installs `scheduling.quota_rows.SchedulingRows`). `quotas.usage` reads the clust
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import QuerySet
+
+from quotas.fairness import UsageHour
 
 
 class ClusterRows(Protocol):
@@ -32,6 +35,15 @@ class ClusterRows(Protocol):
 
     def charged_workloads(self, group_id: int) -> QuerySet[Any]:
         """The pending and active workloads of the group's quotas, their gang selected, by id."""
+        ...
+
+    def gpu_usage_hours(self, group_id: int, since: datetime, until: datetime) -> list[UsageHour]:
+        """GPU-hours the group's quotas held per hour and GPU model in [since, until) (recorded usage:
+        the telemetry's hour rows, and its minute rows for the hour not rolled up yet)."""
+        ...
+
+    def gpu_hour_prices(self) -> dict[str, float]:
+        """Price per GPU-hour per lower-case model name, "default" for the others."""
         ...
 
 

@@ -9,7 +9,8 @@ from django import forms
 from portal.forms import UnitField
 from portal.labels import MAX_LABEL_NAME_LENGTH, MAX_LABEL_PREFIX_LENGTH, MAX_LABEL_VALUE_LENGTH
 from portal.models import Tenant
-from quotas.models import RESOURCE_FIELDS, Quota, QuotaGroup
+from quotas.fairness import MAX_HALF_LIFE_HOURS
+from quotas.models import MAX_MIN_RUNTIME_SECONDS, RESOURCE_FIELDS, Quota, QuotaGroup
 from quotas.resources import Side
 
 # The unit each dimension is typed in (the form converts once, through portal.numbers).
@@ -170,6 +171,19 @@ class GroupForm(SelectorRowsForm):
     allow_overcommitted_min = forms.BooleanField(
         required=False, label="Allow the quotas' mins to add up to more than the capacity"
     )
+    fair_share_half_life_hours = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_HALF_LIFE_HOURS,
+        label="Decayed fair share half-life (hours; empty = off)",
+        help_text="e.g. 168: last week's GPU-hours count half when borrowed GPUs are shared out.",
+    )
+    min_runtime_seconds = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_MIN_RUNTIME_SECONDS,
+        label="Minimum runtime before preemption (seconds; 0 = off)",
+    )
     note = forms.CharField(required=False, max_length=500)
     version = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
@@ -181,6 +195,8 @@ class GroupForm(SelectorRowsForm):
                 name=group.name,
                 description=group.description,
                 allow_overcommitted_min=group.allow_overcommitted_min,
+                fair_share_half_life_hours=group.fair_share_half_life_hours,
+                min_runtime_seconds=group.min_runtime_seconds,
                 version=group.version,
             )
             self.initial_rows(group.node_selector or {})

@@ -9,11 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from portal.models import Tenant, dns_label_validator
+from quotas.fairness import MAX_HALF_LIFE_HOURS
 from quotas.resources import DIMENSIONS, Resources, Side
+
+MAX_MIN_RUNTIME_SECONDS = 7 * 24 * 3600
+"""The longest minimum runtime before preemption a group may set (a week)."""
 
 # Model field name of a bound: f"{side}_{bound}_{dimension}", e.g. gpu_min_gpu_milli, cpu_max_memory_mib.
 BOUNDS = ("min", "max")
@@ -32,7 +36,13 @@ RESOURCE_FIELDS: tuple[str, ...] = tuple(
 """The twelve min/max fields of a Quota (8 on the GPU side, 4 on the CPU side)."""
 
 EDITABLE_QUOTA_FIELDS: tuple[str, ...] = (*RESOURCE_FIELDS, "shared_weight", "lend_idle_min")
-EDITABLE_GROUP_FIELDS: tuple[str, ...] = ("description", "node_selector", "allow_overcommitted_min")
+EDITABLE_GROUP_FIELDS: tuple[str, ...] = (
+    "description",
+    "node_selector",
+    "allow_overcommitted_min",
+    "fair_share_half_life_hours",
+    "min_runtime_seconds",
+)
 
 
 class QuotaGroup(models.Model):
@@ -46,6 +56,17 @@ class QuotaGroup(models.Model):
     )
     allow_overcommitted_min = models.BooleanField(
         default=False, help_text="Allow the sum of leaf mins to exceed the group's capacity."
+    )
+    fair_share_half_life_hours = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_HALF_LIFE_HOURS)],
+        help_text="Decayed fair share: half-life of past GPU-hour usage in hours (empty = off).",
+    )
+    min_runtime_seconds = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_MIN_RUNTIME_SECONDS)],
+        help_text="Minimum runtime before preemption: reclaim never stops work younger than this.",
     )
     version = models.PositiveIntegerField(
         default=1, help_text="Incremented on every change (optimistic concurrency)."
@@ -66,6 +87,8 @@ class QuotaGroup(models.Model):
             "description": self.description,
             "node_selector": self.node_selector,
             "allow_overcommitted_min": self.allow_overcommitted_min,
+            "fair_share_half_life_hours": self.fair_share_half_life_hours,
+            "min_runtime_seconds": self.min_runtime_seconds,
         }
 
 
@@ -126,6 +149,12 @@ class Quota(models.Model):
     )
     lend_idle_min = models.BooleanField(
         default=True, help_text="Lend the unused part of the min to sibling quotas."
+    )
+    max_gpus_per_user = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(10_000)],
+        help_text="The most GPUs one person of the team may hold at once (empty = no cap).",
     )
     version = models.PositiveIntegerField(
         default=1, help_text="Incremented on every change (optimistic concurrency)."
@@ -226,3 +255,178 @@ class QuotaChange(models.Model):
         after = self.after or {}
         keys = list(dict.fromkeys([*before.keys(), *after.keys()]))
         return [(k, before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)]
+
+
+# ------------------------------------------------------------------------ fairness over time (issue 17)
+
+MAX_BUDGET_GPU_HOURS = 10_000_000
+"""The largest budget or top-up, in GPU-hours (or price GPU-hours)."""
+
+
+class BudgetPeriod(models.TextChoices):
+    WEEK = "week", "Week"
+    MONTH = "month", "Month"
+
+
+class BudgetWindow(models.TextChoices):
+    CALENDAR = "calendar", "Calendar (resets Monday 00:00 UTC / the 1st)"
+    ROLLING = "rolling", "Rolling (the last 7 / 30 days)"
+
+
+class BudgetWeighting(models.TextChoices):
+    HOURS = "hours", "GPU-hours"
+    PRICE = "price", "GPU-hours weighted by model price"
+
+
+class GpuHourBudget(models.Model):
+    """A cap on a quota's GPU-hours per period. At 80 % and 100 % the team admins get a notice; at 100 %
+    new borrowing stops (work within min still starts, unless `hard`). Operators grant top-ups
+    (`BudgetTopUp`, audited) that raise the limit of the period they are granted in."""
+
+    quota = models.ForeignKey(Quota, on_delete=models.CASCADE, related_name="budgets")
+    period = models.CharField(
+        max_length=10, choices=BudgetPeriod.choices, default=BudgetPeriod.WEEK
+    )
+    window = models.CharField(
+        max_length=10, choices=BudgetWindow.choices, default=BudgetWindow.CALENDAR
+    )
+    gpu_model = models.CharField(
+        max_length=63,
+        blank=True,
+        help_text="Only this GPU model's hours count (empty = every model).",
+    )
+    weighting = models.CharField(
+        max_length=10, choices=BudgetWeighting.choices, default=BudgetWeighting.HOURS
+    )
+    limit_gpu_hours = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        validators=[MinValueValidator(0), MaxValueValidator(MAX_BUDGET_GPU_HOURS)],
+    )
+    hard = models.BooleanField(
+        default=False, help_text="At 100 % nothing new starts, not even work within min."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["quota_id", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.quota_id}: {self.limit_gpu_hours} per {self.period}"
+
+
+class BudgetTopUp(models.Model):
+    """GPU-hours an operator added to a budget for the period starting at `period_start`."""
+
+    budget = models.ForeignKey(GpuHourBudget, on_delete=models.CASCADE, related_name="top_ups")
+    period_start = models.DateTimeField()
+    gpu_hours = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        validators=[MinValueValidator(0), MaxValueValidator(MAX_BUDGET_GPU_HOURS)],
+    )
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+
+class BudgetAlert(models.Model):
+    """One notice sent for one budget, period and threshold (80 or 100): sent once per period."""
+
+    budget = models.ForeignKey(GpuHourBudget, on_delete=models.CASCADE, related_name="alerts")
+    period_start = models.DateTimeField()
+    threshold = models.PositiveSmallIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "period_start", "threshold"], name="uniq_budget_alert"
+            )
+        ]
+
+
+class QuotaNotice(models.Model):
+    """A message to a team's admins about its quota (budget thresholds, loans): shown on the quota page
+    and in the API, and mailed to the tenant admins that have an e-mail address."""
+
+    quota = models.ForeignKey(Quota, on_delete=models.CASCADE, related_name="notices")
+    kind = models.CharField(max_length=30)
+    message = models.CharField(max_length=1000)
+    recipients = models.JSONField(default=list, blank=True, help_text="usernames told")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["quota", "-created_at"], name="quotanotice_recent")]
+
+
+class LoanState(models.TextChoices):
+    REQUESTED = "requested", "Requested"
+    APPROVED = "approved", "Approved"
+    DECLINED = "declined", "Declined"
+    CANCELLED = "cancelled", "Cancelled"
+    EXPIRED = "expired", "Expired"
+
+
+LOAN_TRANSITIONS: dict[str, frozenset[str]] = {
+    LoanState.REQUESTED: frozenset(
+        {LoanState.APPROVED, LoanState.DECLINED, LoanState.CANCELLED, LoanState.EXPIRED}
+    ),
+    LoanState.APPROVED: frozenset({LoanState.EXPIRED}),
+    LoanState.DECLINED: frozenset(),
+    LoanState.CANCELLED: frozenset(),
+    LoanState.EXPIRED: frozenset(),
+}
+"""The loan state machine: every allowed (from → to). Terminal states allow nothing."""
+
+MAX_LOAN_GPUS = 10_000
+MAX_LOAN_DAYS = 90
+
+
+class QuotaLoan(models.Model):
+    """N GPUs of min lent by one quota to a sibling for [starts_at, ends_at). While APPROVED and inside
+    its window it moves that much GPU-side min (and max) from lender to borrower in every snapshot
+    (quotas.loans.active_loan_effects); it expires by itself at `ends_at`."""
+
+    group = models.ForeignKey(QuotaGroup, on_delete=models.CASCADE, related_name="loans")
+    lender = models.ForeignKey(Quota, on_delete=models.CASCADE, related_name="loans_out")
+    borrower = models.ForeignKey(Quota, on_delete=models.CASCADE, related_name="loans_in")
+    gpus = models.PositiveIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_LOAN_GPUS)]
+    )
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    state = models.CharField(
+        max_length=10, choices=LoanState.choices, default=LoanState.REQUESTED, db_index=True
+    )
+    reason = models.CharField(max_length=500, blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.CharField(max_length=500, blank=True)
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(ends_at__gt=models.F("starts_at")), name="loan_window_positive"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(lender=models.F("borrower")), name="loan_not_to_itself"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"loan {self.pk}: {self.gpus} GPUs {self.lender_id} -> {self.borrower_id}"

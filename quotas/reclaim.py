@@ -122,8 +122,12 @@ def with_whole_gangs(
     return tuple(sorted(picked | {wid for wid, gang_id in pairs if gang_id in gangs}))
 
 
-def _units(snapshot: GroupSnapshot, side: Side) -> list[_Unit]:
-    """Active work on `side` grouped into reclaimable units; units with non-preemptible work are dropped."""
+def _units(
+    snapshot: GroupSnapshot, side: Side, protect_started_after: datetime | None = None
+) -> list[_Unit]:
+    """Active work on `side` grouped into reclaimable units; units with non-preemptible work are dropped,
+    and so are units that started after `protect_started_after` (minimum runtime before preemption;
+    a unit with no start time yet counts as just started)."""
     grouped: dict[tuple[str, int], list[WorkloadUsage]] = {}
     for w in snapshot.workloads:
         if not w.active or w.side is not side:
@@ -144,6 +148,8 @@ def _units(snapshot: GroupSnapshot, side: Side) -> list[_Unit]:
             continue
         first = members[0]
         starts = [m.started_at or _LATEST for m in members]
+        if protect_started_after is not None and max(starts) > protect_started_after:
+            continue
         units.append(
             _Unit(
                 members=tuple(sorted(members, key=lambda m: m.workload_id)),
@@ -197,8 +203,12 @@ def plan_reclaim(
     pending: Any,
     *,
     shortfall: Resources | None = None,
+    protect_started_after: datetime | None = None,
 ) -> ReclaimPlan:
     """Choose the work to stop so that `pending` can start.
+
+    `protect_started_after`: work that started after this moment is never chosen (the group's minimum
+    runtime before preemption: `now - QuotaGroup.min_runtime_seconds`; None = no protection).
 
     Args:
         snapshot: the group's snapshot (quotas.usage.group_snapshot).
@@ -277,7 +287,7 @@ def plan_reclaim(
             }
             picked: list[_Unit] = []
             still_needed = need
-            for unit in _units(snapshot, side):
+            for unit in _units(snapshot, side, protect_started_after):
                 if unit.quota_id == quota_id or unit.quota_id not in remaining_over:
                     continue
                 if any(m.workload_id in taken for m in unit.members):

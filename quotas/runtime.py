@@ -13,7 +13,9 @@ differ), per dimension:
 2. **Redistribution.** The pool (capacity − Σ runtime) is handed out to the borrowers in proportion to their
    weight: `floor(weight × pool / W)` each, the leftover units one each to the largest remainders (ties by
    name). A borrower that reaches its request gives back the surplus, which is handed out again among the
-   borrowers still hungry, until the pool or the borrowers run out.
+   borrowers still hungry, until the pool or the borrowers run out. With borrow tiers (decayed fair share,
+   `quotas.fairness`: 0 = at or under its fair share, 1 = over it) the pool goes to tier 0 first and only
+   what it leaves to tier 1; every quota is tier 0 when the group has fair share off.
 
 Guarantees (tested by property tests): a runtime never exceeds `max`, nor `demand` unless the quota keeps
 its idle min (then it is at most `max(demand, min)`); runtimes add up to at most the capacity; a quota whose
@@ -39,6 +41,8 @@ class ShareInput:
     demand: int
     lend: bool = True
     guarantee: int = 0
+    tier: int = 0
+    """Borrow tier (quotas.fairness): the pool goes to the hungry borrowers of the lowest tier first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +55,7 @@ class QuotaShareInput:
     weight: Resources
     demand: Resources
     lend: bool = True
+    tier: int = 0
 
 
 def largest_remainder(amount: int, weights: Sequence[tuple[str, int]]) -> dict[str, int]:
@@ -122,6 +127,17 @@ def runtime_1d(total: int, entries: Sequence[ShareInput]) -> dict[str, int]:
             runtime[entry.name] = floor
         pool -= runtime[entry.name]
 
+    for tier in sorted({b.tier for b in borrowers}):
+        hungry = [b for b in borrowers if b.tier == tier]
+        pool = _redistribute(pool, hungry, runtime, request)
+    return runtime
+
+
+def _redistribute(
+    pool: int, borrowers: list[ShareInput], runtime: dict[str, int], request: dict[str, int]
+) -> int:
+    """Step 2 for one borrow tier: hand `pool` out by weight until it or the borrowers run out (in
+    place on `runtime`); returns what is left for the next tier."""
     while pool > 0 and borrowers:
         weights = [(b.name, max(b.weight, 0)) for b in borrowers]
         if sum(w for _, w in weights) <= 0:
@@ -138,7 +154,7 @@ def runtime_1d(total: int, entries: Sequence[ShareInput]) -> dict[str, int]:
             else:
                 still_hungry.append(borrower)
         borrowers = still_hungry
-    return runtime
+    return pool
 
 
 def runtime_shares(capacity: Resources, quotas: Sequence[QuotaShareInput]) -> dict[str, Resources]:
@@ -163,6 +179,7 @@ def runtime_shares(capacity: Resources, quotas: Sequence[QuotaShareInput]) -> di
                     weight=q.weight.get(dimension),
                     demand=q.demand.get(dimension),
                     lend=q.lend,
+                    tier=q.tier,
                 )
                 for q in quotas
             ],

@@ -27,10 +27,12 @@ from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
 from portal.transactions import retry_transaction
 from quotas.delete_preview import workloads_referencing
+from quotas.fairness import MAX_HALF_LIFE_HOURS
 from quotas.lock_objects import lock_group_selectors
 from quotas.models import (
     EDITABLE_GROUP_FIELDS,
     EDITABLE_QUOTA_FIELDS,
+    MAX_MIN_RUNTIME_SECONDS,
     RESOURCE_FIELDS,
     ChangeAction,
     Quota,
@@ -67,6 +69,12 @@ def register_quota_change_observer(callback: Callable[[int], None]) -> None:
 def _notify(group_id: int) -> None:
     for callback in list(_observers):
         transaction.on_commit(lambda cb=callback: cb(group_id))  # type: ignore[misc]
+
+
+def notify_group_changed(group_id: int) -> None:
+    """Tell the change observers (after commit) that something the group's snapshot reads changed
+    (a loan approved or expired: scheduling re-runs the group's cycle)."""
+    _notify(group_id)
 
 
 @dataclass(frozen=True)
@@ -506,11 +514,15 @@ def create_group(
     description: str = "",
     node_selector: dict[str, Any] | None = None,
     allow_overcommitted_min: bool = False,
+    fair_share_half_life_hours: Any = None,
+    min_runtime_seconds: Any = 0,
     actor: Any = None,
     note: str = "",
 ) -> Saved[QuotaGroup]:
     """Create a quota group (a node pool selected by labels). Audited. One transaction, retried when
     it lost a lock race (Busy when every attempt did)."""
+    half_life = clean_half_life(fair_share_half_life_hours)
+    min_runtime = clean_min_runtime(min_runtime_seconds)
     errors: dict[str, list[str]] = {}
     try:
         dns_label_validator(name)
@@ -531,6 +543,8 @@ def create_group(
                     description=description,
                     node_selector=selector,
                     allow_overcommitted_min=bool(allow_overcommitted_min),
+                    fair_share_half_life_hours=half_life,
+                    min_runtime_seconds=min_runtime,
                 )
         except IntegrityError as exc:
             raise InvalidInput(
@@ -585,6 +599,12 @@ def update_group(
         cleaned["allow_overcommitted_min"] = flag
     if "description" in cleaned:
         cleaned["description"] = str(cleaned["description"] or "")
+    if "fair_share_half_life_hours" in cleaned:
+        cleaned["fair_share_half_life_hours"] = clean_half_life(
+            cleaned["fair_share_half_life_hours"]
+        )
+    if "min_runtime_seconds" in cleaned:
+        cleaned["min_runtime_seconds"] = clean_min_runtime(cleaned["min_runtime_seconds"])
     with transaction.atomic():
         if "node_selector" in cleaned:
             lock_group_selectors()  # advisory lock first, then the group row
@@ -611,6 +631,32 @@ def update_group(
             note=note,
         )
     return Saved(saved, [])
+
+
+def clean_half_life(value: Any) -> int | None:
+    """The decayed fair share half-life in hours: empty/None/0 = off, else 1..MAX_HALF_LIFE_HOURS.
+    InvalidInput naming `fair_share_half_life_hours` otherwise."""
+    if value in (None, "", 0, "0"):
+        return None
+    number = _as_int(value)
+    if number is None or not 1 <= number <= MAX_HALF_LIFE_HOURS:
+        message = f"A whole number of hours from 1 to {MAX_HALF_LIFE_HOURS} (empty = off)."
+        raise InvalidInput(
+            f"fair_share_half_life_hours: {message}",
+            fields={"fair_share_half_life_hours": [message]},
+        )
+    return number
+
+
+def clean_min_runtime(value: Any) -> int:
+    """Minimum runtime before preemption in seconds: 0 (off) to MAX_MIN_RUNTIME_SECONDS."""
+    number = 0 if value in (None, "") else _as_int(value)
+    if number is None or not 0 <= number <= MAX_MIN_RUNTIME_SECONDS:
+        message = f"A whole number of seconds from 0 (off) to {MAX_MIN_RUNTIME_SECONDS}."
+        raise InvalidInput(
+            f"min_runtime_seconds: {message}", fields={"min_runtime_seconds": [message]}
+        )
+    return number
 
 
 @retry_transaction

@@ -17,4 +17,5 @@ urlpatterns = [
     path("<int:pk>/edit/", views.quota_edit, name="quota-edit"),
     path("<int:pk>/what-if/", views.quota_what_if, name="quota-what-if"),
     path("<int:pk>/delete/", views.quota_delete, name="quota-delete"),
+    path("<int:pk>/fairness/", views.quota_fairness_action, name="quota-fairness"),
 ]

@@ -26,11 +26,14 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, QuerySet, Sum
+from django.utils import timezone
 
 from quotas.cluster import cluster_rows
+from quotas.fairness import BudgetState, FairShare, LoanEffect, UserCap
 from quotas.models import Quota, QuotaGroup
 from quotas.resources import Resources, Side, total
 from quotas.runtime import QuotaShareInput, ShareInput, runtime_1d, runtime_shares
+from quotas.time_inputs import TimeInputs, time_inputs
 
 SIDES = (Side.GPU, Side.CPU)
 
@@ -247,6 +250,7 @@ class WorkloadUsage:
     gang_id: int | None = None
     gang_name: str = ""
     started_at: datetime | None = None
+    owner_id: int | None = None
 
 
 def workload_side(workload: Any) -> Side:
@@ -300,6 +304,7 @@ def usage_of(workload: Any) -> WorkloadUsage:
         gang_id=workload.gang_id,
         gang_name=gang_name,
         started_at=workload.started_at or workload.placed_at,
+        owner_id=getattr(workload, "owner_id", None),
     )
 
 
@@ -318,6 +323,18 @@ class QuotaSpec:
     min: dict[Side, Resources]
     max: dict[Side, Resources]
     weight: dict[Side, Resources]
+    fair_share: FairShare | None = None
+    """The quota's decayed fair share when its group has it on (quotas.fair_share), else None."""
+    budget: BudgetState | None = None
+    """Its binding GPU-hour budget in the current period (quotas.budgets), else None."""
+    loans: tuple[LoanEffect, ...] = ()
+    """Active loans that moved min to or from it (already applied to `min` and `max`)."""
+    user_cap: UserCap | None = None
+    """Its per-person GPU cap and what each person holds (quotas.admission), else None."""
+
+    @property
+    def borrow_tier(self) -> int:
+        return self.fair_share.tier if self.fair_share is not None else 0
 
     @classmethod
     def of(cls, quota: Quota) -> QuotaSpec:
@@ -541,6 +558,7 @@ def _side_runtimes(
                 weight=spec.weight[side],
                 demand=demand[spec.quota_id],
                 lend=spec.lend_idle_min,
+                tier=spec.borrow_tier,
             )
             for spec in specs
         ],
@@ -567,6 +585,7 @@ def _headrooms(
                 weight=spec.weight[side].get(dimension),
                 demand=demand[spec.quota_id].get(dimension),
                 lend=spec.lend_idle_min,
+                tier=spec.borrow_tier,
             )
             for spec in specs
         ]
@@ -776,6 +795,62 @@ def aggregate(usages: Iterable[WorkloadUsage]) -> list[WorkloadUsage]:
     ]
 
 
+def loan_moves(lender: QuotaSpec, gpus: int) -> Resources:
+    """What a loan of `gpus` GPUs moves off `lender`'s GPU-side min: 1000 milli per GPU, and the same
+    fraction of its min in each other GPU-side dimension (rounded down), never more than the min."""
+    minimum = lender.min[Side.GPU]
+    if minimum.gpu_milli <= 0:
+        return Resources()
+    milli = min(1000 * gpus, minimum.gpu_milli)
+    return Resources(
+        gpu_milli=milli,
+        gpu_memory_mib=minimum.gpu_memory_mib * milli // minimum.gpu_milli,
+        cpu_milli=minimum.cpu_milli * milli // minimum.gpu_milli,
+        memory_mib=minimum.memory_mib * milli // minimum.gpu_milli,
+    )
+
+
+def apply_time_inputs(specs: Sequence[QuotaSpec], inputs: TimeInputs) -> list[QuotaSpec]:
+    """Pure: `specs` with their fair share and budget attached and active loans applied (the lender's
+    GPU-side min goes down by `loan_moves`, the borrower's min and max up by the same)."""
+    if inputs.empty:
+        return list(specs)
+    by_id = {s.quota_id: s for s in specs}
+    original = dict(by_id)
+    for loan in inputs.loans:
+        if loan.lender_id not in by_id or loan.borrower_id not in by_id:
+            continue
+        moved = loan_moves(original[loan.lender_id], loan.gpus)
+        lender, borrower = by_id[loan.lender_id], by_id[loan.borrower_id]
+        by_id[loan.lender_id] = replace(
+            lender,
+            min={**lender.min, Side.GPU: (lender.min[Side.GPU] - moved).clip()},
+            loans=(*lender.loans, loan),
+        )
+        by_id[loan.borrower_id] = replace(
+            borrower,
+            min={**borrower.min, Side.GPU: borrower.min[Side.GPU] + moved},
+            max={**borrower.max, Side.GPU: borrower.max[Side.GPU] + moved},
+            loans=(*borrower.loans, loan),
+        )
+    return [
+        replace(
+            spec,
+            fair_share=inputs.fair_shares.get(quota_id, spec.fair_share),
+            budget=inputs.budgets.get(quota_id, spec.budget),
+            user_cap=inputs.user_caps.get(quota_id, spec.user_cap),
+        )
+        for quota_id, spec in by_id.items()
+    ]
+
+
+def group_specs(group: QuotaGroup, now: datetime | None = None) -> list[QuotaSpec]:
+    """The specs of the group's quotas at `now` (default: the clock), fairness over time applied."""
+    rows = list(group.quotas.select_related("tenant").order_by("name"))
+    specs = [QuotaSpec.of(q) for q in rows]
+    return apply_time_inputs(specs, time_inputs(group, now or timezone.now(), rows))
+
+
 def group_snapshot(group: QuotaGroup | int, *, headroom: bool = True) -> GroupSnapshot:
     """Read the group's capacity, quotas and live workloads and compute the snapshot.
 
@@ -785,7 +860,7 @@ def group_snapshot(group: QuotaGroup | int, *, headroom: bool = True) -> GroupSn
     """
     if not isinstance(group, QuotaGroup):
         group = QuotaGroup.objects.get(pk=group)
-    specs = [QuotaSpec.of(q) for q in group.quotas.select_related("tenant").order_by("name")]
+    specs = group_specs(group)
     return build_snapshot(
         group_id=int(group.pk),
         group_name=group.name,

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -23,9 +25,23 @@ from portal.api.errors import error_body
 from portal.errors import DomainError, InvalidInput, PreconditionFailed
 from portal.forms import show_domain_error, stale_edit_message
 from portal.numbers import parse_int
-from portal.scoping import get_scoped_or_404, is_operator, require_operator, scope_queryset
-from quotas import services
+from portal.scoping import (
+    admin_tenant_ids_for,
+    get_scoped_or_404,
+    is_operator,
+    require_operator,
+    scope_queryset,
+)
+from quotas import budgets, loans, services
 from quotas.delete_preview import quota_delete_impact
+from quotas.fairness_forms import (
+    BudgetForm,
+    LoanDecisionForm,
+    LoanRequestForm,
+    TopUpForm,
+    UserCapForm,
+)
+from quotas.fairness_report import quota_fairness
 from quotas.forms import (
     DIMENSION_LABELS,
     GroupForm,
@@ -35,11 +51,12 @@ from quotas.forms import (
     SelectorRowsForm,
     resource_rows,
 )
-from quotas.models import Quota, QuotaChange, QuotaGroup
+from quotas.models import GpuHourBudget, LoanState, Quota, QuotaChange, QuotaGroup, QuotaLoan
 from quotas.presentation import bar, headroom_sentence
 from quotas.resources import Side, human, human_amount, human_short
 from quotas.selector_preview import inventory_labels, preview_selector
 from quotas.usage import GroupSnapshot, QuotaUsage, group_snapshot
+from quotas.user_caps import set_user_cap
 
 
 def _leaf(snapshot: GroupSnapshot, usage: QuotaUsage) -> dict[str, Any]:
@@ -151,6 +168,8 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
                     description=data["description"],
                     node_selector=data["node_selector"],
                     allow_overcommitted_min=data["allow_overcommitted_min"],
+                    fair_share_half_life_hours=data["fair_share_half_life_hours"],
+                    min_runtime_seconds=data["min_runtime_seconds"] or 0,
                     actor=request.user,
                     note=data["note"],
                 )
@@ -163,6 +182,8 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
                     description=data["description"],
                     node_selector=data["node_selector"],
                     allow_overcommitted_min=data["allow_overcommitted_min"],
+                    fair_share_half_life_hours=data["fair_share_half_life_hours"],
+                    min_runtime_seconds=data["min_runtime_seconds"] or 0,
                 )
         except PreconditionFailed:
             form.add_error(None, stale_edit_message("group", group))
@@ -344,6 +365,50 @@ def group_what_if(request: HttpRequest, pk: int) -> JsonResponse:
 def quota_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A quota (members of its tenant and operators): bounds, use, runtime share, headroom, history."""
     quota = get_scoped_or_404(Quota.objects.select_related("group", "tenant"), request.user, pk=pk)
+    return _quota_page(request, quota)
+
+
+def _fairness_context(
+    request: HttpRequest, quota: Quota, bound: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The "Fairness over time" card: the report and its forms (the bound one, with its errors)."""
+    user = request.user
+    operator = is_operator(user)
+    admin_of = admin_tenant_ids_for(user)
+    report = quota_fairness(quota)
+    loans = [
+        {
+            "loan": loan,
+            "active": report.loan_active(loan),
+            "direction": "lent to" if loan.lender_id == quota.pk else "borrowed from",
+            "other": loan.borrower if loan.lender_id == quota.pk else loan.lender,
+            "can_decide": loan.state == LoanState.REQUESTED
+            and (operator or loan.lender.tenant_id in admin_of),
+            "can_cancel": loan.state == LoanState.REQUESTED
+            and (operator or loan.borrower.tenant_id in admin_of),
+        }
+        for loan in report.loans
+    ]
+    forms_: dict[str, Any] = {
+        "loan_form": LoanRequestForm(borrower=quota),
+        "budget_form": BudgetForm(),
+        "top_up_form": TopUpForm(),
+        "user_cap_form": UserCapForm(initial={"max_gpus_per_user": quota.max_gpus_per_user}),
+    }
+    forms_.update(bound or {})
+    return {
+        "fairness": report,
+        "fair_sentence": report.fair_share.sentence() if report.fair_share else "",
+        "budget_rows": [{"view": v, "sentence": v.sentence()} for v in report.budgets],
+        "loan_rows": loans,
+        "can_request_loan": operator or quota.tenant_id in admin_of,
+        **forms_,
+    }
+
+
+def _quota_page(
+    request: HttpRequest, quota: Quota, bound: dict[str, Any] | None = None, status: int = 200
+) -> HttpResponse:
     snapshot = group_snapshot(quota.group)
     leaf = _leaf(snapshot, snapshot.quota(quota.pk))
     table = []
@@ -379,8 +444,87 @@ def quota_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "table": table,
             "history": history,
             "can_edit": is_operator(request.user),
+            **_fairness_context(request, quota, bound),
         },
+        status=status,
     )
+
+
+@login_required
+@require_POST
+def quota_fairness_action(request: HttpRequest, pk: int) -> HttpResponse:
+    """POST from the "Fairness over time" card: `action` = request_loan, decide_loan, add_budget or
+    top_up. A refusal comes back as the page with the form's errors (400)."""
+    quota = get_scoped_or_404(Quota.objects.select_related("group", "tenant"), request.user, pk=pk)
+    kind = request.POST.get("action", "")
+    form: forms.Form
+    if kind == "request_loan":
+        form, key = LoanRequestForm(request.POST, borrower=quota), "loan_form"
+    elif kind == "decide_loan":
+        form, key = LoanDecisionForm(request.POST), "decision_form"
+    elif kind == "add_budget":
+        form, key = BudgetForm(request.POST), "budget_form"
+    elif kind == "top_up":
+        form, key = TopUpForm(request.POST), "top_up_form"
+    elif kind == "user_cap":
+        form, key = UserCapForm(request.POST), "user_cap_form"
+    else:
+        messages.error(request, "Unknown action.")
+        return redirect("quotas:quota", pk=pk)
+    if form.is_valid():
+        try:
+            done = _apply_fairness_action(request, quota, kind, form.cleaned_data)
+        except DomainError as error:
+            show_domain_error(form, error)
+            messages.error(request, error.message)  # seen even where the form is not shown
+        else:
+            messages.success(request, done)
+            return redirect("quotas:quota", pk=pk)
+    if key == "decision_form":
+        messages.error(request, "; ".join(str(e) for errs in form.errors.values() for e in errs))
+    return _quota_page(request, quota, {key: form}, status=400)
+
+
+def _apply_fairness_action(
+    request: HttpRequest, quota: Quota, kind: str, data: dict[str, Any]
+) -> str:
+    if kind == "request_loan":
+        loan = loans.request_loan(
+            borrower=quota,
+            lender=data["lender"],
+            gpus=data["gpus"],
+            starts_at=data["starts_at"],
+            ends_at=data["ends_at"],
+            reason=data["reason"],
+            actor=request.user,
+        )
+        return f"Asked {loan.lender.name} for {loan.gpus} GPUs of min."
+    if kind == "decide_loan":
+        loan_row = get_object_or_404(
+            QuotaLoan.objects.filter(Q(lender=quota) | Q(borrower=quota)), pk=data["loan"]
+        )
+        if data["decision"] == "cancel":
+            saved = loans.cancel_loan(
+                loan_row, actor=request.user, expected_version=data["version"]
+            )
+        else:
+            saved = loans.decide_loan(
+                loan_row,
+                approve=data["decision"] == "approve",
+                actor=request.user,
+                expected_version=data["version"],
+                note=data["note"],
+            )
+        return f"Loan {saved.pk} is {saved.state}."
+    if kind == "add_budget":
+        budgets.create_budget(quota, data, actor=request.user)
+        return "Budget added."
+    if kind == "user_cap":
+        cap = set_user_cap(quota, data["max_gpus_per_user"], actor=request.user).max_gpus_per_user
+        return f"Per-person cap: {cap} GPUs." if cap else "Per-person cap removed."
+    budget = get_object_or_404(GpuHourBudget, pk=data["budget"], quota=quota)
+    budgets.top_up_budget(budget, data["gpu_hours"], actor=request.user, reason=data["reason"])
+    return f"Added {data['gpu_hours']} GPU-hours to the budget."
 
 
 @login_required

@@ -7,7 +7,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from quotas.models import RESOURCE_FIELDS, Quota, QuotaChange, QuotaGroup
+from quotas.fairness import MAX_HALF_LIFE_HOURS
+from quotas.models import MAX_MIN_RUNTIME_SECONDS, RESOURCE_FIELDS, Quota, QuotaChange, QuotaGroup
 from quotas.presentation import headroom_sentence
 from quotas.resources import Resources, Side
 from quotas.usage import GroupSnapshot, SideUsage, group_snapshot
@@ -92,6 +93,7 @@ class QuotaSerializer(serializers.ModelSerializer):
             *RESOURCE_FIELDS,
             "shared_weight",
             "lend_idle_min",
+            "max_gpus_per_user",
             "version",
             "status",
             "created_at",
@@ -270,6 +272,8 @@ class QuotaGroupSerializer(serializers.ModelSerializer):
             "description",
             "node_selector",
             "allow_overcommitted_min",
+            "fair_share_half_life_hours",
+            "min_runtime_seconds",
             "version",
             "capacity",
             "overlaps",
@@ -320,6 +324,14 @@ class QuotaGroupWriteSerializer(serializers.Serializer):
     description = serializers.CharField(required=False, allow_blank=True)
     node_selector = serializers.DictField(child=serializers.CharField(), required=False)
     allow_overcommitted_min = serializers.BooleanField(required=False)
+    fair_share_half_life_hours = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=MAX_HALF_LIFE_HOURS,
+        help_text="Decayed fair share half-life in hours; null or 0 = off.",
+    )  # fmt: skip
+    min_runtime_seconds = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_MIN_RUNTIME_SECONDS,
+        help_text="Minimum runtime before preemption in seconds; 0 = off.",
+    )  # fmt: skip
     note = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
 

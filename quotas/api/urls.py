@@ -2,9 +2,12 @@
 
 from rest_framework.routers import SimpleRouter
 
+from quotas.api.fairness import QuotaBudgetViewSet, QuotaLoanViewSet
 from quotas.api.views import QuotaGroupViewSet, QuotaViewSet
 
 router = SimpleRouter()
 router.register("quota-groups", QuotaGroupViewSet, basename="quota-group")
 router.register("quotas", QuotaViewSet, basename="quota")
+router.register("quota-loans", QuotaLoanViewSet, basename="quota-loan")
+router.register("quota-budgets", QuotaBudgetViewSet, basename="quota-budget")
 urlpatterns = router.urls

@@ -22,6 +22,7 @@ from portal.errors import Forbidden, InvalidInput
 from portal.models import Tenant
 from portal.scoping import is_operator, scope_queryset, tenant_ids_for
 from quotas import services
+from quotas.api.fairness import QuotaFairnessSerializer, UserCapSerializer, fairness_body
 from quotas.api.serializers import (
     NewQuotaWhatIfSerializer,
     QuotaChangeSerializer,
@@ -37,6 +38,7 @@ from quotas.api.serializers import (
     what_if_row,
 )
 from quotas.models import Quota, QuotaChange, QuotaGroup
+from quotas.user_caps import set_user_cap
 
 ERRORS = {
     400: OpenApiResponse(description="Invalid input: {error: {code, message, fields}}"),
@@ -213,6 +215,34 @@ class QuotaViewSet(ETagMixin, viewsets.ModelViewSet):
         payload.is_valid(raise_exception=True)
         rows = services.what_if(quota.group, quota, dict(payload.validated_data))
         return Response([what_if_row(row) for row in rows])
+
+    @extend_schema(
+        responses={200: QuotaFairnessSerializer, 404: ERRORS[404]},
+        description="Fairness over time: the quota's decayed fair share (null when its group has it "
+        "off), its GPU-hour budgets in the current period, its loans and its team admins' notices.",
+    )
+    @action(detail=True, methods=["get"], filter_backends=[])
+    def fairness(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        return Response(fairness_body(self.get_object()))
+
+    @extend_schema(
+        request=UserCapSerializer,
+        responses={200: QuotaSerializer, **ERRORS},
+        description="Set (or clear with null) the most GPUs one person of the team may hold at once. "
+        "Operators only; audited.",
+    )
+    @action(detail=True, methods=["post"], url_path="user-cap")
+    def user_cap(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        payload = UserCapSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        saved = set_user_cap(
+            quota, payload.validated_data.get("max_gpus_per_user"), actor=request.user
+        )
+        return _with_etag(
+            Response(QuotaSerializer(saved, context=self.get_serializer_context()).data),
+            saved.version,
+        )
 
     @extend_schema(
         responses={200: QuotaChangeSerializer(many=True), 404: ERRORS[404]},

@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
@@ -281,6 +281,11 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
         policy=policy,
         recent=tuple(cluster.recent),
         gang_active=gang_active,
+        protect_started_after=(
+            timezone.now() - timedelta(seconds=group.min_runtime_seconds)
+            if group.min_runtime_seconds
+            else None
+        ),
     )
     return _CycleRead(cycle_input, {w.pk: w for w in pending}, cluster, cached)
 
@@ -290,7 +295,7 @@ def _decide(group: QuotaGroup, read: _CycleRead) -> CycleDecision:
     an admitted unit found no capacity."""
     proposal = propose(read.input)
     workloads = group_snapshot(group, headroom=False) if proposal.reclaim_candidates else None
-    return conclude(proposal, workloads)
+    return conclude(proposal, workloads, protect_started_after=read.input.protect_started_after)
 
 
 def _stop_victims(group: QuotaGroup, claim: Reclaim) -> list[int]:

@@ -5,8 +5,9 @@
 
 1. **units**: a workload alone, or the pending members of one gang that must be placed together now
    (`min_available` minus its active members); a gang already complete places its members one by one;
-2. **order**: highest priority first, then the quota furthest below its runtime share (fair share), then
-   the oldest submission, then the id;
+2. **order**: highest priority first, then the quota that used least of its decayed fair share over time
+   (`QuotaSpec.fair_share`, data in `CycleInput.quota`; all equal when the group has it off), then the
+   quota furthest below its runtime share now, then the oldest submission, then the id;
 3. **admit** every unit through one `quotas.admission.AdmissionSession` (the rules the picker and the
    what-if preview use); refused units wait with the quota's reason;
 4. **plan** the admitted units with the engine on a copy of the shard's engine state (gangs all or
@@ -69,7 +70,8 @@ class CycleInput:
     `cluster`: the engine state of the shard's nodes with current placements applied (never mutated);
     `recent`: the shapes of the shard's last placements (with the pending ones: FGD's target workload);
     `gang_active`: per gang id, how many members are active (placed or running) already;
-    `workloads`: the group's snapshot with its workloads one by one, for reclaim (None: no reclaim).
+    `workloads`: the group's snapshot with its workloads one by one, for reclaim (None: no reclaim);
+    `protect_started_after`: see the field.
     """
 
     pending: tuple[PendingWorkload, ...]
@@ -79,6 +81,9 @@ class CycleInput:
     recent: tuple[PlacementRequest, ...] = ()
     gang_active: Mapping[int, int] = field(default_factory=dict)
     workloads: GroupSnapshot | None = None
+    protect_started_after: datetime | None = None
+    """Minimum runtime before preemption: reclaim never stops work that started after this moment
+    (`now - QuotaGroup.min_runtime_seconds`, set by the cycle; None = no protection)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +165,9 @@ class CycleDecision:
 
 def decide(cycle: CycleInput) -> CycleDecision:
     """The decision of one cycle (see the module docstring). Pure and deterministic."""
-    return conclude(propose(cycle), cycle.workloads)
+    return conclude(
+        propose(cycle), cycle.workloads, protect_started_after=cycle.protect_started_after
+    )
 
 
 def propose(cycle: CycleInput) -> Proposal:
@@ -202,12 +209,17 @@ def propose(cycle: CycleInput) -> Proposal:
     )
 
 
-def conclude(proposal: Proposal, workloads: GroupSnapshot | None) -> CycleDecision:
-    """Steps 5–6: the reclaim claim (on `workloads`, the group's workloads one by one) and everyone's
-    waiting reason and position."""
+def conclude(
+    proposal: Proposal,
+    workloads: GroupSnapshot | None,
+    *,
+    protect_started_after: datetime | None = None,
+) -> CycleDecision:
+    """Steps 5–6: the reclaim claim (on `workloads`, the group's workloads one by one; work started
+    after `protect_started_after` is protected) and everyone's waiting reason and position."""
     claim = None
     if workloads is not None and proposal.reclaim_candidates:
-        claim = _reclaim(proposal, _with_placements(workloads, proposal))
+        claim = _reclaim(proposal, _with_placements(workloads, proposal), protect_started_after)
     placed = {int(a.request_id) for a in proposal.placements}
     waiting: dict[int, Waiting] = {}
     position = 0
@@ -264,10 +276,12 @@ def _units(pending: Sequence[PendingWorkload], gang_active: Mapping[int, int]) -
 
 
 def _order(session: AdmissionSession, unit: Unit) -> tuple[Any, ...]:
-    """Sort key: (highest priority of the unit, its quota's share ratio on its side, oldest, id)."""
+    """Sort key: (highest priority of the unit, its quota's decayed fair-share ratio (0 when the group
+    has fair share off), its quota's share ratio on its side now, oldest, id)."""
     head = unit.head
     return (
         -max(m.usage.priority for m in unit.members),
+        session.fair_share_ratio(head.usage.quota_id),
         session.share_ratio(head.usage.quota_id, head.usage.side),
         head.submitted_at,
         head.workload_id,
@@ -293,12 +307,18 @@ def _with_placements(workloads: GroupSnapshot, proposal: Proposal) -> GroupSnaps
     return workloads.with_workloads(placed) if placed else workloads
 
 
-def _reclaim(proposal: Proposal, workloads: GroupSnapshot) -> Reclaim | None:
+def _reclaim(
+    proposal: Proposal, workloads: GroupSnapshot, protect_started_after: datetime | None = None
+) -> Reclaim | None:
     """The quota rule: the first unit admitted within its runtime share that found no capacity takes back
     capacity lent to sibling quotas (a gang as one request, all or nothing)."""
     for unit in proposal.reclaim_candidates:
         usages = [m.usage for m in unit.members]
-        plan = plan_reclaim(workloads, usages if unit.gang_need else usages[0])
+        plan = plan_reclaim(
+            workloads,
+            usages if unit.gang_need else usages[0],
+            protect_started_after=protect_started_after,
+        )
         if not plan.victims:
             continue
         names = ", ".join(v.name for v in plan.victims)

@@ -3,7 +3,9 @@
 A cycle admits through one `quotas.admission.AdmissionSession` over `cycle_snapshot(group)`: the group's
 live workloads summed per quota and side (`quotas.usage.aggregated_usage`, one GROUP BY instead of
 thousands of rows) and its capacity, cached per worker while the inventory it depends on is unchanged
-(reading every node and GPU each cycle costs seconds on a 5,000-node cluster).
+(reading every node and GPU each cycle costs seconds on a 5,000-node cluster). The quotas' specs carry
+fairness over time (decayed fair share, budgets, active loans: `quotas.usage.group_specs`), which the
+decide step reads as data.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from quotas.models import QuotaGroup
 from quotas.usage import (
     GroupCapacity,
     GroupSnapshot,
-    QuotaSpec,
     aggregated_usage,
     build_snapshot,
     group_capacity,
+    group_specs,
 )
 from scheduling.models import Gpu, Node
 
@@ -72,7 +74,7 @@ def warm_capacity(group: QuotaGroup) -> None:
 def cycle_snapshot(group: QuotaGroup) -> GroupSnapshot:
     """quotas.usage.group_snapshot for a cycle: the live workloads summed per quota and side, the capacity
     cached (see the module docstring), without the per-quota headroom the cycle does not read."""
-    specs = [QuotaSpec.of(q) for q in group.quotas.select_related("tenant").order_by("name")]
+    specs = group_specs(group)
     return build_snapshot(
         group_id=int(group.pk),
         group_name=group.name,

@@ -1,0 +1,317 @@
+"""Quota loans: a team admin asks a sibling quota for N GPUs of min for a window; the lender's team admin
+or an operator approves or declines; the borrower may cancel while it is requested; it expires by
+itself at the end of its window.
+
+States and transitions (`quotas.models.LOAN_TRANSITIONS`):
+
+    requested ──approve──► approved ──(ends_at passed)──► expired
+        │ ├──decline──► declined
+        │ └──cancel───► cancelled
+        └──(ends_at passed, never decided)──► expired
+
+Every transition is a compare-and-set on (state, version): two approvers racing, or an approval racing
+the expiry task, leave exactly one winner; the loser gets `Conflict` (409) and nothing changes. The
+effect of an approved loan is computed from its window by every snapshot
+(`quotas.time_inputs.active_loan_effects`, `quotas.usage.apply_time_inputs`), so min goes back to the
+lender at `ends_at` even before the expiry task has marked it; the reclaim rules then apply as for any
+borrowed work. Every transition is audited (QuotaChange, subject "loan", on both quotas; an operator's
+decision also in portal.OperatorAction) and tells both teams' admins (QuotaNotice).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from portal.choices import OperatorActionKind, OperatorTargetKind
+from portal.errors import Conflict, Forbidden, InvalidInput
+from portal.operator_log import ActionImpact, clean_reason, record_operator_action
+from portal.periodic import ItemFailures, run_each
+from portal.scoping import admin_tenant_ids_for, is_operator
+from quotas.budgets import notify_team_admins
+from quotas.models import (
+    LOAN_TRANSITIONS,
+    MAX_LOAN_DAYS,
+    MAX_LOAN_GPUS,
+    ChangeAction,
+    LoanState,
+    Quota,
+    QuotaChange,
+    QuotaLoan,
+)
+from quotas.resources import Side
+from quotas.services import notify_group_changed
+from quotas.time_inputs import lent_gpus
+
+logger = logging.getLogger(__name__)
+
+
+def _field_error(name: str, message: str) -> InvalidInput:
+    return InvalidInput(f"{name}: {message}", fields={name: [message]})
+
+
+def _when(value: Any, name: str) -> datetime:
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str) and len(value) <= 64:
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise _field_error(name, "An ISO 8601 date and time, e.g. 2026-12-07T09:00:00Z.")
+        moment = parsed
+    else:
+        raise _field_error(name, "An ISO 8601 date and time, e.g. 2026-12-07T09:00:00Z.")
+    if timezone.is_naive(moment):
+        raise _field_error(name, "Give a time zone (e.g. a trailing Z for UTC).")
+    return moment
+
+
+def min_gpus(quota: Quota) -> int:
+    """Whole GPUs of the quota's own GPU-side min."""
+    return quota.min_of(Side.GPU).gpu_milli // 1000
+
+
+def _can_speak_for(actor: Any, quota: Quota) -> bool:
+    return is_operator(actor) or quota.tenant_id in admin_tenant_ids_for(actor)
+
+
+def _audit(loan: QuotaLoan, actor: Any, note: str) -> None:
+    """One history row on each quota of the loan (its state after the transition)."""
+    after = {
+        "loan": loan.pk,
+        "state": loan.state,
+        "gpus": loan.gpus,
+        "lender": loan.lender.name,
+        "borrower": loan.borrower.name,
+        "starts_at": loan.starts_at.isoformat(),
+        "ends_at": loan.ends_at.isoformat(),
+    }
+    for quota in (loan.borrower, loan.lender):
+        QuotaChange.objects.create(
+            group=loan.group,
+            quota=quota,
+            subject="loan",
+            subject_name=f"{loan.group.name}/{quota.name}",
+            tenant=quota.tenant,
+            action=ChangeAction.UPDATED
+            if loan.state != LoanState.REQUESTED
+            else ChangeAction.CREATED,
+            actor=actor if getattr(actor, "is_authenticated", False) else None,
+            before=None,
+            after=after,
+            version=loan.version,
+            note=note[:500],
+        )
+
+
+def _tell_both(loan: QuotaLoan, message: str) -> None:
+    for quota in (loan.borrower, loan.lender):
+        notify_team_admins(quota, f"loan_{loan.state}", message)
+
+
+def describe(loan: QuotaLoan) -> str:
+    return (
+        f"loan {loan.pk}: {loan.gpus} GPUs of min from {loan.lender.name} to {loan.borrower.name}, "
+        f"{loan.starts_at:%Y-%m-%d %H:%M} to {loan.ends_at:%Y-%m-%d %H:%M} UTC"
+    )
+
+
+def _check_lender_room(
+    lender: Quota, gpus: int, starts_at: datetime, ends_at: datetime, exclude: int = 0
+) -> None:
+    promised = lent_gpus(lender, starts_at, ends_at, exclude=exclude)
+    own = min_gpus(lender)
+    if promised + gpus > own:
+        raise _field_error(
+            "gpus",
+            f"{lender.name} has a min of {own} GPUs and already lends {promised} in that window; "
+            f"{gpus} more would be {promised + gpus}.",
+        )
+
+
+@transaction.atomic
+def request_loan(
+    *,
+    borrower: Quota,
+    lender: Quota | None,
+    gpus: Any,
+    starts_at: Any,
+    ends_at: Any,
+    reason: Any = "",
+    actor: Any,
+) -> QuotaLoan:
+    """A team admin of `borrower` (or an operator) asks `lender` for `gpus` GPUs of min for
+    [starts_at, ends_at). InvalidInput naming the field for every bad value; nothing written then."""
+    if not _can_speak_for(actor, borrower):
+        raise Forbidden("Only a team admin of the borrowing team, or an operator, asks for a loan.")
+    if lender is None:
+        raise _field_error("lender", "Choose the quota that lends.")
+    if lender.group_id != borrower.group_id:
+        raise _field_error("lender", "The lender must be a quota of the same group.")
+    if lender.pk == borrower.pk:
+        raise _field_error("lender", "A quota cannot lend to itself.")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_LOAN_GPUS:
+        raise _field_error("gpus", f"A whole number of GPUs from 1 to {MAX_LOAN_GPUS}.")
+    start, end = _when(starts_at, "starts_at"), _when(ends_at, "ends_at")
+    now = timezone.now()
+    if end <= start:
+        raise _field_error("ends_at", "Must be after starts_at.")
+    if end <= now:
+        raise _field_error("ends_at", "Must be in the future.")
+    if end - start > timedelta(days=MAX_LOAN_DAYS):
+        raise _field_error("ends_at", f"A loan lasts at most {MAX_LOAN_DAYS} days.")
+    text = clean_reason(reason, required=False)
+    _check_lender_room(lender, gpus, start, end)
+    loan = QuotaLoan.objects.create(
+        group_id=borrower.group_id,
+        lender=lender,
+        borrower=borrower,
+        gpus=gpus,
+        starts_at=start,
+        ends_at=end,
+        reason=text,
+        requested_by=actor if getattr(actor, "is_authenticated", False) else None,
+    )
+    loan = QuotaLoan.objects.select_related("group", "lender__tenant", "borrower__tenant").get(
+        pk=loan.pk
+    )
+    _audit(loan, actor, f"requested: {text}" if text else "requested")
+    _tell_both(loan, f"Requested {describe(loan)}." + (f" Reason: {text}" if text else ""))
+    return loan
+
+
+def _transition(
+    loan: QuotaLoan | int,
+    to: str,
+    *,
+    actor: Any,
+    expected_version: int | None = None,
+    note: str = "",
+) -> QuotaLoan:
+    """Compare-and-set the loan from its current state to `to` (Conflict when the transition is not
+    allowed or someone moved it first). Locks the lender quota row for an approval (its min is
+    checked against the loans it already promised)."""
+    loan_id = loan if isinstance(loan, int) else int(loan.pk)
+    current = QuotaLoan.objects.select_related("group", "lender__tenant", "borrower__tenant").get(
+        pk=loan_id
+    )
+    if expected_version is not None and int(expected_version) != current.version:
+        raise Conflict(
+            f"Loan {loan_id} changed since you read it (version {current.version}).",
+            code="stale",
+        )
+    if to not in LOAN_TRANSITIONS[current.state]:
+        raise Conflict(
+            f"Loan {loan_id} is {current.state}; it cannot become {to}.", code="illegal_transition"
+        )
+    if to == LoanState.APPROVED:
+        Quota.objects.select_for_update(of=("self",), no_key=True).get(pk=current.lender_id)
+        _check_lender_room(
+            current.lender, current.gpus, current.starts_at, current.ends_at, exclude=loan_id
+        )
+    now = timezone.now()
+    decided = {"decided_by": actor if getattr(actor, "is_authenticated", False) else None}
+    if to in (LoanState.APPROVED, LoanState.DECLINED):
+        decided.update(decided_at=now, decision_note=note[:500])
+    changed = QuotaLoan.objects.filter(
+        pk=loan_id, state=current.state, version=current.version
+    ).update(state=to, version=F("version") + 1, **decided)
+    if not changed:
+        raise Conflict(f"Loan {loan_id} was changed by someone else first.", code="stale")
+    saved = QuotaLoan.objects.select_related("group", "lender__tenant", "borrower__tenant").get(
+        pk=loan_id
+    )
+    _audit(saved, actor, f"{to}: {note}" if note else str(to))
+    notify_group_changed(int(saved.group_id))
+    return saved
+
+
+@transaction.atomic
+def decide_loan(
+    loan: QuotaLoan | int,
+    *,
+    approve: bool,
+    actor: Any,
+    expected_version: int | None = None,
+    note: Any = "",
+) -> QuotaLoan:
+    """The lender's team admin or an operator approves or declines a requested loan. An operator's
+    decision is also recorded in the operators' activity log."""
+    current = QuotaLoan.objects.select_related("lender").get(
+        pk=loan if isinstance(loan, int) else loan.pk
+    )
+    if not _can_speak_for(actor, current.lender):
+        raise Forbidden("Only a team admin of the lending team, or an operator, decides a loan.")
+    text = clean_reason(note, required=False)
+    to = LoanState.APPROVED if approve else LoanState.DECLINED
+    saved = _transition(current, to, actor=actor, expected_version=expected_version, note=text)
+    verb = "Approved" if approve else "Declined"
+    if is_operator(actor):
+        record_operator_action(
+            actor=actor,
+            action=OperatorActionKind.LOAN_APPROVE if approve else OperatorActionKind.LOAN_DECLINE,
+            target_kind=OperatorTargetKind.QUOTA,
+            target_id=int(saved.borrower_id),
+            target_name=f"{saved.group.name}/{saved.borrower.name}",
+            impact=ActionImpact(
+                summary=f"{verb} {describe(saved)}.",
+                teams=(saved.borrower.tenant.slug, saved.lender.tenant.slug),
+                details={"loan": int(saved.pk), "gpus": int(saved.gpus)},
+            ),
+            reason=text,
+        )
+    _tell_both(saved, f"{verb} {describe(saved)}." + (f" Note: {text}" if text else ""))
+    return saved
+
+
+@transaction.atomic
+def cancel_loan(
+    loan: QuotaLoan | int, *, actor: Any, expected_version: int | None = None
+) -> QuotaLoan:
+    """The borrower's team admin (or an operator) withdraws a loan still requested."""
+    current = QuotaLoan.objects.select_related("borrower").get(
+        pk=loan if isinstance(loan, int) else loan.pk
+    )
+    if not _can_speak_for(actor, current.borrower):
+        raise Forbidden("Only a team admin of the borrowing team, or an operator, cancels a loan.")
+    saved = _transition(
+        current, LoanState.CANCELLED, actor=actor, expected_version=expected_version
+    )
+    _tell_both(saved, f"Cancelled {describe(saved)}.")
+    return saved
+
+
+def _expire_one(loan: QuotaLoan) -> None:
+    saved = _transition(loan, LoanState.EXPIRED, actor=None, note="window ended")
+    was = "an approved" if loan.state == LoanState.APPROVED else "an undecided"
+    _tell_both(
+        saved,
+        f"Expired {was} {describe(saved)}: the min is back with {saved.lender.name}; work of "
+        f"{saved.borrower.name} beyond its own min is borrowed again and may be reclaimed.",
+    )
+
+
+@dataclass
+class ExpiryReport:
+    expired: int
+    failures: ItemFailures
+
+
+def expire_loans(now: datetime | None = None) -> ExpiryReport:
+    """Mark every requested or approved loan whose window ended as expired (periodic). One loan per
+    transaction: a loan that fails (or that someone moved first) is logged and counted, the others
+    expire."""
+    now = now or timezone.now()
+    due = list(
+        QuotaLoan.objects.filter(
+            state__in=[LoanState.REQUESTED, LoanState.APPROVED], ends_at__lte=now
+        ).order_by("id")
+    )
+    failures = run_each(due, _expire_one, task="loan-expiry", kind="loan")
+    return ExpiryReport(expired=failures.done, failures=failures)

@@ -1,0 +1,189 @@
+"""What fairness over time adds to a group's snapshot, read from the database at one moment `now`:
+decayed fair shares, budget states and active loans (pure rules in `quotas.fairness`).
+
+`quotas.usage` calls `time_inputs(group, now)` when it builds a snapshot, so the pages, the picker's
+preview, admission and the scheduling cycle all see the same figures; the cycle's decide step gets them
+as data on each `QuotaSpec`. Writes are elsewhere (`quotas.budgets`, `quotas.loans`); this module
+imports neither them nor `quotas.usage`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from quotas.cluster import cluster_rows
+from quotas.fairness import (
+    LOOKBACK_HALF_LIVES,
+    BudgetState,
+    FairShare,
+    LoanEffect,
+    UsageHour,
+    UserCap,
+    budget_charge,
+    decayed_usage,
+    fair_shares,
+    worst_budget,
+)
+from quotas.models import (
+    BudgetPeriod,
+    BudgetWeighting,
+    BudgetWindow,
+    GpuHourBudget,
+    LoanState,
+    Quota,
+    QuotaGroup,
+    QuotaLoan,
+)
+from quotas.resources import Side
+
+ROLLING_DAYS = {BudgetPeriod.WEEK: 7, BudgetPeriod.MONTH: 30}
+
+
+@dataclass(frozen=True)
+class TimeInputs:
+    """Per quota id: its fair share (fair share on), its binding budget, the active loans touching it."""
+
+    fair_shares: dict[int, FairShare] = field(default_factory=dict)
+    budgets: dict[int, BudgetState] = field(default_factory=dict)
+    loans: tuple[LoanEffect, ...] = ()
+    user_caps: dict[int, UserCap] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.fair_shares or self.budgets or self.loans or self.user_caps)
+
+
+def period_bounds(period: str, window: str, now: datetime) -> tuple[datetime, str]:
+    """The start of the budget period containing `now` and how to say it. Calendar: Monday 00:00 UTC
+    (week) or the 1st 00:00 UTC (month); rolling: the last 7 or 30 days."""
+    if window == BudgetWindow.ROLLING:
+        days = ROLLING_DAYS[BudgetPeriod(period)]
+        return now - timedelta(days=days), f"in the last {days} days"
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == BudgetPeriod.MONTH:
+        start = midnight.replace(day=1)
+        return start, f"this month (since {start:%d %b} 00:00 UTC)"
+    start = midnight - timedelta(days=midnight.weekday())
+    return start, f"this week (since Mon {start:%d %b} 00:00 UTC)"
+
+
+def group_fair_shares(group: QuotaGroup, now: datetime) -> dict[int, FairShare]:
+    """The decayed fair share of every quota of `group` (empty when the group has it off)."""
+    half_life = group.fair_share_half_life_hours
+    if not half_life:
+        return {}
+    since = now - timedelta(hours=half_life * LOOKBACK_HALF_LIVES)
+    hours = cluster_rows().gpu_usage_hours(int(group.pk), since, now)
+    weights = {int(q.pk): q.weight_of(Side.GPU).gpu_milli for q in group.quotas.all()}
+    usage = decayed_usage(hours, now=now, half_life_hours=half_life)
+    return fair_shares(weights, usage, half_life_hours=half_life)
+
+
+def budget_state(
+    budget: GpuHourBudget,
+    hours: Sequence[UsageHour],
+    now: datetime,
+    prices: dict[str, float] | None = None,
+) -> BudgetState:
+    """The budget in its current period, from the quota's usage `hours` (any range covering it)."""
+    start, label = period_bounds(budget.period, budget.window, now)
+    in_period = [h for h in hours if h.quota_id == budget.quota_id and start <= h.hour < now]
+    weighted = budget.weighting == BudgetWeighting.PRICE
+    used = budget_charge(
+        in_period, gpu_model=budget.gpu_model, prices=(prices or {}) if weighted else None
+    )
+    top_ups = sum(float(t.gpu_hours) for t in budget.top_ups.all() if start <= t.created_at <= now)
+    return BudgetState(
+        budget_id=int(budget.pk),
+        period_label=label,
+        used=round(used, 6),
+        limit=float(budget.limit_gpu_hours) + top_ups,
+        hard=bool(budget.hard),
+        unit="price-weighted GPU-hours" if weighted else "GPU-hours",
+    )
+
+
+def quota_budget_states(
+    budgets: Sequence[GpuHourBudget], group_id: int, now: datetime
+) -> dict[int, BudgetState]:
+    """The state of each of `budgets` (all of one group), by budget id; one usage read."""
+    if not budgets:
+        return {}
+    since = min(period_bounds(b.period, b.window, now)[0] for b in budgets)
+    hours = cluster_rows().gpu_usage_hours(group_id, since, now)
+    needs_prices = any(b.weighting == BudgetWeighting.PRICE for b in budgets)
+    prices = cluster_rows().gpu_hour_prices() if needs_prices else None
+    return {int(b.pk): budget_state(b, hours, now, prices) for b in budgets}
+
+
+def group_budgets(group: QuotaGroup, now: datetime) -> dict[int, BudgetState]:
+    """Per quota id of `group`: the budget that binds first (see `fairness.worst_budget`)."""
+    budgets = list(
+        GpuHourBudget.objects.filter(quota__group=group).prefetch_related("top_ups").order_by("id")
+    )
+    states = quota_budget_states(budgets, int(group.pk), now)
+    per_quota: dict[int, list[BudgetState]] = {}
+    for b in budgets:
+        per_quota.setdefault(int(b.quota_id), []).append(states[int(b.pk)])
+    result = {}
+    for quota_id, listed in per_quota.items():
+        worst = worst_budget(listed)
+        if worst is not None:
+            result[quota_id] = worst
+    return result
+
+
+def active_loan_effects(group: QuotaGroup | int, now: datetime) -> tuple[LoanEffect, ...]:
+    """The approved loans of the group whose window contains `now` (expired by the clock even if the
+    expiry task has not run yet), by id."""
+    group_id = group if isinstance(group, int) else group.pk
+    rows = QuotaLoan.objects.filter(
+        group_id=group_id, state=LoanState.APPROVED, starts_at__lte=now, ends_at__gt=now
+    ).order_by("id")
+    return tuple(
+        LoanEffect(int(r.pk), int(r.lender_id), int(r.borrower_id), int(r.gpus)) for r in rows
+    )
+
+
+def user_caps(group: QuotaGroup, quotas: Sequence[Quota] | None = None) -> dict[int, UserCap]:
+    """Per quota of `group` (its rows `quotas`, read when None) with a per-person cap: the cap and the
+    GPU milli each owner holds now (placed and running work; work without an owner counts for nobody)."""
+    rows = list(group.quotas.all()) if quotas is None else quotas
+    capped = {int(q.pk): int(cap) for q in rows if (cap := q.max_gpus_per_user)}
+    if not capped:
+        return {}
+    held: dict[int, dict[int, int]] = {int(q): {} for q in capped}
+    held_rows = (
+        cluster_rows()
+        .charged_workloads(int(group.pk))
+        .filter(quota_id__in=list(capped), state__in=cluster_rows().active_states)
+        .exclude(owner_id=None)
+        .values_list("quota_id", "owner_id", "gpu_count", "gpu_milli")
+    )
+    for quota_id, owner_id, gpu_count, gpu_milli in held_rows:
+        per_owner = held[int(quota_id)]
+        per_owner[int(owner_id)] = per_owner.get(int(owner_id), 0) + int(gpu_count) * int(gpu_milli)
+    return {int(q): UserCap(int(cap) * 1000, held[int(q)]) for q, cap in capped.items()}
+
+
+def time_inputs(
+    group: QuotaGroup, now: datetime, quotas: Sequence[Quota] | None = None
+) -> TimeInputs:
+    """Everything fairness over time adds to a snapshot of `group` at `now` (`quotas`: the group's
+    quota rows when the caller has them already)."""
+    return TimeInputs(
+        fair_shares=group_fair_shares(group, now),
+        budgets=group_budgets(group, now),
+        loans=active_loan_effects(group, now),
+        user_caps=user_caps(group, quotas),
+    )
+
+
+def lent_gpus(lender: Quota, starts_at: datetime, ends_at: datetime, *, exclude: int = 0) -> int:
+    """GPUs of `lender`'s min already promised by approved loans overlapping [starts_at, ends_at)."""
+    overlapping = QuotaLoan.objects.filter(
+        lender=lender, state=LoanState.APPROVED, starts_at__lt=ends_at, ends_at__gt=starts_at
+    ).exclude(pk=exclude)
+    return sum(int(loan.gpus) for loan in overlapping)
