@@ -162,8 +162,9 @@ class CachedNodeScorer:
         if stale.size:
             new_scores, new_vals = self.score_nodes(state, stale, pk)
             scores[stale] = new_scores
-            for i, v in zip(stale.tolist(), new_vals, strict=True):
-                vals[i] = v
+            if pk[2] == 1 and 0 < pk[1] < 1000:  # only slices have GPU values; the rest stay ()
+                for i, v in zip(stale.tolist(), new_vals, strict=True):
+                    vals[i] = v
             vers[stale] = state.version[stale]
         total = scores[cand]
         extra = self.dynamic_term(state, request, cand)

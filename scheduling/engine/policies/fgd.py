@@ -60,6 +60,15 @@ class FgdPolicy(CachedNodeScorer):
         self.scale = 1000.0
         self._frag: FragModel | None = None
         self._models: dict[str, int] | None = None
+        self._base_uid = -1
+        self._base_vals: FloatArray = np.zeros(0, np.float64)
+        self._base_vers: IntArray = np.zeros(0, np.int64)
+
+    def cache_nbytes(self) -> int:
+        """:meth:`CachedNodeScorer.cache_nbytes` plus the fragmentation memo."""
+        frag = self._frag._memo.nbytes() if self._frag is not None else 0
+        base = self._base_vals.nbytes + self._base_vers.nbytes
+        return super().cache_nbytes() + frag + base
 
     def bind_models(self, model_index: dict[str, int]) -> FragModel:
         """The fragmentation model for a state's model ids (rebuilt if the ids change)."""
@@ -67,6 +76,7 @@ class FgdPolicy(CachedNodeScorer):
             self._models = dict(model_index)
             self._frag = FragModel(self.typical, model_index)
             self._memo.clear()
+            self._base_uid = -1
         return self._frag
 
     def choose(
@@ -111,6 +121,34 @@ class FgdPolicy(CachedNodeScorer):
         fm = self._frag
         assert fm is not None
         return fm.frag_rows(model, cpu, total, count_ge, sum_lt)
+
+    def _base_frag(
+        self,
+        state: ClusterState,
+        nodes: IntArray,
+        model: IntArray,
+        cpu: IntArray,
+        total: IntArray,
+        count_ge: IntArray,
+        sum_lt: IntArray,
+    ) -> FloatArray:
+        """The fragmentation of ``nodes`` as they are, kept per node version (it does not depend on the
+        request, so each node state is evaluated once, not once per request shape)."""
+        n = len(state)
+        if self._base_uid != state.uid or self._base_vals.size != n:
+            self._base_uid = state.uid
+            self._base_vals = np.zeros(n, np.float64)
+            self._base_vers = np.full(n, -1, np.int64)
+        version = state.version[nodes]
+        miss = np.flatnonzero(self._base_vers[nodes] != version)
+        if miss.size:
+            at = nodes[miss]
+            self._base_vals[at] = self.total_frag_rows(
+                model[miss], cpu[miss], total[miss], count_ge[miss], sum_lt[miss]
+            )
+            self._base_vers[at] = version[miss]
+        out: FloatArray = self._base_vals[nodes]
+        return out
 
     def exact_delta(
         self, state: ClusterState, i: int, pk: tuple[int, int, int], value: int | None
@@ -161,7 +199,7 @@ class FgdPolicy(CachedNodeScorer):
         total = rows.sum(axis=1)
         healthy = ok.sum(axis=1)
         count_ge, sum_lt = fm.row_stats(rows)
-        t0 = self.total_frag_rows(model, cpu, total, count_ge, sum_lt)
+        t0 = self._base_frag(state, nodes, model, cpu, total, count_ge, sum_lt)
         if k == 1 and 0 < m < GPU_MILLI:
             # Every distinct free value v >= m of a row, in ascending order, grouped by row.
             srt = np.sort(rows, axis=1)
