@@ -126,14 +126,15 @@ class FgdPolicy(CachedNodeScorer):
         self,
         state: ClusterState,
         nodes: IntArray,
+        rows: IntArray,
         model: IntArray,
         cpu: IntArray,
         total: IntArray,
-        count_ge: IntArray,
-        sum_lt: IntArray,
+        stats: tuple[IntArray, IntArray] | None,
     ) -> FloatArray:
         """The fragmentation of ``nodes`` as they are, kept per node version (it does not depend on the
-        request, so each node state is evaluated once, not once per request shape)."""
+        request, so each node state is evaluated once, not once per request shape). ``stats``: the rows'
+        :meth:`.FragModel.row_stats` when the caller has them (else computed for the stale rows only)."""
         n = len(state)
         if self._base_uid != state.uid or self._base_vals.size != n:
             self._base_uid = state.uid
@@ -142,9 +143,14 @@ class FgdPolicy(CachedNodeScorer):
         version = state.version[nodes]
         miss = np.flatnonzero(self._base_vers[nodes] != version)
         if miss.size:
+            fm = self._frag
+            assert fm is not None
+            count_ge, sum_lt = (
+                fm.row_stats(rows[miss]) if stats is None else (stats[0][miss], stats[1][miss])
+            )
             at = nodes[miss]
             self._base_vals[at] = self.total_frag_rows(
-                model[miss], cpu[miss], total[miss], count_ge[miss], sum_lt[miss]
+                model[miss], cpu[miss], total[miss], count_ge, sum_lt
             )
             self._base_vers[at] = version[miss]
         out: FloatArray = self._base_vals[nodes]
@@ -198,9 +204,9 @@ class FgdPolicy(CachedNodeScorer):
         cpu = state.cpu_free[nodes]
         total = rows.sum(axis=1)
         healthy = ok.sum(axis=1)
-        count_ge, sum_lt = fm.row_stats(rows)
-        t0 = self._base_frag(state, nodes, model, cpu, total, count_ge, sum_lt)
         if k == 1 and 0 < m < GPU_MILLI:
+            count_ge, sum_lt = fm.row_stats(rows)
+            t0 = self._base_frag(state, nodes, rows, model, cpu, total, (count_ge, sum_lt))
             # Every distinct free value v >= m of a row, in ascending order, grouped by row.
             srt = np.sort(rows, axis=1)
             distinct = srt >= m
@@ -212,12 +218,10 @@ class FgdPolicy(CachedNodeScorer):
             cnt = count_ge[owner] - (v >= tm) + (w >= tm)
             low = sum_lt[owner] - np.where(v < tm, v, 0) + np.where(w < tm, w, 0)
             after = self.total_frag_rows(model[owner], cpu[owner] - c, total[owner] - m, cnt, low)
-            values_all = v[:, 0].tolist()
-            owners = owner.tolist()
             per_value = fgd_scores(
                 t0[owner] - after,
                 self.scale,
-                lambda j: self.exact_delta(state, int(nodes[owners[j]]), pk, values_all[j]),
+                lambda j: self.exact_delta(state, int(nodes[owner[j]]), pk, int(v[j, 0])),
             )
             best = np.full(nodes.size, -1, np.int64)
             np.maximum.at(best, owner, per_value)
@@ -232,13 +236,16 @@ class FgdPolicy(CachedNodeScorer):
             scores = best.astype(np.float64)
         else:
             if k > 0 and m > 0:
+                t0 = self._base_frag(state, nodes, rows, model, cpu, total, None)
                 srt = np.sort(rows, axis=1)
                 big = srt >= m
                 new = srt - m * (big & (np.cumsum(big, axis=1) <= k))
                 cnt, low = fm.row_stats(new)
                 after = self.total_frag_rows(model, cpu - c, new.sum(axis=1), cnt, low)
             else:
-                after = self.total_frag_rows(model, cpu - c, total, count_ge, sum_lt)
+                stats = fm.row_stats(rows)
+                t0 = self._base_frag(state, nodes, rows, model, cpu, total, stats)
+                after = self.total_frag_rows(model, cpu - c, total, *stats)
             scores = fgd_scores(
                 t0 - after, self.scale, lambda j: self.exact_delta(state, int(nodes[j]), pk, None)
             ).astype(np.float64)

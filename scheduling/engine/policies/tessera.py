@@ -117,6 +117,8 @@ class TesseraPolicy(FgdPolicy):
         self.cpu_weight = cpu_weight
         self.rho = cpu_per_gpu_milli(self.typical)
         self._pressure: dict[int, float] = {}
+        #: ``pressure`` indexed by model id + 1 (row 0: a node without a GPU model).
+        self._pressure_by_row: FloatArray = np.zeros(1, np.float64)
         self._bound = -1
 
     def choose(
@@ -132,6 +134,9 @@ class TesseraPolicy(FgdPolicy):
             pressure = model_pressure(self.typical, supply, state.model_index)
             if pressure != self._pressure:
                 self._pressure = pressure
+                self._pressure_by_row = np.array(
+                    [pressure.get(x, 0.0) for x in range(-1, max(pressure, default=-1) + 1)]
+                )
                 self._memo.clear()
         return super().choose(state, request, cand, prio)
 
@@ -199,8 +204,7 @@ class TesseraPolicy(FgdPolicy):
     ) -> FloatArray:
         """Minus the model pressure (GPU requests), plus the used-node bonus (as :meth:`score_key`)."""
         if k > 0:
-            press = np.array([self._pressure.get(x, 0.0) for x in range(-1, len(self._pressure))])
-            scores = scores - self.mu * press[model + 1]
+            scores = scores - self.mu * self._pressure_by_row[model + 1]
         out: FloatArray = np.where(idle < GPU_MILLI * healthy, scores + self.bonus, scores)
         return out
 
