@@ -62,6 +62,8 @@ FIRSTFIT_REF = {
     "gpuspec33": (93.77, 93.59, 93.87),
 }
 NODE_CSV = "openb_node_list_gpu_node.csv"
+#: Engine memory budget of the full fill: 64 MB at 5,000 x 8, 256 MB at 20,000 x 8 (issue 18).
+FILL_MB_PER_NODE = 64 / 5000
 TOTAL_GPUS = 6212
 
 
@@ -240,6 +242,100 @@ def speed_run(
     return n / (time.process_time() - t0), n
 
 
+def engine_bytes(state: ClusterState, policy: Any) -> int:
+    """Engine state + policy caches in bytes: the state's arrays and, when the policy keeps caches, their
+    accounted size (score vectors, memos; see ``cache_nbytes``)."""
+    caches = policy.cache_nbytes() if hasattr(policy, "cache_nbytes") else 0
+    return state.nbytes() + int(caches)
+
+
+def fill_run(
+    nodes: list[NodeSpec],
+    orig: Sequence[PlacementRequest],
+    policy: str,
+    typical: Any,
+    windows: int = 10,
+    seed: int = 0,
+) -> list[dict[str, float]]:
+    """A full fill: pods drawn uniformly from ``orig`` arrive until their GPU demand reaches the cluster's
+    GPU capacity; per window of 10 % of that arrived demand, the decisions, the decisions per CPU-second and
+    the engine memory (state + caches) at the window's end."""
+    state = ClusterState.from_nodes(nodes)
+    pol = POLICIES[policy](typical=typical, seed=0)
+    prio = np.arange(len(nodes), dtype=np.int64)
+    capacity = int(state.gpu_ok.sum()) * 1000
+    rng = np.random.default_rng(seed)
+    out: list[dict[str, float]] = []
+    arrived = count = placed = 0
+    window = 0
+    seconds = 0.0
+    while window < windows:
+        r = orig[int(rng.integers(0, len(orig)))]
+        arrived += r.total_gpu_milli
+        c0 = time.process_time()
+        a = place_one(state, r, pol, prio)
+        seconds += time.process_time() - c0
+        count += 1
+        placed += a is not None
+        if arrived * windows >= (window + 1) * capacity:
+            out.append(
+                {
+                    "window": window,
+                    "decisions": count,
+                    "placed": placed,
+                    "decisions_per_s": count / seconds if seconds else math.inf,
+                    "engine_mb": engine_bytes(state, pol) / 1e6,
+                    "allocated_pct": 100.0 * state.allocated_gpu_milli / capacity,
+                }
+            )
+            window += 1
+            count = placed = 0
+            seconds = 0.0
+    return out
+
+
+def fill_section(
+    orig: Sequence[PlacementRequest], typical: Any, sizes: Sequence[int], policies: Sequence[str]
+) -> dict[str, Any]:
+    """:func:`fill_run` of each policy (and FirstFit, the baseline of the same run) at each size × 8."""
+    out: dict[str, Any] = {}
+    for n in sizes:
+        nodes = synthetic_cluster(n, 8)
+        out[f"{n}x8"] = {
+            p: fill_run(nodes, orig, p, typical) for p in dict.fromkeys([*policies, "firstfit"])
+        }
+    return out
+
+
+def print_fill(fill: dict[str, Any], budgets: dict[str, float]) -> None:
+    """Per size and policy, one line per window: decisions/s (and × FirstFit's same window), memory."""
+    print(
+        "\nfull fill (synthetic, pods of the default trace until their GPU demand = capacity; per 10 % of"
+        " arrived demand: decisions, decisions per CPU-second and x FirstFit's same window, engine"
+        " state + caches at the window's end):"
+    )
+    for size, runs in fill.items():
+        base = runs["firstfit"]
+        for p, windows in runs.items():
+            if p == "firstfit":
+                continue
+            print(f"  {size:9s} {p}: budget {budgets.get(size, math.nan):.0f} MB")
+            for w, b in zip(windows, base, strict=True):
+                print(
+                    f"    {10 * w['window']:3.0f}-{10 * w['window'] + 10:3.0f} %  {w['decisions']:7.0f} dec"
+                    f"  {w['decisions_per_s']:7.0f}/s ({w['decisions_per_s'] / b['decisions_per_s']:.2f}x"
+                    f" firstfit {b['decisions_per_s']:.0f}/s)  {w['engine_mb']:7.1f} MB"
+                    f"  allocated {w['allocated_pct']:5.1f} %"
+                )
+            slowest = min(w["decisions_per_s"] for w in windows)
+            peak = max(w["engine_mb"] for w in windows)
+            total = sum(w["decisions"] for w in windows)
+            print(
+                f"    slowest window {slowest:.0f}/s, peak memory {peak:.1f} MB "
+                f"({peak / budgets.get(size, math.nan):.2f}x budget), {total} decisions"
+            )
+
+
 def speed_section(trace_dir: Path, tool: ModuleType, policies: Sequence[str]) -> dict[str, Any]:
     """Decisions/s on a synthetic 5,000-node × 8-GPU cluster (one core) and its state memory."""
     csv_path = trace_dir / "openb_pod_list_default.csv"
@@ -410,6 +506,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--no-speed", action="store_true", help="skip the synthetic 5,000-node speed section"
     )
+    ap.add_argument(
+        "--fill-sizes",
+        default="5000,20000",
+        help="node counts (x 8 GPUs) of the full-fill speed/memory section; empty to skip",
+    )
+    ap.add_argument("--fill-policies", default="tessera", help="policies of the full-fill section")
+    ap.add_argument(
+        "--speed-only", action="store_true", help="only the speed sections (no openb replay)"
+    )
     args = ap.parse_args(argv)
 
     trace_dir = Path(args.trace_dir).resolve()
@@ -437,6 +542,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in policies
         for s in seeds
     ]
+    if args.speed_only:
+        jobs = []
     t0 = time.perf_counter()
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as ex:
@@ -511,6 +618,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         mb = speed["state_bytes_5000x8"] / 1e6
         print(f"  state memory 5,000 nodes x 8 GPUs: {mb:.2f} MB ({mb / 10:.2f}x the 10 MB budget)")
+        sizes = [int(x) for x in args.fill_sizes.split(",") if x.strip()]
+        if sizes:
+            csv_path = trace_dir / "openb_pod_list_default.csv"
+            orig = [to_request(p) for p in load_tool(tool_path).load_pods(str(csv_path))]
+            fill_policies = [p.strip() for p in args.fill_policies.split(",") if p.strip()]
+            speed["fill"] = fill_section(orig, typical_pods(orig), sizes, fill_policies)
+            print_fill(speed["fill"], {f"{n}x8": FILL_MB_PER_NODE * n for n in sizes})
     if args.json:
         payload = {
             "summary": [{"trace": k[0], "policy": k[1], **v} for k, v in summary.items()],

@@ -87,8 +87,15 @@ def place_one(
     if prio is None:
         prio = np.arange(len(state), dtype=np.int64)
     if cand.size > 1 and node_local(policy):
-        cand = representatives(state, cand, prio)
-        if request.gpu_memory_mib > 0 and request.gpu_count == 1 and not request.is_whole_gpu:
+        memory_slice = (
+            request.gpu_memory_mib > 0 and request.gpu_count == 1 and not request.is_whole_gpu
+        )
+        if memory_slice or not getattr(policy, "batch_scoring", False):
+            # A policy scoring node by node gains from seeing one node per class; one that scores its
+            # stale nodes in one vectorised pass (deduplicated by class) is faster on every candidate,
+            # which spares this sort (the choice is the same either way, see :func:`representatives`).
+            cand = representatives(state, cand, prio)
+        if memory_slice:
             cand = _slice_finalists(state, request, policy, cand, prio)
     i, gpus = policy.choose(state, request, cand, prio)
     assignment = make_assignment(state, i, request, gpus)

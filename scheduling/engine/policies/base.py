@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..gpu_select import best_slice_gpu, slice_candidates, whole_gpus
+from ..memo import LruTables, TwoGenerationMemo, deep_sizeof
 from ..state import ClusterState, NodeKey
 from ..types import PlacementRequest, TypicalPod
 
@@ -25,6 +26,13 @@ IntArray = npt.NDArray[np.int64]
 #: Scale constants of the simulator (``MaxSpecCpu``, ``MaxSpecGpu``).
 MAX_SPEC_CPU = 128000.0
 MAX_SPEC_GPU = 8000.0
+#: Request shapes whose per-node score vectors are kept (least recently used dropped first).
+SCORE_TABLES = 128
+#: Scores memoised per (node state, request shape), two generations of this many.
+SCORE_MEMO_CAPACITY = 65_536
+
+#: Per request shape: score per node, the node version it was computed at, the slice GPU values per node.
+ScoreTable = tuple[FloatArray, IntArray, list[tuple[int, ...]]]
 
 
 class Policy(Protocol):
@@ -77,18 +85,46 @@ class CachedNodeScorer:
     Subclasses implement :meth:`score_key`, returning ``(score, gpu values)`` where ``gpu values`` are the
     free-milli values of the GPUs that reach the score for a slice (the GPU chosen is the lowest-index one
     with such a value). Scores are cached per request shape and per node, and recomputed only for nodes whose
-    ``version`` changed since; results are memoised per node state too, so identical nodes cost one
-    evaluation.
+    ``version`` changed since (:meth:`score_nodes`, which subclasses may vectorise); results are memoised per
+    node state too, so identical nodes cost one evaluation. Both caches are bounded (:data:`SCORE_TABLES`,
+    :data:`SCORE_MEMO_CAPACITY`), so their memory does not grow with the number of decisions.
     """
 
     name = "cached"
 
     def __init__(self) -> None:
         self._uid = -1
-        self._tables: dict[
-            tuple[int, int, int], tuple[FloatArray, IntArray, list[tuple[int, ...]]]
-        ] = {}
-        self._memo: dict[tuple[NodeKey, tuple[int, int, int]], tuple[float, tuple[int, ...]]] = {}
+        self._tables: LruTables[tuple[int, int, int], ScoreTable] = LruTables(SCORE_TABLES)
+        self._memo: TwoGenerationMemo[
+            tuple[NodeKey, tuple[int, int, int]], tuple[float, tuple[int, ...]]
+        ] = TwoGenerationMemo(SCORE_MEMO_CAPACITY)
+
+    def cache_nbytes(self) -> int:
+        """Approximate bytes held by the policy's caches (score tables and memos)."""
+        seen: set[int] = set()
+        total = 0
+        for table in self._tables.values():
+            total += deep_sizeof(table[0], seen) + deep_sizeof(table[1], seen)
+            total += deep_sizeof(table[2], seen)
+        return total + self._memo.nbytes()
+
+    def score_nodes(
+        self, state: ClusterState, nodes: IntArray, pk: tuple[int, int, int]
+    ) -> tuple[FloatArray | list[float], list[tuple[int, ...]]]:
+        """Scores and slice GPU values of ``nodes`` (their current state) for a request shape, via
+        :meth:`score_key` and the memo; a subclass may compute them in one vectorised pass instead."""
+        memo = self._memo
+        scores: list[float] = []
+        vals: list[tuple[int, ...]] = []
+        for i in nodes.tolist():
+            key = state.node_key(i)
+            r = memo.get((key, pk))
+            if r is None:
+                r = self.score_key(key, pk, None)
+                memo[(key, pk)] = r
+            scores.append(r[0])
+            vals.append(r[1])
+        return scores, vals
 
     def score_key(
         self, key: NodeKey, pod: tuple[int, int, int], allowed: frozenset[int] | None
@@ -117,23 +153,19 @@ class CachedNodeScorer:
         )
         if slice_mem:
             return self._choose_uncached(state, request, cand, prio, pk)
-        table = self._tables.get(pk)
         n = len(state)
-        if table is None:
-            table = (np.zeros(n, np.float64), np.full(n, -1, np.int64), [()] * n)
-            self._tables[pk] = table
+        table = self._tables.get_or_create(
+            pk, lambda: (np.zeros(n, np.float64), np.full(n, -1, np.int64), [()] * n)
+        )
         scores, vers, vals = table
         stale = cand[vers[cand] != state.version[cand]]
-        memo = self._memo
-        for i in stale.tolist():
-            key = state.node_key(i)
-            r = memo.get((key, pk))
-            if r is None:
-                r = self.score_key(key, pk, None)
-                memo[(key, pk)] = r
-            scores[i] = r[0]
-            vals[i] = r[1]
-        vers[stale] = state.version[stale]
+        if stale.size:
+            new_scores, new_vals = self.score_nodes(state, stale, pk)
+            scores[stale] = new_scores
+            if pk[2] == 1 and 0 < pk[1] < 1000:  # only slices have GPU values; the rest stay ()
+                for i, v in zip(stale.tolist(), new_vals, strict=True):
+                    vals[i] = v
+            vers[stale] = state.version[stale]
         total = scores[cand]
         extra = self.dynamic_term(state, request, cand)
         if extra is not None:

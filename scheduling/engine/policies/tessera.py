@@ -38,10 +38,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from ..fragmentation import after_placement
 from ..state import ClusterState, NodeKey
 from ..types import GPU_MILLI, PlacementRequest, TypicalPod
-from .base import Choice, IntArray
+from .base import Choice, FloatArray, IntArray
 from .fgd import FgdPolicy, fgd_score
 
 #: Weight of the CPU fragment ``C`` added to FGD's ``F`` (both in GPU milli: 1 = same unit, no tuning).
@@ -115,6 +117,8 @@ class TesseraPolicy(FgdPolicy):
         self.cpu_weight = cpu_weight
         self.rho = cpu_per_gpu_milli(self.typical)
         self._pressure: dict[int, float] = {}
+        #: ``pressure`` indexed by model id + 1 (row 0: a node without a GPU model).
+        self._pressure_by_row: FloatArray = np.zeros(1, np.float64)
         self._bound = -1
 
     def choose(
@@ -130,6 +134,9 @@ class TesseraPolicy(FgdPolicy):
             pressure = model_pressure(self.typical, supply, state.model_index)
             if pressure != self._pressure:
                 self._pressure = pressure
+                self._pressure_by_row = np.array(
+                    [pressure.get(x, 0.0) for x in range(-1, max(pressure, default=-1) + 1)]
+                )
                 self._memo.clear()
         return super().choose(state, request, cand, prio)
 
@@ -167,6 +174,39 @@ class TesseraPolicy(FgdPolicy):
         if sum(idle) < GPU_MILLI * len(idle):
             score += self.bonus
         return score, vals
+
+    def total_frag_rows(
+        self,
+        model: IntArray,
+        cpu: IntArray,
+        total: IntArray,
+        count_ge: IntArray,
+        sum_lt: IntArray,
+    ) -> FloatArray:
+        """``T = F + w · C`` of ``R`` node states at once (the same float operations as :meth:`_total_frag`)."""
+        f = super().total_frag_rows(model, cpu, total, count_ge, sum_lt)
+        if self.rho <= 0.0:
+            c = np.zeros_like(f)
+        else:
+            c = np.maximum(0.0, total.astype(np.float64) - cpu / self.rho)
+        out: FloatArray = f + self.cpu_weight * c
+        return out
+
+    def exact_delta(
+        self, state: ClusterState, i: int, pk: tuple[int, int, int], value: int | None
+    ) -> float:
+        """The scalar gradient of ``T`` (as :meth:`score_key` computes it)."""
+        key = state.node_key(i)
+        return self._total_frag(key) - self._total_frag(after_placement(key, pk, value))
+
+    def adjust_rows(
+        self, scores: FloatArray, model: IntArray, idle: IntArray, healthy: IntArray, k: int
+    ) -> FloatArray:
+        """Minus the model pressure (GPU requests), plus the used-node bonus (as :meth:`score_key`)."""
+        if k > 0:
+            scores = scores - self.mu * self._pressure_by_row[model + 1]
+        out: FloatArray = np.where(idle < GPU_MILLI * healthy, scores + self.bonus, scores)
+        return out
 
     def _total_frag(self, key: NodeKey) -> float:
         """``T(n) = F(n) + w · C(n)`` in GPU milli."""

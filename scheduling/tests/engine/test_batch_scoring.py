@@ -1,0 +1,137 @@
+"""The vectorised node scoring of FGD and Tessera (``score_nodes``) gives exactly what the per-node
+``score_key`` gives, on node states of every kind; and the engine's caches stay bounded."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from scheduling.engine import POLICIES, ClusterState, PlacementRequest, TypicalPod, place_one
+from scheduling.engine.filters import feasible_mask
+from scheduling.engine.fragmentation import FragModel
+from scheduling.engine.memo import LruTables, TwoGenerationMemo
+from scheduling.engine.policies.fgd import FgdPolicy, fgd_score, fgd_scores
+
+from .builders import cluster, node
+
+TYPICAL = (
+    TypicalPod(4000, 250, 1, "", 0.2),
+    TypicalPod(8000, 500, 1, "T4", 0.15),
+    TypicalPod(16000, 1000, 1, "", 0.2),
+    TypicalPod(32000, 1000, 2, "A100|L40S", 0.1),
+    TypicalPod(64000, 1000, 4, "", 0.05),
+    TypicalPod(2000, 0, 0, "", 0.2),
+    TypicalPod(1000, 80, 1, "", 0.1),
+)
+SHAPES = [
+    (1000, 250, 1),
+    (4000, 730, 1),
+    (2000, 80, 1),
+    (8000, 1000, 1),
+    (16000, 1000, 2),
+    (32000, 1000, 4),
+    (3000, 0, 0),
+]
+
+
+def _busy_state(seed: int) -> ClusterState:
+    """40 nodes of three models (some without GPUs, some with an unhealthy GPU), partly filled."""
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(40):
+        model = ("A100", "T4", "L40S")[i % 3]
+        gpus = 0 if i % 13 == 0 else rng.choice([2, 4, 8])
+        unhealthy = (1,) if i % 7 == 0 and gpus else ()
+        nodes.append(
+            node(
+                f"n{i:02d}", gpus, model=model, cpu=rng.choice([64000, 96000]), unhealthy=unhealthy
+            )
+        )
+    s = cluster(*nodes)
+    pol = POLICIES["firstfit"]()
+    for j in range(110):
+        c, m, k = rng.choice(SHAPES)
+        r = PlacementRequest(str(j), cpu_milli=c, memory_mib=1024, gpu_count=k, gpu_milli=m)
+        place_one(s, r, pol)
+    return s
+
+
+@pytest.mark.parametrize("policy", ["fgd", "tessera"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_vectorised_scores_equal_the_per_node_scores_bit_for_bit(policy: str, seed: int) -> None:
+    state = _busy_state(seed)
+    pol = POLICIES[policy](typical=TYPICAL)
+    assert isinstance(pol, FgdPolicy)
+    pol.choose(
+        state, PlacementRequest("bind", 1000, 1024), np.arange(len(state)), np.arange(len(state))
+    )
+    for c, m, k in SHAPES:
+        r = PlacementRequest("x", cpu_milli=c, memory_mib=1, gpu_count=k, gpu_milli=m)
+        nodes = np.flatnonzero(feasible_mask(state, r))  # the policy only scores feasible nodes
+        assert nodes.size >= 4
+        pk = (c, m, k)
+        scores, vals = pol.score_nodes(state, nodes, pk)
+        expected = [pol.score_key(state.node_key(i), pk, None) for i in nodes.tolist()]
+        assert list(np.asarray(scores)) == [e[0] for e in expected], pk
+        assert vals == [e[1] for e in expected], pk
+
+
+def test_vectorised_fragmentation_equals_the_scalar_one_up_to_rounding() -> None:
+    state = _busy_state(4)
+    fm = FragModel(TYPICAL, state.model_index)
+    rows = np.where(state.gpu_ok, state.gpu_free, 0).astype(np.int64)
+    count_ge, sum_lt = fm.row_stats(rows)
+    got = fm.frag_rows(
+        state.model_id.astype(np.int64), state.cpu_free, rows.sum(axis=1), count_ge, sum_lt
+    )
+    expected = [fm.frag(state.node_key(i)) for i in range(len(state))]
+    assert len(set(expected)) > 10
+    assert got.tolist() == pytest.approx(expected, rel=1e-13, abs=1e-9)
+
+
+def test_fgd_scores_match_the_scalar_truncation_at_integer_boundaries() -> None:
+    # delta = 0 gives exactly 50.0, on a boundary: recomputed from the exact delta, which decides.
+    deltas = np.array([0.0, -4000.0, 123.456, 5000.0, -0.001, 999.999])
+    assert fgd_scores(deltas).tolist() == [fgd_score(float(d)) for d in deltas]
+    assert fgd_scores(np.array([0.0]), exact=lambda j: -1e-6).tolist() == [49]
+    assert fgd_scores(np.array([0.0]), exact=lambda j: 0.0).tolist() == [50]
+
+
+def test_two_generation_memo_keeps_at_most_twice_its_capacity_and_promotes_hits() -> None:
+    memo: TwoGenerationMemo[int, int] = TwoGenerationMemo(3)
+    for k in range(3):
+        memo[k] = k * 10
+    memo[3] = 30  # young generation full: 0..2 become the old one
+    assert memo.get(0) == 0  # found in the old generation and promoted
+    for k in range(4, 6):
+        memo[k] = k * 10
+    assert len(memo) <= 6
+    assert memo.get(0) == 0  # promoted, so it survived the turnover
+    assert memo.get(1) is None  # never used again: dropped
+    for k in range(100, 1000):
+        memo[k] = k
+    assert len(memo) <= 6
+
+
+def test_lru_tables_drop_the_least_recently_used_value() -> None:
+    tables: LruTables[str, list[int]] = LruTables(2)
+    a = tables.get_or_create("a", lambda: [1])
+    tables.get_or_create("b", lambda: [2])
+    assert tables.get_or_create("a", lambda: [9]) is a  # "a" used again: "b" is now the oldest
+    tables.get_or_create("c", lambda: [3])
+    assert len(tables) == 2
+    assert tables.get_or_create("b", lambda: [4]) == [4]  # "b" was dropped and is rebuilt
+
+
+def test_score_caches_stay_bounded_over_many_request_shapes() -> None:
+    state = cluster(*(node(f"n{i}", 8, cpu=1_000_000) for i in range(4)))
+    pol = POLICIES["tessera"](typical=TYPICAL)
+    assert isinstance(pol, FgdPolicy)
+    pol._tables.capacity = 5
+    for j in range(40):
+        r = PlacementRequest(str(j), cpu_milli=100 + j, memory_mib=1, gpu_count=1, gpu_milli=10)
+        place_one(state, r, pol)
+    assert len(pol._tables) == 5
+    assert pol.cache_nbytes() < 5 * 4 * 64 + 4096
