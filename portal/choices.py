@@ -7,8 +7,8 @@ class MembershipRole(models.TextChoices):
 
 
 class OperatorActionKind(models.TextChoices):
-    """What an operator did (portal.OperatorAction.action). Deletes of quotas and groups keep their own
-    history (quotas.QuotaChange)."""
+    """What an operator did (portal.OperatorAction.action). Deletes of quotas and groups are also kept in
+    their own history (quotas.QuotaChange)."""
 
     CORDON = "cordon", "Cordon node"
     UNCORDON = "uncordon", "Uncordon node"
@@ -18,6 +18,10 @@ class OperatorActionKind(models.TextChoices):
     GPU_HEALTHY = "gpu_healthy", "Mark GPU healthy"
     GPU_FAILURE = "gpu_failure", "Simulate GPU failure"
     TOKEN_REVOKE = "token_revoke", "Revoke API token"
+    QUOTA_DELETE = "quota_delete", "Delete quota"
+    QUOTA_GROUP_DELETE = "quota_group_delete", "Delete quota group"
+    TEMPLATE_RETIRE = "template_retire", "Delete (retire) codespace template"
+    CODESPACE_DELETE = "codespace_delete", "Delete another user's codespace"
 
 
 class OperatorTargetKind(models.TextChoices):
@@ -26,3 +30,7 @@ class OperatorTargetKind(models.TextChoices):
     NODE = "node", "Node"
     GPU = "gpu", "GPU"
     TOKEN = "token", "API token"
+    QUOTA = "quota", "Quota"
+    QUOTA_GROUP = "quota_group", "Quota group"
+    TEMPLATE = "template", "Codespace template"
+    CODESPACE = "codespace", "Codespace"
