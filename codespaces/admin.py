@@ -7,9 +7,12 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
 from codespaces import services
+from codespaces.delete_preview import template_retire_impact
 from codespaces.models import Codespace, CodespaceEvent, CodespaceTemplate, TemplatePreset
+from portal.admin_reason import MAX_LISTED, reason_or_page
 from portal.errors import DomainError
 
 
@@ -36,6 +39,33 @@ class CodespaceTemplateAdmin(admin.ModelAdmin):
     inlines = [TemplatePresetInline]
     readonly_fields = ("version", "created_at", "updated_at")
 
+    actions = ["retire"]
+
+    # Templates are never deleted (codespaces keep a reference): "delete" retires, through the service
+    # (audited, with the operator's reason), as the page and the API do.
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Delete (retire) the selected templates")
+    def retire(
+        self, request: HttpRequest, queryset: QuerySet[CodespaceTemplate]
+    ) -> TemplateResponse | None:
+        reason = reason_or_page(
+            self,
+            request,
+            queryset,
+            action="retire",
+            title="Delete (retire) templates",
+            what=" ".join(template_retire_impact(t).summary for t in queryset[:MAX_LISTED]),
+            required=False,
+        )
+        if isinstance(reason, TemplateResponse):
+            return reason
+        for template in queryset:
+            services.retire_template(template, actor=request.user, reason=reason)
+        self.message_user(request, f"Retired {queryset.count()} template(s).", messages.SUCCESS)
+        return None
+
 
 class CodespaceEventInline(admin.TabularInline):
     model = CodespaceEvent
@@ -46,12 +76,30 @@ class CodespaceEventInline(admin.TabularInline):
 
 
 @admin.action(description="Stop the selected codespaces (home kept)")
-def stop_codespaces(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Codespace]) -> None:
+def stop_codespaces(
+    modeladmin: Any, request: HttpRequest, queryset: QuerySet[Codespace]
+) -> TemplateResponse | None:
+    reason = reason_or_page(
+        modeladmin,
+        request,
+        queryset,
+        action="stop_codespaces",
+        title="Stop codespaces",
+        what="The selected codespaces stop and release their GPUs; their home volumes are kept. "
+        "Their owners read your reason in the timeline.",
+    )
+    if isinstance(reason, TemplateResponse):
+        return reason
     for codespace in queryset:
         try:
-            services.stop_codespace(codespace, actor=request.user, reason="Stopped by an operator.")
+            services.stop_codespace(
+                codespace,
+                actor=request.user,
+                reason=f"Stopped by operator {request.user.get_username()}: {reason}",
+            )
         except DomainError as exc:
             modeladmin.message_user(request, exc.message, level=messages.WARNING)
+    return None
 
 
 @admin.register(Codespace)
@@ -98,6 +146,9 @@ class CodespaceAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # codespaces are created through the page or the API (validation, workload)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # deleted through the page or the API (release, home volume, reason, audit)
 
 
 @admin.register(CodespaceEvent)

@@ -1,9 +1,23 @@
-"""What deleting a codespace does, said before it is done (its one confirmation page)."""
+"""What deleting a codespace or a template does, said before it is done (its one confirmation page)
+and stored with the operator's audit row."""
 
 from __future__ import annotations
 
-from codespaces.models import Codespace
+from typing import Any
+
+from django.db.models import Count, Q
+
+from codespaces.choices import ACTIVE_STATES, CodespaceState
+from codespaces.models import Codespace, CodespaceTemplate
 from portal.operator_log import ActionImpact
+
+
+def deletes_for_someone_else(actor: Any, codespace: Codespace) -> bool:
+    """Whether `actor` deletes another user's codespace (an operator or a team admin): that delete
+    needs a reason, shown in the owner's timeline, and is audited in the operators' activity log."""
+    if not getattr(actor, "is_authenticated", False):
+        return False  # the system (tests, scripts) acts for nobody
+    return bool(actor.pk != codespace.owner_id)
 
 
 def codespace_delete_impact(codespace: Codespace) -> ActionImpact:
@@ -15,7 +29,37 @@ def codespace_delete_impact(codespace: Codespace) -> ActionImpact:
     )
     return ActionImpact(
         summary=(
-            f"Codespace {codespace.name} and its {codespace.home_gib} GiB home volume are deleted "
-            f"for good.{holds} This cannot be undone."
+            f"Codespace {codespace.name} of {codespace.owner.get_username()} and its "
+            f"{codespace.home_gib} GiB home volume are deleted for good.{holds} This cannot be undone."
+        ),
+        workload_ids=(codespace.workload_id,) if codespace.workload_id else (),
+        teams=(codespace.tenant.slug,),
+        codespaces=1,
+    )
+
+
+def template_retire_impact(template: CodespaceTemplate) -> ActionImpact:
+    """What deleting (retiring) a template does: developers can no longer create from it; the
+    codespaces made from it (counted, running ones apart) keep working."""
+    counts = Codespace.objects.filter(template=template).aggregate(
+        kept=Count("pk", filter=~Q(state__in=[CodespaceState.DELETING, CodespaceState.DELETED])),
+        running=Count("pk", filter=Q(state__in=ACTIVE_STATES)),
+        teams=Count(
+            "tenant",
+            distinct=True,
+            filter=~Q(state__in=[CodespaceState.DELETING, CodespaceState.DELETED]),
+        ),
+    )
+    if not template.active:
+        summary = f"Nothing: template {template.name} is already retired."
+    else:
+        summary = (
+            f"Template {template.name} is no longer offered: developers cannot create codespaces from "
+            f"it. Its {counts['kept']} codespace(s) of {counts['teams']} team(s) "
+            f"({counts['running']} running or queued) keep working. Its settings are kept."
         )
+    return ActionImpact(
+        summary=summary,
+        codespaces=counts["kept"],
+        details={"running": counts["running"], "teams_count": counts["teams"]},
     )

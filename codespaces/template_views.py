@@ -5,6 +5,7 @@ teams, under which idle policy. Thin: parse the form and preset rows, call one s
 - /codespaces/templates/new/          create, with preset rows
 - /codespaces/templates/<id>/edit/    edit (a concurrent save is refused, not overwritten); untick
                                       "offered" to retire it (its codespaces keep working)
+- /codespaces/templates/<id>/delete/  the one confirmation of a delete (= retire), then audited
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
 
 from codespaces import services
+from codespaces.delete_preview import template_retire_impact
 from codespaces.forms import (
     TEMPLATE_FIELD_TO_FORM,
     PresetForm,
@@ -27,6 +31,7 @@ from portal.errors import DomainError, PreconditionFailed
 from portal.forms import show_domain_error, stale_edit_message
 from portal.models import Tenant
 from portal.scoping import require_operator
+from scheduling.forms import ReasonForm
 
 
 @login_required
@@ -84,3 +89,30 @@ def template_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
         "codespaces/template_form.html",
         {"form": form, "presets": presets, "template": template, "scope": "templates"},
     )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def template_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: the one confirmation (what retiring does, counted). POST: retire, audited, redirect; a
+    bad reason shows on the confirmation (400), nothing changed."""
+    require_operator(request.user)
+    template = get_object_or_404(CodespaceTemplate, pk=pk)
+    form = ReasonForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        services.retire_template(template, actor=request.user, reason=form.cleaned_data["reason"])
+        messages.success(
+            request,
+            f"Template {template.name} deleted (retired): it is no longer offered; its codespaces "
+            "keep working.",
+        )
+        return redirect("codespaces:templates")
+    context = {
+        "title": f"Delete template {template.name}?",
+        "impact": template_retire_impact(template),
+        "form": form,
+        "button": "Delete template",
+        "danger": True,
+        "cancel_url": reverse("codespaces:templates"),
+    }
+    return render(request, "portal/confirm.html", context, status=400 if form.is_bound else 200)

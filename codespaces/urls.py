@@ -18,6 +18,7 @@ urlpatterns = [
     path("templates/", template_views.template_list, name="templates"),
     path("templates/new/", template_views.template_form, name="template-create"),
     path("templates/<int:pk>/edit/", template_views.template_form, name="template-edit"),
+    path("templates/<int:pk>/delete/", template_views.template_delete, name="template-delete"),
     path("<int:pk>/", views.detail, name="detail"),
     path("<int:pk>/start/", views.start, name="start"),
     path("<int:pk>/stop/", views.stop, name="stop"),

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from codespaces import pools, services
 from codespaces.access import can_manage, codespace_for
 from codespaces.choices import CodespaceState
-from codespaces.delete_preview import codespace_delete_impact
+from codespaces.delete_preview import codespace_delete_impact, deletes_for_someone_else
 from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm, SizePreviewForm
 from codespaces.models import Codespace, CodespaceTemplate, attach_placements
 from codespaces.services import waste
@@ -29,6 +29,7 @@ from portal.forms import show_domain_error
 from portal.models import Tenant
 from portal.numbers import parse_int
 from portal.scoping import admin_tenant_ids_for, current_user, is_operator, require_operator
+from scheduling.forms import ReasonForm
 from scheduling.telemetry.services import gpu_use_by_tenant
 
 
@@ -205,7 +206,6 @@ def _action(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
     actions: dict[str, Callable[..., Codespace]] = {
         "start": services.start_codespace,
         "stop": services.stop_codespace,
-        "delete": services.delete_codespace,
         "keep": services.keep_codespace,
     }
     action = actions[verb]
@@ -217,12 +217,9 @@ def _action(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
         done = {
             "start": "queued to start",
             "stop": "stopped; its home volume is kept",
-            "delete": "deleted",
             "keep": "kept running",
         }[verb]
         messages.success(request, f"Codespace “{codespace.name}” {done}.")
-        if verb == "delete":
-            return redirect("codespaces:list")
     return redirect("codespaces:detail", pk=codespace.pk)
 
 
@@ -241,22 +238,42 @@ def stop(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def delete(request: HttpRequest, pk: int) -> HttpResponse:
-    """GET: the one confirmation (what is lost). POST: delete."""
-    if request.method == "POST":
-        return _action(request, pk, "delete")
+    """GET: the one confirmation (what is lost). POST: delete, then redirect. Deleting another user's
+    codespace asks for a reason (the owner reads it in the timeline; the activity log keeps it): a
+    missing one shows on the confirmation (400), nothing deleted."""
     user = current_user(request)
     codespace = codespace_for(user, pk)
     if not can_manage(user, codespace):
         raise PermissionDenied("Only the owner, a tenant admin or an operator may do that.")
+    for_someone_else = deletes_for_someone_else(user, codespace)
+    form = (
+        ReasonForm(
+            request.POST if request.method == "POST" else None,
+            reason_required=True,
+        )
+        if for_someone_else
+        else None
+    )
+    if request.method == "POST" and (form is None or form.is_valid()):
+        reason = form.cleaned_data["reason"] if form is not None else ""
+        try:
+            services.delete_codespace(codespace, actor=user, reason=reason)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+            return redirect("codespaces:detail", pk=codespace.pk)
+        messages.success(request, f"Codespace “{codespace.name}” deleted.")
+        return redirect("codespaces:list")
     context = {
         "title": f"Delete codespace {codespace.name}?",
         "impact": codespace_delete_impact(codespace),
-        "form": None,
+        "form": form,
         "button": "Delete codespace",
         "danger": True,
         "cancel_url": reverse("codespaces:detail", kwargs={"pk": codespace.pk}),
     }
-    return render(request, "portal/confirm.html", context)
+    return render(
+        request, "portal/confirm.html", context, status=400 if request.method == "POST" else 200
+    )
 
 
 @login_required

@@ -205,11 +205,13 @@ def _tenant(chosen: Tenant, win: series.Window) -> dict[str, Any]:
             "utilization": usage.utilization_percent,
         },
         "tables": {
+            # The top codespaces, then every other workload as one row: the rows add up to the
+            # summary's idle and allocated GPU-h (same samples, same resolution).
             "wasting": {
                 "columns": ["Codespace", "Idle GPU-h", "Allocated GPU-h", "Utilization %"],
                 "rows": [
                     [w.name, w.idle_gpu_hours, w.allocated_gpu_hours, w.utilization_percent]
-                    for w in usage.wasting
+                    for w in [*usage.wasting, *([usage.elsewhere] if usage.elsewhere else [])]
                 ],
             }
         },

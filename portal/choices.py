@@ -7,8 +7,8 @@ class MembershipRole(models.TextChoices):
 
 
 class OperatorActionKind(models.TextChoices):
-    """What an operator did (portal.OperatorAction.action). Deletes of quotas and groups keep their own
-    history (quotas.QuotaChange)."""
+    """What an operator did (portal.OperatorAction.action). Deletes of quotas and groups are also kept in
+    their own history (quotas.QuotaChange)."""
 
     CORDON = "cordon", "Cordon node"
     UNCORDON = "uncordon", "Uncordon node"
@@ -22,6 +22,11 @@ class OperatorActionKind(models.TextChoices):
     LOAN_APPROVE = "loan_approve", "Approve a quota loan"
     LOAN_DECLINE = "loan_decline", "Decline a quota loan"
 
+    QUOTA_DELETE = "quota_delete", "Delete quota"
+    QUOTA_GROUP_DELETE = "quota_group_delete", "Delete quota group"
+    TEMPLATE_RETIRE = "template_retire", "Delete (retire) codespace template"
+    CODESPACE_DELETE = "codespace_delete", "Delete another user's codespace"
+
 
 class OperatorTargetKind(models.TextChoices):
     """What an operator action was done to."""
@@ -30,3 +35,6 @@ class OperatorTargetKind(models.TextChoices):
     GPU = "gpu", "GPU"
     TOKEN = "token", "API token"
     QUOTA = "quota", "Quota"
+    QUOTA_GROUP = "quota_group", "Quota group"
+    TEMPLATE = "template", "Codespace template"
+    CODESPACE = "codespace", "Codespace"

@@ -3,7 +3,7 @@
     tessera login --url https://tessera.example.com            # asks for a token, checks it, saves it
     tessera codespace list [--state running] [--json]
     tessera codespace create NAME --template T [--preset P] [--tenant SLUG] [--set key=value ...]
-    tessera codespace show|stop|start|delete ID
+    tessera codespace show|stop|start|delete ID   (delete --reason "..." for another user's)
     tessera job submit NAME --pods 4 --gpus-per-pod 1 --cpu-milli 8000 --memory-mib 32768 [...]
     tessera job show|cancel ID
     tessera quota show [--tenant SLUG]
@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import requests
 
@@ -314,7 +315,8 @@ def cmd_codespace(args: argparse.Namespace) -> int:
     elif args.action in ("stop", "start"):
         emit(args, client.post(f"/codespaces/{args.id}/{args.action}/"))
     elif args.action == "delete":
-        result = client.delete(f"/codespaces/{args.id}/")
+        query = f"?{urlencode({'reason': args.reason})}" if args.reason else ""
+        result = client.delete(f"/codespaces/{args.id}/{query}")
         if result is not None:
             emit(args, result)
         elif args.json:
@@ -544,8 +546,13 @@ def build_parser() -> argparse.ArgumentParser:
     cs_create.add_argument("--tenant", help="tenant slug (default: your only tenant)")
     cs_create.add_argument("--quota", type=int)
     cs_create.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    for action in ("show", "stop", "start", "delete"):
+    for action in ("show", "stop", "start"):
         cs.add_parser(action, parents=[common]).add_argument("id")
+    cs_delete = cs.add_parser("delete", parents=[common])
+    cs_delete.add_argument("id")
+    cs_delete.add_argument(
+        "--reason", default="", help="why (required to delete another user's codespace)"
+    )
     codespace.set_defaults(func=cmd_codespace)
 
     job = sub.add_parser("job", help="gang jobs (N pods, all or nothing)")

@@ -9,6 +9,7 @@ from django import forms
 from portal.forms import UnitField
 from portal.labels import MAX_LABEL_NAME_LENGTH, MAX_LABEL_PREFIX_LENGTH, MAX_LABEL_VALUE_LENGTH
 from portal.models import Tenant
+from portal.operator_log import MAX_REASON_LENGTH
 from quotas.fairness import MAX_HALF_LIFE_HOURS
 from quotas.models import MAX_MIN_RUNTIME_SECONDS, RESOURCE_FIELDS, Quota, QuotaGroup
 from quotas.resources import Side
@@ -210,6 +211,19 @@ class QuotaDeleteForm(forms.Form):
     """The quota delete confirmation: an optional note for the history, the version seen."""
 
     note = forms.CharField(
-        required=False, max_length=500, label="Note (optional, kept in the history)"
+        required=False,
+        max_length=MAX_REASON_LENGTH,
+        label="Note (optional, kept in the history and the activity log)",
+    )
+    version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
+
+class GroupDeleteForm(forms.Form):
+    """The quota group delete confirmation: an optional reason for the audit trail, the version seen."""
+
+    reason = forms.CharField(
+        required=False,
+        max_length=MAX_REASON_LENGTH,
+        label="Reason (optional, kept in the history and the activity log)",
     )
     version = forms.IntegerField(widget=forms.HiddenInput, required=False)

@@ -21,12 +21,14 @@ from django.db.models import F
 from django.utils import timezone
 
 from portal.api.concurrency import version_conflict
+from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.errors import Conflict, InvalidInput
 from portal.labels import node_label_errors
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
+from portal.operator_log import clean_reason, record_operator_action
 from portal.transactions import retry_transaction
-from quotas.delete_preview import workloads_referencing
+from quotas.delete_preview import group_delete_impact, quota_delete_impact, workloads_referencing
 from quotas.fairness import MAX_HALF_LIFE_HOURS
 from quotas.lock_objects import lock_group_selectors
 from quotas.models import (
@@ -422,8 +424,11 @@ def update_quota(
 def delete_quota(
     quota: Quota | int, *, expected_version: int | None, actor: Any = None, note: str = ""
 ) -> None:
-    """Delete a quota that no workload references. Audited (the history row keeps its name)."""
+    """Delete a quota that no workload references. Audited twice: the quota's history row (it keeps
+    its name) and the operators' activity log (the confirmation's impact sentence and the reason, the
+    `note`: optional, bounded like every operator reason)."""
     quota_id = quota if isinstance(quota, int) else quota.pk
+    note = clean_reason(note, required=False)
     with transaction.atomic():
         current = Quota.objects.get(pk=quota_id)
         _lock_group(current.group_id)  # the lock order: group row, then quota row (docs/adr)
@@ -442,6 +447,15 @@ def delete_quota(
             actor=actor,
             before=locked.snapshot_fields(),
             note=note,
+        )
+        record_operator_action(
+            actor=actor,
+            action=OperatorActionKind.QUOTA_DELETE,
+            target_kind=OperatorTargetKind.QUOTA,
+            target_id=locked.pk,
+            target_name=f"{locked.group.name}/{locked.name}",
+            impact=quota_delete_impact(locked),
+            reason=note,
         )
         locked.delete()
 
@@ -661,11 +675,17 @@ def clean_min_runtime(value: Any) -> int:
 
 @retry_transaction
 def delete_group(
-    group: QuotaGroup | int, *, expected_version: int | None, actor: Any = None
+    group: QuotaGroup | int,
+    *,
+    expected_version: int | None,
+    actor: Any = None,
+    reason: str = "",
 ) -> None:
-    """Delete an empty group (no quotas). Audited. One transaction, retried when it lost a lock
-    race (Busy when every attempt did)."""
+    """Delete an empty group (no quotas). Audited in the group's history and the operators' activity
+    log (impact sentence, optional bounded reason). One transaction, retried when it lost a lock race
+    (Busy when every attempt did)."""
     group_id = group if isinstance(group, int) else group.pk
+    reason = clean_reason(reason, required=False)
     with transaction.atomic():
         locked = _lock_group(group_id)
         _check_version(locked.version, expected_version)
@@ -680,6 +700,16 @@ def delete_group(
             subject=locked,
             actor=actor,
             before=locked.snapshot_fields(),
+            note=reason,
+        )
+        record_operator_action(
+            actor=actor,
+            action=OperatorActionKind.QUOTA_GROUP_DELETE,
+            target_kind=OperatorTargetKind.QUOTA_GROUP,
+            target_id=locked.pk,
+            target_name=locked.name,
+            impact=group_delete_impact(locked),
+            reason=reason,
         )
         locked.delete()  # the scheduling shard row goes with it (on_delete=CASCADE on its side)
 

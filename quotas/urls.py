@@ -12,6 +12,7 @@ urlpatterns = [
     path("groups/<int:pk>/", views.group_detail, name="group"),
     path("groups/<int:pk>/edit/", views.group_form, name="group-edit"),
     path("groups/<int:pk>/what-if/", views.group_what_if, name="group-what-if"),
+    path("groups/<int:pk>/delete/", views.group_delete, name="group-delete"),
     path("groups/<int:group_pk>/quotas/new/", views.quota_create, name="quota-create"),
     path("<int:pk>/", views.quota_detail, name="quota"),
     path("<int:pk>/edit/", views.quota_edit, name="quota-edit"),

@@ -33,7 +33,7 @@ from portal.scoping import (
     scope_queryset,
 )
 from quotas import budgets, loans, services
-from quotas.delete_preview import quota_delete_impact
+from quotas.delete_preview import group_delete_impact, quota_delete_impact
 from quotas.fairness_forms import (
     BudgetForm,
     LoanDecisionForm,
@@ -44,6 +44,7 @@ from quotas.fairness_forms import (
 from quotas.fairness_report import quota_fairness
 from quotas.forms import (
     DIMENSION_LABELS,
+    GroupDeleteForm,
     GroupForm,
     NewQuotaForm,
     QuotaDeleteForm,
@@ -530,29 +531,67 @@ def _apply_fairness_action(
 @login_required
 @require_http_methods(["GET", "POST"])
 def quota_delete(request: HttpRequest, pk: int) -> HttpResponse:
-    """GET: the one confirmation (what the delete does). POST: delete."""
+    """GET: the one confirmation (what the delete does). POST: delete, audited, then redirect; a bad
+    note shows on the confirmation (400), nothing deleted."""
     require_operator(request.user)
     quota = get_object_or_404(Quota.objects.select_related("group", "tenant"), pk=pk)
-    if request.method == "GET":
-        context = {
-            "title": f"Delete quota {quota.name}?",
-            "impact": quota_delete_impact(quota),
-            "form": QuotaDeleteForm(initial={"version": quota.version}),
-            "button": "Delete quota",
-            "danger": True,
-            "cancel_url": reverse("quotas:quota", kwargs={"pk": quota.pk}),
-        }
-        return render(request, "portal/confirm.html", context)
-    group_pk = quota.group_id
-    try:
-        services.delete_quota(
-            quota,
-            expected_version=int(request.POST.get("version") or quota.version),
-            actor=request.user,
-            note=request.POST.get("note", ""),
-        )
-    except DomainError as error:
-        messages.error(request, error.message)
-        return redirect("quotas:quota", pk=pk)
-    messages.success(request, f"Quota {quota.name} deleted.")
-    return redirect("quotas:group", pk=group_pk)
+    form = QuotaDeleteForm(
+        request.POST if request.method == "POST" else None, initial={"version": quota.version}
+    )
+    if request.method == "POST" and form.is_valid():
+        group_pk = quota.group_id
+        try:
+            services.delete_quota(
+                quota,
+                expected_version=form.cleaned_data.get("version") or quota.version,
+                actor=request.user,
+                note=form.cleaned_data.get("note", ""),
+            )
+        except DomainError as error:
+            messages.error(request, error.message)
+            return redirect("quotas:quota", pk=pk)
+        messages.success(request, f"Quota {quota.name} deleted.")
+        return redirect("quotas:group", pk=group_pk)
+    context = {
+        "title": f"Delete quota {quota.name}?",
+        "impact": quota_delete_impact(quota),
+        "form": form,
+        "button": "Delete quota",
+        "danger": True,
+        "cancel_url": reverse("quotas:quota", kwargs={"pk": quota.pk}),
+    }
+    return render(request, "portal/confirm.html", context, status=400 if form.is_bound else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def group_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: the one confirmation (what the delete does: refused while the group has quotas, otherwise
+    the nodes and GPUs it stops scheduling). POST: delete, audited, then redirect."""
+    require_operator(request.user)
+    group = get_object_or_404(QuotaGroup, pk=pk)
+    form = GroupDeleteForm(
+        request.POST if request.method == "POST" else None, initial={"version": group.version}
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.delete_group(
+                group,
+                expected_version=form.cleaned_data.get("version") or group.version,
+                actor=request.user,
+                reason=form.cleaned_data.get("reason", ""),
+            )
+        except DomainError as error:
+            messages.error(request, error.message)
+            return redirect("quotas:group", pk=pk)
+        messages.success(request, f"Group {group.name} deleted.")
+        return redirect("quotas:index")
+    context = {
+        "title": f"Delete group {group.name}?",
+        "impact": group_delete_impact(group),
+        "form": form,
+        "button": "Delete group",
+        "danger": True,
+        "cancel_url": reverse("quotas:group", kwargs={"pk": group.pk}),
+    }
+    return render(request, "portal/confirm.html", context, status=400 if form.is_bound else 200)

@@ -8,7 +8,10 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
+from portal.admin_reason import MAX_LISTED, reason_or_page
+from portal.choices import OperatorActionKind
 from scheduling import services
 from scheduling.models import (
     Gang,
@@ -22,6 +25,7 @@ from scheduling.models import (
     SimulatedPod,
     Workload,
 )
+from scheduling.services.operator_impact import gpu_action_impact, node_action_impact
 
 
 class GpuInline(admin.TabularInline):
@@ -30,12 +34,6 @@ class GpuInline(admin.TabularInline):
     fields = ("index", "uuid", "model", "memory_mib", "numa_node", "nvlink_group", "healthy")
     readonly_fields = ("healthy",)
     show_change_link = True
-
-
-def _admin_reason(request: HttpRequest, done: str) -> str:
-    # Bulk admin actions ask for no reason; the audit row and the users' timeline say where it came
-    # from. The node page asks for one (and shows the impact first).
-    return f"{done.capitalize()} from the admin site by {request.user.get_username()}."
 
 
 @admin.register(Node)
@@ -49,12 +47,21 @@ class NodeAdmin(admin.ModelAdmin):
     show_full_result_count = False
 
     @admin.action(description="Cordon (take no new work)")
-    def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+    def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> TemplateResponse | None:
+        reason = reason_or_page(
+            self,
+            request,
+            queryset,
+            action="cordon",
+            title="Cordon nodes",
+            what="The selected nodes take no new work; what runs on them keeps running.",
+        )
+        if isinstance(reason, TemplateResponse):
+            return reason
         for node in queryset:
-            services.cordon_node(
-                node.pk, reason=_admin_reason(request, "cordoned"), actor=request.user
-            )
+            services.cordon_node(node.pk, reason=reason, actor=request.user)
         self.message_user(request, f"Cordoned {queryset.count()} node(s).", messages.SUCCESS)
+        return None
 
     @admin.action(description="Uncordon (accept new work)")
     def uncordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
@@ -63,13 +70,26 @@ class NodeAdmin(admin.ModelAdmin):
         self.message_user(request, f"Uncordoned {queryset.count()} node(s).", messages.SUCCESS)
 
     @admin.action(description="Drain (cordon and requeue its workloads)")
-    def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        reason = _admin_reason(request, "drained")
+    def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> TemplateResponse | None:
+        reason = reason_or_page(
+            self,
+            request,
+            queryset,
+            action="drain",
+            title="Drain nodes",
+            what=" ".join(
+                f"{node.name}: {node_action_impact(node, OperatorActionKind.DRAIN).summary}"
+                for node in queryset[:MAX_LISTED]
+            ),
+        )
+        if isinstance(reason, TemplateResponse):
+            return reason
         requeued = sum(
             len(services.drain_node(node.pk, reason=reason, actor=request.user))
             for node in queryset
         )
         self.message_user(request, f"Drained; {requeued} workload(s) requeued.", messages.SUCCESS)
+        return None
 
 
 @admin.register(Gpu)
@@ -83,13 +103,28 @@ class GpuAdmin(admin.ModelAdmin):
     actions = ["mark_unhealthy", "mark_healthy"]
 
     @admin.action(description="Mark unhealthy (requeue its workloads)")
-    def mark_unhealthy(self, request: HttpRequest, queryset: QuerySet[Gpu]) -> None:
-        reason = _admin_reason(request, "marked unhealthy")
+    def mark_unhealthy(
+        self, request: HttpRequest, queryset: QuerySet[Gpu]
+    ) -> TemplateResponse | None:
+        reason = reason_or_page(
+            self,
+            request,
+            queryset,
+            action="mark_unhealthy",
+            title="Mark GPUs unhealthy",
+            what=" ".join(
+                f"{gpu}: {gpu_action_impact(gpu, OperatorActionKind.GPU_UNHEALTHY).summary}"
+                for gpu in queryset[:MAX_LISTED]
+            ),
+        )
+        if isinstance(reason, TemplateResponse):
+            return reason
         requeued = sum(
             len(services.set_gpu_health(g.pk, healthy=False, reason=reason, actor=request.user))
             for g in queryset
         )
         self.message_user(request, f"Marked unhealthy; {requeued} workload(s) requeued.")
+        return None
 
     @admin.action(description="Mark healthy")
     def mark_healthy(self, request: HttpRequest, queryset: QuerySet[Gpu]) -> None:

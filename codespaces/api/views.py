@@ -28,12 +28,21 @@ from codespaces.api.serializers import (
     UtilizationSerializer,
     codespace_rows,
 )
+from codespaces.delete_preview import (
+    codespace_delete_impact,
+    deletes_for_someone_else,
+    template_retire_impact,
+)
 from codespaces.models import Codespace, CodespaceTemplate
 from codespaces.utilization import utilization_series
 from portal.api.concurrency import ETagMixin, expected_version
+from portal.api.dry_run import DRY_RUN_PARAMETER, dry_run_requested, dry_run_response
+from portal.api.reasons import reason_parameter, request_reason
+from portal.choices import OperatorActionKind
 from portal.compiled_query import CompiledQuerySet
 from portal.errors import Forbidden, InvalidInput, NotFoundError
 from portal.numbers import parse_int
+from portal.operator_log import MAX_REASON_LENGTH
 from portal.scoping import (
     admin_tenant_ids_for,
     current_user,
@@ -98,8 +107,20 @@ class CodespaceTemplateViewSet(ETagMixin, viewsets.ModelViewSet):
         response["ETag"] = f'"{template.version}"'
         return response
 
+    @extend_schema(
+        parameters=[reason_parameter(required=False), DRY_RUN_PARAMETER],
+        responses={204: None},
+        description="Retire the template (developers can no longer create from it; its codespaces "
+        "keep working); audited in the activity log. `?dry_run=1` answers what it would do.",
+    )
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        services.retire_template(self.get_object())
+        template = self.get_object()
+        reason = request_reason(request, required=False)
+        if dry_run_requested(request):
+            return dry_run_response(
+                OperatorActionKind.TEMPLATE_RETIRE, template_retire_impact(template)
+            )
+        services.retire_template(template, actor=request.user, reason=reason)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -203,9 +224,27 @@ class CodespaceViewSet(
         # and the new workload as objects, the version it wrote): no re-read.
         return Response(CodespaceSerializer(codespace).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "reason",
+                str,
+                description="Required when you delete another user's codespace (at most "
+                f"{MAX_REASON_LENGTH} characters): the owner reads it in the timeline and the "
+                'activity log keeps it. A JSON body {"reason": ...} works too.',
+            ),
+            DRY_RUN_PARAMETER,
+        ],
+        responses={204: None},
+    )
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        services.delete_codespace(self._managed(), actor=request.user)
+        codespace = self._managed()
+        reason = request_reason(request, required=deletes_for_someone_else(request.user, codespace))
+        if dry_run_requested(request):
+            return dry_run_response(
+                OperatorActionKind.CODESPACE_DELETE, codespace_delete_impact(codespace)
+            )
+        services.delete_codespace(codespace, actor=request.user, reason=reason)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={200: CodespaceSerializer})

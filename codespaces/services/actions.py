@@ -16,10 +16,13 @@ from codespaces.choices import (
     CodespaceState,
     EventKind,
 )
+from codespaces.delete_preview import codespace_delete_impact, deletes_for_someone_else
 from codespaces.models import (
     Codespace,
 )
 from codespaces.services.create import submit_workload_for
+from portal.choices import OperatorActionKind, OperatorTargetKind
+from portal.operator_log import clean_reason, record_operator_action
 from portal.transactions import in_one_transaction, retry_lost_races
 from scheduling import services as scheduling_services
 
@@ -134,20 +137,30 @@ def stop_codespace(
     return _as_one_transaction(codespace, stop, "codespaces.stop_codespace")
 
 
-def delete_codespace(codespace: Codespace, *, actor: Any) -> Codespace:
+def delete_codespace(codespace: Codespace, *, actor: Any, reason: str = "") -> Codespace:
     """Delete: release the placement and delete the home volume; DELETING → DELETED. One
-    transaction, retried when it lost a lock race (`_as_one_transaction`)."""
+    transaction, retried when it lost a lock race (`_as_one_transaction`).
+
+    Deleting another user's codespace (an operator, a team admin) needs a `reason`: the owner reads it
+    in the codespace's timeline, and the delete is recorded in the operators' activity log (same
+    transaction: no delete, no row). The owner's own delete asks for none."""
     if codespace.state not in DELETABLE_STATES:
         raise lifecycle.refuse_action(codespace, "delete")
+    for_someone_else = deletes_for_someone_else(actor, codespace)
+    reason = clean_reason(reason, required=for_someone_else)
+    if for_someone_else:
+        by = f"Deleted by {actor.get_username()}" + (f": {reason}" if reason else ".")
+    else:
+        by = "Deleting the codespace and its home volume."
 
     def delete() -> Codespace:
-        lifecycle.transition(
+        impact = codespace_delete_impact(codespace) if for_someone_else else None
+        lifecycle.transition(codespace, S.DELETING, message=by, actor=actor)
+        _release(
             codespace,
-            S.DELETING,
-            message="Deleting the codespace and its home volume.",
-            actor=actor,
+            reason=by if for_someone_else else "Codespace deleted.",
+            delete_home=True,
         )
-        _release(codespace, reason="Codespace deleted.", delete_home=True)
         lifecycle.transition(
             codespace,
             S.DELETED,
@@ -156,6 +169,16 @@ def delete_codespace(codespace: Codespace, *, actor: Any) -> Codespace:
             deleted_at=timezone.now(),
             **cleared_placement(),
         )
+        if impact is not None:
+            record_operator_action(
+                actor=actor,
+                action=OperatorActionKind.CODESPACE_DELETE,
+                target_kind=OperatorTargetKind.CODESPACE,
+                target_id=codespace.pk,
+                target_name=f"{codespace.owner.get_username()}/{codespace.name}",
+                impact=impact,
+                reason=reason,
+            )
         return codespace
 
     return _as_one_transaction(codespace, delete, "codespaces.delete_codespace")

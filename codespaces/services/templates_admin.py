@@ -12,14 +12,17 @@ from django.utils import timezone
 from codespaces.choices import (
     GpuMode,
 )
+from codespaces.delete_preview import template_retire_impact
 from codespaces.models import (
     CodespaceTemplate,
     TemplatePreset,
 )
 from codespaces.services.sizing import FieldErrors, size_rule_violations
 from portal.api.concurrency import version_conflict
+from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.errors import InvalidInput
 from portal.models import Tenant
+from portal.operator_log import clean_reason, record_operator_action
 
 # --- Templates (operators) -----------------------------------------------------------------------
 
@@ -142,10 +145,28 @@ def update_template(
     return template
 
 
-def retire_template(template: CodespaceTemplate) -> CodespaceTemplate:
-    """Operators "delete" a template by retiring it (codespaces made from it keep working)."""
-    CodespaceTemplate.objects.filter(pk=template.pk).update(
-        active=False, version=template.version + 1
-    )
+@transaction.atomic
+def retire_template(
+    template: CodespaceTemplate, *, actor: Any = None, reason: str = ""
+) -> CodespaceTemplate:
+    """Operators "delete" a template by retiring it (codespaces made from it keep working). Audited in
+    the operators' activity log with the confirmation's impact sentence and the (optional) reason;
+    retiring a retired template changes nothing and records nothing."""
+    reason = clean_reason(reason, required=False)
+    locked = CodespaceTemplate.objects.select_for_update().get(pk=template.pk)
+    if locked.active:
+        impact = template_retire_impact(locked)
+        CodespaceTemplate.objects.filter(pk=locked.pk).update(
+            active=False, version=F("version") + 1, updated_at=timezone.now()
+        )
+        record_operator_action(
+            actor=actor,
+            action=OperatorActionKind.TEMPLATE_RETIRE,
+            target_kind=OperatorTargetKind.TEMPLATE,
+            target_id=locked.pk,
+            target_name=locked.name,
+            impact=impact,
+            reason=reason,
+        )
     template.refresh_from_db()
     return template

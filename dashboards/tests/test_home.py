@@ -27,11 +27,12 @@ def client_for(user: Any) -> Client:
 
 
 def text_of(html: str, testid: str) -> str:
-    """The text inside the element with data-testid=`testid` (tags dropped, spaces collapsed)."""
+    """The text inside the element with data-testid=`testid` (tags dropped, spaces collapsed; a <wbr>
+    line-break opportunity is no text)."""
     pattern = rf'<(\w+)[^>]*data-testid="{re.escape(testid)}"[^>]*>(.*?)</\1>'
     match = re.search(pattern, html, re.S)
     assert match is not None, f"no element {testid}"
-    return " ".join(re.sub(r"<[^>]+>", " ", match[2]).split())
+    return " ".join(re.sub(r"<[^>]+>", " ", match[2].replace("<wbr>", "")).split())
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import time_machine
@@ -109,7 +110,10 @@ def test_members_see_their_own_tenant_and_404_for_others(client, bob, charlie, i
         "runtime share",
     ]
     assert own["figures"]["quota"]["data"][0]["y"] == [1.0]
-    assert own["tables"]["wasting"]["rows"] == [["cs-idle", 0.004, 0.004, 2.0]]
+    assert own["tables"]["wasting"]["rows"] == [
+        ["cs-idle", 0.004, 0.004, 2.0],
+        ["Everything else (2 workloads)", 0.0, 0.013, 60.0],
+    ]
     assert client.get("/dashboards/tenants/?tenant=team-b").status_code == 404
     assert client.get("/dashboards/tenants/data/?tenant=team-b").status_code == 404
     page = client.get("/dashboards/tenants/").content.decode()
@@ -302,8 +306,12 @@ def test_tenant_idle_total_and_wasting_rows_come_from_the_same_samples(client, b
     client.force_login(bob)
     body = client.get("/dashboards/tenants/data/?range=24h").json()
     rows = body["tables"]["wasting"]["rows"]
-    assert rows == [["cs-idle", 0.004, 0.004, 2.0]]
-    assert sum(r[1] for r in rows) <= body["summary"]["idle_gpu_hours"]
+    # cs-idle, then the job "half" (50 % SM) and cs-busy (80 %): allocated, not idle, 60 % used
+    assert rows == [
+        ["cs-idle", 0.004, 0.004, 2.0],
+        ["Everything else (2 workloads)", 0.0, 0.013, 60.0],
+    ]
+    assert sum(r[1] for r in rows) == body["summary"]["idle_gpu_hours"]
 
 
 def _bill(quota, model: str, hours: int) -> None:
@@ -361,3 +369,26 @@ def test_chargeback_names_its_currency(client, operator, charges, settings):
     )
     assert rows[0][-1] == "currency"
     assert rows[1][-1] == "EUR"
+
+
+@pytest.mark.parametrize("range_key", ["24h", "7d"])
+def test_tenant_rows_add_up_to_the_totals_at_both_resolutions(
+    client: Any, bob: Any, telemetry_cluster: Any, range_key: str
+) -> None:
+    # issue 16: totals and table from the same samples at the same resolution. 12 minutes of team-a:
+    # cs-busy and cs-idle (25 % each) and the job "half" (50 %) all idle (< 5 % SM), so
+    # 12 min × 250 milli = 0.05 GPU-h for each codespace, 12 × 500 = 0.1 for the job.
+    metrics = FixedMetrics({"cs-busy": 3.0, "cs-idle": 2.0, "half": 1.0, "train": 90.0})
+    for minute in range(12):
+        ingest_minute(T0 + timedelta(minutes=minute), metrics)
+    client.force_login(bob)
+    with time_machine.travel(T0 + timedelta(minutes=11), tick=False):
+        body = client.get(f"/dashboards/tenants/data/?range={range_key}").json()
+    assert body["resolution"] == ("minute" if range_key == "24h" else "hour")
+    assert body["tables"]["wasting"]["rows"] == [
+        ["cs-busy", 0.05, 0.05, 3.0],
+        ["cs-idle", 0.05, 0.05, 2.0],
+        ["Everything else (1 workload)", 0.1, 0.1, 1.0],
+    ]
+    assert body["summary"]["idle_gpu_hours"] == 0.2
+    assert body["summary"]["allocated_gpu_hours"] == 0.2

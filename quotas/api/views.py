@@ -17,7 +17,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.api.concurrency import ETagMixin, etag_for, expected_version
+from portal.api.dry_run import DRY_RUN_PARAMETER, dry_run_requested, dry_run_response
 from portal.api.pagination import NewestFirstCursorPagination
+from portal.api.reasons import reason_parameter, request_reason
+from portal.choices import OperatorActionKind
 from portal.errors import Forbidden, InvalidInput
 from portal.models import Tenant
 from portal.scoping import is_operator, scope_queryset, tenant_ids_for
@@ -37,6 +40,7 @@ from quotas.api.serializers import (
     WhatIfRowSerializer,
     what_if_row,
 )
+from quotas.delete_preview import group_delete_impact, quota_delete_impact
 from quotas.models import Quota, QuotaChange, QuotaGroup
 from quotas.user_caps import set_user_cap
 
@@ -129,11 +133,23 @@ class QuotaGroupViewSet(ETagMixin, viewsets.ModelViewSet):
         rows = services.what_if(group, None, data, tenant=tenant, name=name)
         return Response([what_if_row(row) for row in rows])
 
-    @extend_schema(responses={204: None, **ERRORS})
+    @extend_schema(
+        parameters=[reason_parameter(required=False), DRY_RUN_PARAMETER],
+        responses={204: None, **ERRORS},
+        description="Delete an empty group (409 while it has quotas); audited in the activity log. "
+        "`?dry_run=1` answers what the delete would do.",
+    )
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         group = self.get_object()
         _require_operator(request)
-        services.delete_group(group, expected_version=expected_version(request), actor=request.user)
+        reason = request_reason(request, required=False)
+        if dry_run_requested(request):
+            return dry_run_response(
+                OperatorActionKind.QUOTA_GROUP_DELETE, group_delete_impact(group)
+            )
+        services.delete_group(
+            group, expected_version=expected_version(request), actor=request.user, reason=reason
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -194,11 +210,21 @@ class QuotaViewSet(ETagMixin, viewsets.ModelViewSet):
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self.update(request, *args, **kwargs)
 
-    @extend_schema(responses={204: None, **ERRORS})
+    @extend_schema(
+        parameters=[reason_parameter(required=False), DRY_RUN_PARAMETER],
+        responses={204: None, **ERRORS},
+        description="Delete a quota no workload references (409 otherwise); audited in its history "
+        "and the activity log. `?dry_run=1` answers what the delete would do.",
+    )
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         quota = self.get_object()
         _require_operator(request)
-        services.delete_quota(quota, expected_version=expected_version(request), actor=request.user)
+        reason = request_reason(request, required=False)
+        if dry_run_requested(request):
+            return dry_run_response(OperatorActionKind.QUOTA_DELETE, quota_delete_impact(quota))
+        services.delete_quota(
+            quota, expected_version=expected_version(request), actor=request.user, note=reason
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(

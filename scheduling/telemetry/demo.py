@@ -48,8 +48,14 @@ def _submit_demo_jobs() -> int:
     return submitted
 
 
+# The demo's history: every dashboard's 24-hour view from minute rows, its 30-day view from hour rows.
+DEMO_MINUTE_HOURS = 24
+DEMO_HOUR_DAYS = 30
+
+
 def seed(stdout: IO[str] | None = None) -> None:
-    """Submit and place the demo jobs, then backfill 30 days of hourly rollups and the last hour of minutes."""
+    """Submit and place the demo jobs, then backfill 30 days of hourly rollups and the last 24 hours
+    of minutes (in bulk: `backfill.backfill_minutes`)."""
     submitted = _submit_demo_jobs()
     for group in QuotaGroup.objects.all():
         run_cycle(group.pk)
@@ -63,7 +69,7 @@ def seed(stdout: IO[str] | None = None) -> None:
                 "telemetry: nothing is placed yet; run `manage.py backfill_telemetry` once work runs\n"
             )
         return
-    report = backfill(30, raw_hours=1)
+    report = backfill(DEMO_HOUR_DAYS, raw_hours=DEMO_MINUTE_HOURS)
     if stdout:
         stdout.write(
             f"telemetry: {submitted} demo jobs; {report.hours} hours of history, "

@@ -155,29 +155,94 @@ class IngestReport:
     failed_groups: list[int] = field(default_factory=list)
 
 
-def ingest_minute(
-    now: datetime | None = None, source: MetricsSource | None = None, *, rollup: bool = True
-) -> IngestReport:
-    """Record one minute of telemetry (the minute containing `now`) and refresh that hour's rollups.
+@dataclass
+class MinuteInputs:
+    """What one minute's rows are built from, read from the database (`read_minute_inputs`): who holds
+    which GPU share, the inventory, the quotas with their figures, pending counts, the last cycle time
+    and the recent waits per group. The bulk backfill reads it once and builds many minutes from it."""
 
-    Idempotent per minute (rows are replaced). Reads placements, inventory and quota snapshots; writes only
-    telemetry tables, in one transaction. Each quota group's figures and pool row are computed on their
-    own (`portal.periodic.run_each`): a group that raises is logged, listed in `failed_groups` and left
-    out of this minute, and the other groups are still recorded.
-    """
-    minute = floor_minute(now or timezone.now())
-    source = source or metrics_source()
-    shares_full = active_shares()
-    shares = [s for s, _w, _n in shares_full]
-    nodes = list(Node.objects.all())
-    gpus = list(Gpu.objects.select_related("node").all())
-    metrics = source.measure(minute, shares, gpus)
+    shares_full: list[tuple[Share, Workload, Node]]
+    nodes: list[Node]
+    gpus: list[Gpu]
+    groups: list[QuotaGroup]
+    quotas: list[Quota]
+    pending_by_quota: dict[int, int]
+    figures: dict[int, tuple[float, float, float, float]]
+    cycle_ms: dict[int, float | None]
+    waits: dict[int, list[float]]
+    # Groups whose figures (no quota figures rows) or waits (no pool row) could not be read.
+    figures_failed: set[int] = field(default_factory=set)
+    waits_failed: set[int] = field(default_factory=set)
 
+
+@dataclass
+class MinuteRows:
+    """The rows of one minute, per table."""
+
+    workloads: list[WorkloadSample]
+    gpus: list[GpuSample]
+    quotas: list[QuotaSample]
+    pools: list[PoolSample]
+
+
+def read_minute_inputs(minute: datetime, failures: ItemFailures) -> MinuteInputs:
+    """Read everything a minute's rows need. Each quota group's figures and waits are read on their
+    own (`portal.periodic.run_each`): a group that raises is counted in `failures`."""
+    groups = list(QuotaGroup.objects.all())
+    quotas = list(Quota.objects.all())
+    pending_by_quota: dict[int, int] = defaultdict(int)
+    for quota_id in Workload.objects.filter(
+        state=WorkloadState.PENDING, gpu_count__gt=0
+    ).values_list("quota_id", flat=True):
+        pending_by_quota[quota_id] += 1
+    figures: dict[int, tuple[float, float, float, float]] = {}
+    waits: dict[int, list[float]] = {}
+
+    def figures_of(group: QuotaGroup) -> None:
+        figures.update(quota_figures(group))
+
+    def waits_of(group: QuotaGroup) -> None:
+        waits[group.pk] = wait_seconds(
+            [q.pk for q in quotas if q.group_id == group.pk],
+            minute - timedelta(minutes=59),
+            minute + timedelta(minutes=1),
+        )
+
+    before = len(failures.failed_ids)
+    run_each(groups, figures_of, task="telemetry-ingestion", kind="quota group", failures=failures)
+    figures_failed = set(failures.failed_ids[before:])
+    before = len(failures.failed_ids)
+    run_each(groups, waits_of, task="telemetry-ingestion", kind="quota group", failures=failures)
+    waits_failed = set(failures.failed_ids[before:])
+    return MinuteInputs(
+        shares_full=active_shares(),
+        nodes=list(Node.objects.all()),
+        gpus=list(Gpu.objects.select_related("node").all()),
+        groups=groups,
+        quotas=quotas,
+        pending_by_quota=dict(pending_by_quota),
+        figures=figures,
+        cycle_ms=dict(
+            Shard.objects.filter(last_cycle_ms__isnull=False).values_list(
+                "group_id", "last_cycle_ms"
+            )
+        ),
+        waits=waits,
+        figures_failed=figures_failed,
+        waits_failed=waits_failed,
+    )
+
+
+def build_minute_rows(
+    minute: datetime, inputs: MinuteInputs, metrics: MinuteMetrics, source: str
+) -> MinuteRows:
+    """The rows of `minute` from `inputs` and the measured `metrics` (no database access). Groups
+    whose figures or waits could not be read get no figures rows or no pool row."""
     workloads: dict[int, Workload] = {}
     workload_node: dict[int, Node] = {}
     allocated: dict[int, int] = defaultdict(int)
     gpu_allocated: dict[int, int] = defaultdict(int)
-    for share, workload, node in shares_full:
+    for share, workload, node in inputs.shares_full:
         workloads[workload.pk] = workload
         workload_node[workload.pk] = node
         allocated[workload.pk] += share.gpu_milli
@@ -198,50 +263,55 @@ def ingest_minute(
                 sm_utilization=util,
                 used_milli=round(milli * (util or 0.0) / 100, 3),
                 memory_used_mib=metrics.workload_memory_mib.get(workload_id, 0),
-                source=source.source,
+                source=source,
                 attribution=metrics.workload_attribution.get(workload_id, "")
                 if util is not None
                 else "",
             )
         )
+    utilization, memory = metrics.gpu_utilization, metrics.gpu_memory_mib
     gpu_rows = [
         GpuSample(
             ts=minute,
-            gpu_id=gpu.pk,
-            sm_utilization=metrics.gpu_utilization.get(gpu.pk, 0.0),
-            memory_used_mib=metrics.gpu_memory_mib.get(gpu.pk, 0),
-            allocated_milli=gpu_allocated.get(gpu.pk, 0),
-            source=source.source,
+            gpu_id=gpu_id,
+            sm_utilization=utilization.get(gpu_id, 0.0),
+            memory_used_mib=memory.get(gpu_id, 0),
+            allocated_milli=gpu_allocated.get(gpu_id, 0),
+            source=source,
         )
-        for gpu in gpus
+        for gpu_id in (gpu.pk for gpu in inputs.gpus)
     ]
+    quota_rows = _quota_rows(minute, inputs, inputs.figures_failed, workload_rows, workload_node)
+    pool_rows = _pool_rows(minute, inputs, inputs.waits_failed, metrics, gpu_allocated)
+    return MinuteRows(workload_rows, gpu_rows, quota_rows, pool_rows)
 
-    groups = list(QuotaGroup.objects.all())
-    quotas = list(Quota.objects.all())
-    pending_by_quota: dict[int, int] = defaultdict(int)
-    for quota_id in Workload.objects.filter(
-        state=WorkloadState.PENDING, gpu_count__gt=0
-    ).values_list("quota_id", flat=True):
-        pending_by_quota[quota_id] += 1
 
+def ingest_minute(
+    now: datetime | None = None, source: MetricsSource | None = None, *, rollup: bool = True
+) -> IngestReport:
+    """Record one minute of telemetry (the minute containing `now`) and refresh that hour's rollups.
+
+    Idempotent per minute (rows are replaced). Reads placements, inventory and quota snapshots; writes only
+    telemetry tables, in one transaction. Each quota group's figures and pool row are computed on their
+    own (`portal.periodic.run_each`): a group that raises is logged, listed in `failed_groups` and left
+    out of this minute, and the other groups are still recorded.
+    """
+    minute = floor_minute(now or timezone.now())
+    source = source or metrics_source()
     failures = ItemFailures()
-    quota_rows = _quota_rows(
-        minute, groups, quotas, workload_rows, workload_node, pending_by_quota, failures
-    )
-    pool_rows = _pool_rows(
-        minute, groups, quotas, nodes, gpus, shares_full, metrics, gpu_allocated, pending_by_quota,
-        failures,
-    )  # fmt: skip
+    inputs = read_minute_inputs(minute, failures)
+    metrics = source.measure(minute, [s for s, _w, _n in inputs.shares_full], inputs.gpus)
+    rows = build_minute_rows(minute, inputs, metrics, str(source.source))
 
     def write() -> None:
         WorkloadSample.objects.filter(ts=minute).delete()
-        WorkloadSample.objects.bulk_create(workload_rows)
+        WorkloadSample.objects.bulk_create(rows.workloads)
         GpuSample.objects.filter(ts=minute).delete()
-        GpuSample.objects.bulk_create(gpu_rows)
+        GpuSample.objects.bulk_create(rows.gpus)
         QuotaSample.objects.filter(resolution=Resolution.MINUTE, ts=minute).delete()
-        QuotaSample.objects.bulk_create(quota_rows)
+        QuotaSample.objects.bulk_create(rows.quotas)
         PoolSample.objects.filter(resolution=Resolution.MINUTE, ts=minute).delete()
-        PoolSample.objects.bulk_create(pool_rows)
+        PoolSample.objects.bulk_create(rows.pools)
         if rollup:
             rollups.rollup_hour(floor_hour(minute))
 
@@ -250,33 +320,27 @@ def ingest_minute(
     return IngestReport(
         minute=minute,
         source=str(source.source),
-        workloads=len(workload_rows),
-        gpus=len(gpu_rows),
-        quotas=len(quotas),
-        pools=len(pool_rows),
+        workloads=len(rows.workloads),
+        gpus=len(rows.gpus),
+        quotas=len(inputs.quotas),
+        pools=len(rows.pools),
         failed_groups=sorted(set(failures.failed_ids)),
     )
 
 
 def _quota_rows(
     minute: datetime,
-    groups: Sequence[QuotaGroup],
-    quotas: Sequence[Quota],
+    inputs: MinuteInputs,
+    failed: set[int],
     workload_rows: Sequence[WorkloadSample],
     workload_node: dict[int, Node],
-    pending_by_quota: dict[int, int],
-    failures: ItemFailures,
 ) -> list[QuotaSample]:
     """One row per quota with its quota figures and pending count (gpu_model ""), plus one row per
     (quota, GPU model) it holds with the allocation, use and idle allocation. Quotas of a group whose
-    figures raise (counted in `failures`) get no figures row this minute."""
-    figures: dict[int, tuple[float, float, float, float]] = {}
-
-    def figures_of(group: QuotaGroup) -> None:
-        figures.update(quota_figures(group))
-
-    run_each(groups, figures_of, task="telemetry-ingestion", kind="quota group", failures=failures)
-    failed = set(failures.failed_ids)
+    figures raised (`failed`) get no figures row this minute."""
+    figures = inputs.figures
+    quotas = inputs.quotas
+    pending_by_quota = inputs.pending_by_quota
     by_model: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for row in workload_rows:
         model = workload_node[row.workload_id].gpu_model
@@ -328,18 +392,16 @@ def _quota_rows(
 
 def _pool_rows(
     minute: datetime,
-    groups: Sequence[QuotaGroup],
-    quotas: Sequence[Quota],
-    nodes: Sequence[Node],
-    gpus: Sequence[Gpu],
-    shares_full: Sequence[tuple[Share, Workload, Node]],
+    inputs: MinuteInputs,
+    failed: set[int],
     metrics: MinuteMetrics,
     gpu_allocated: dict[int, int],
-    pending_by_quota: dict[int, int],
-    failures: ItemFailures,
 ) -> list[PoolSample]:
-    cycle_ms = dict(
-        Shard.objects.filter(last_cycle_ms__isnull=False).values_list("group_id", "last_cycle_ms")
+    nodes, gpus, quotas = inputs.nodes, inputs.gpus, inputs.quotas
+    shares_full, pending_by_quota, cycle_ms = (
+        inputs.shares_full,
+        inputs.pending_by_quota,
+        inputs.cycle_ms,
     )
     gpus_by_node: dict[int, list[Gpu]] = defaultdict(list)
     for gpu in gpus:
@@ -368,9 +430,7 @@ def _pool_rows(
             if share.gpu_milli < GPU_MILLI:
                 unsliced += 1
                 occupied.add(share.gpu_id)
-        waits = wait_seconds(
-            group_quota_ids, minute - timedelta(minutes=59), minute + timedelta(minutes=1)
-        )
+        waits = inputs.waits.get(group.pk, [])
         out.append(
             PoolSample(
                 resolution=Resolution.MINUTE,
@@ -392,5 +452,8 @@ def _pool_rows(
             )
         )
 
-    run_each(groups, pool_row, task="telemetry-ingestion", kind="quota group", failures=failures)
+    # Built from what was read (no database access): only the reads are guarded per group.
+    for group in inputs.groups:
+        if group.pk not in failed:
+            pool_row(group)
     return out

@@ -275,6 +275,9 @@ class TenantUsage:
     wasting: list[WastingCodespace] = field(default_factory=list)
     utilization_percent: float | None = None
     """Used ÷ allocated over the window (from the unrounded sums)."""
+    elsewhere: WastingCodespace | None = None
+    """The idle and allocated GPU-hours of every workload not in `wasting` (jobs, the codespaces past
+    the top ones), from the same samples: `wasting` plus this add up to the tenant's totals."""
 
 
 def _quota_points(rows: Iterable[dict[str, object]]) -> list[TenantPoint]:
@@ -360,27 +363,35 @@ def tenant_usage(
     usage.used_gpu_hours = round(totals["used"] / MILLI_MINUTES_PER_GPU_HOUR, 3)
     usage.idle_gpu_hours = round(totals["idle"] / MILLI_MINUTES_PER_GPU_HOUR, 3)
     usage.utilization_percent = _ratio(totals["used"], totals["allocated"])
-    usage.wasting = wasting_codespaces(tenant, win, quota=quota, top=top)
+    usage.wasting, usage.elsewhere = wasting_breakdown(tenant, win, quota=quota, top=top)
     return usage
 
 
 def wasting_codespaces(
     tenant: Tenant, win: Window, *, quota: Quota | None = None, top: int = 10
 ) -> list[WastingCodespace]:
-    """The tenant's codespaces with the most idle allocated GPU-hours in the window (ties by name).
+    """The tenant's codespaces with the most idle allocated GPU-hours in the window (ties by name)."""
+    return wasting_breakdown(tenant, win, quota=quota, top=top)[0]
 
-    Read at the window's resolution, like the tenant's totals (`tenant_usage`), so the rows never add up
-    to more than the total above them: minute samples for ranges read at minute resolution, hour rows
-    (the current hour's row is re-rolled every minute, so it is fresh) for those read per hour."""
+
+def wasting_breakdown(
+    tenant: Tenant, win: Window, *, quota: Quota | None = None, top: int = 10
+) -> tuple[list[WastingCodespace], WastingCodespace | None]:
+    """The tenant's `top` codespaces by idle allocated GPU-hours in the window (ties by name), and
+    every other workload of the tenant (jobs, the other codespaces) summed as one row (None when it
+    held nothing).
+
+    Read at the window's resolution, like the tenant's totals (`tenant_usage`), from the per-workload
+    samples the totals are summed from, so the rows add up to the totals above them: minute samples
+    for ranges read at minute resolution, hour rows (the current hour's row is re-rolled every minute,
+    so it is fresh) for those read per hour."""
     rows: Any
     if win.resolution == Resolution.MINUTE:
         idle = Q(sm_utilization__isnull=True) | Q(sm_utilization__lt=5.0)
-        qs = WorkloadSample.objects.filter(
-            tenant=tenant, kind="codespace", ts__gte=win.start, ts__lt=win.end
-        )
+        qs = WorkloadSample.objects.filter(tenant=tenant, ts__gte=win.start, ts__lt=win.end)
         if quota is not None:
             qs = qs.filter(quota=quota)
-        rows = qs.values("workload_id", "workload__name").annotate(
+        rows = qs.values("workload_id", "workload__name", "kind").annotate(
             idle=Sum("allocated_milli", filter=idle),
             allocated=Sum("allocated_milli"),
             used=Sum("used_milli"),
@@ -388,30 +399,46 @@ def wasting_codespaces(
     else:
         hourly = WorkloadHourly.objects.filter(
             tenant=tenant,
-            kind="codespace",
             hour__gte=win.start,
             hour__lt=win.end,
         )
         if quota is not None:
             hourly = hourly.filter(quota=quota)
-        rows = hourly.values("workload_id", "workload__name").annotate(
+        rows = hourly.values("workload_id", "workload__name", "kind").annotate(
             idle=Sum("idle_milli_minutes"),
             allocated=Sum("allocated_milli_minutes"),
             used=Sum("used_milli_minutes"),
         )
-    ranked = [
-        WastingCodespace(
-            workload_id=r["workload_id"],
-            name=r["workload__name"],
-            idle_gpu_hours=round(float(r["idle"] or 0) / MILLI_MINUTES_PER_GPU_HOUR, 3),
-            allocated_gpu_hours=round(float(r["allocated"] or 0) / MILLI_MINUTES_PER_GPU_HOUR, 3),
-            utilization_percent=_ratio(float(r["used"] or 0), float(r["allocated"] or 0)),
-        )
+    sums = [
+        (r["workload_id"], r["workload__name"], r["kind"])
+        + (float(r["idle"] or 0), float(r["allocated"] or 0), float(r["used"] or 0))
         for r in rows
     ]
-    ranked = [w for w in ranked if w.idle_gpu_hours > 0]
-    ranked.sort(key=lambda w: (-w.idle_gpu_hours, w.name, w.workload_id))
-    return ranked[:top]
+    codespaces = [row for row in sums if row[2] == "codespace" and row[3] > 0]
+    codespaces.sort(key=lambda row: (-row[3], row[1], row[0]))
+    listed = {row[0] for row in codespaces[:top]}
+    rest = [row for row in sums if row[0] not in listed]
+
+    def as_row(workload_id: int, name: str, idle: float, allocated: float, used: float) -> Any:
+        return WastingCodespace(
+            workload_id=workload_id,
+            name=name,
+            idle_gpu_hours=round(idle / MILLI_MINUTES_PER_GPU_HOUR, 3),
+            allocated_gpu_hours=round(allocated / MILLI_MINUTES_PER_GPU_HOUR, 3),
+            utilization_percent=_ratio(used, allocated),
+        )
+
+    ranked = [as_row(w, n, i, a, u) for w, n, _k, i, a, u in codespaces[:top]]
+    elsewhere = None
+    if rest:
+        elsewhere = as_row(
+            0,
+            f"Everything else ({len(rest)} workload{'' if len(rest) == 1 else 's'})",
+            sum(row[3] for row in rest),
+            sum(row[4] for row in rest),
+            sum(row[5] for row in rest),
+        )
+    return ranked, elsewhere
 
 
 # --------------------------------------------------------------------------- codespace savings

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from portal.models import OperatorAction
 from scheduling import services
 from scheduling.choices import GangState, WorkloadState
 from scheduling.models import Gang, Gpu, InvariantAuditRun, Node, Placement, Workload
@@ -216,13 +217,26 @@ def test_admin_changelist_and_change_page_load(model: str, operator: Any, quota_
     assert c.get(f"/admin/scheduling/{model}/{obj.pk}/change/").status_code == 200
 
 
-def test_admin_drain_action_goes_through_the_service(operator: Any, quota_a: Any) -> None:
+def test_admin_drain_action_asks_for_the_reason_then_goes_through_the_service(
+    operator: Any, quota_a: Any
+) -> None:
     w = place_slice(quota_a)
     node = Placement.objects.get(workload=w).node
-    r = login(operator).post(
-        "/admin/scheduling/node/", {"action": "drain", "_selected_action": [node.pk]}, follow=True
+    client = login(operator)
+    selected = {"action": "drain", "_selected_action": [node.pk]}
+    page = client.post("/admin/scheduling/node/", selected)
+    assert page.status_code == 200
+    assert f"{node.name}: 1 workload of 1 team will be requeued" in page.content.decode()
+    w.refresh_from_db()
+    assert w.state != WorkloadState.PENDING  # asking drains nothing
+    r = client.post(
+        "/admin/scheduling/node/",
+        {**selected, "apply": "1", "reason": "PSU swap in rack 4"},
+        follow=True,
     )
     assert r.status_code == 200
     w.refresh_from_db()
     assert w.state == WorkloadState.PENDING
     assert w.pending_code == "drained"
+    entry = OperatorAction.objects.get(action="drain")
+    assert (entry.reason, entry.actor_name) == ("PSU swap in rack 4", "operator")

@@ -264,3 +264,31 @@ def test_job_submit_show_cancel_and_quota_show_through_the_cli(
     assert row.split()[:2] == [str(quota_a.pk), "team-a"]
     code, out, _ = run(capsys, "quota", "show", "--json")
     assert [q["id"] for q in json.loads(out)] == [quota_a.pk]
+
+
+def test_deleting_another_users_codespace_through_the_cli_takes_a_reason(
+    live_server: Any,
+    alice: Any,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    config_file: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from codespaces.models import Codespace
+    from codespaces.tests.factories import CodespaceFactory
+    from portal.models import OperatorAction
+
+    bobs = CodespaceFactory(
+        name="bobs", owner=bob, tenant=team_a, quota=quota_a, template=template, state="stopped"
+    )
+    # alice administers team-a: she may delete bob's codespace, with a reason
+    cli.save_config(live_server.url, issue_token(alice, name="cli").raw)
+    code, out, err = run(capsys, "codespace", "delete", str(bobs.pk))
+    assert (code, out) == (1, "")
+    assert "reason: A reason is required" in err
+    assert Codespace.objects.get(pk=bobs.pk).state == "stopped"
+    code, out, _ = run(capsys, "codespace", "delete", str(bobs.pk), "--reason", "left the team")
+    assert (code, out) == (0, f"Codespace {bobs.pk} deleted.\n")
+    assert OperatorAction.objects.get().reason == "left the team"

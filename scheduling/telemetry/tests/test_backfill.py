@@ -35,7 +35,9 @@ def test_backfill_writes_hours_then_minutes_and_refuses_to_overwrite(telemetry_c
     assert len(usage.points) == 50
     assert usage.points[0].min == 1.0
     assert usage.points[0].max == 2.0
-    assert QuotaSample.objects.filter(resolution=Resolution.MINUTE).count() == 91 * 4
+    # per minute: 2 figures rows + 2 (quota, model) rows; in 09:00 the training job is off its
+    # 6-hour block (the hours' schedule, so minutes and hours agree): 60 minutes × 3 + 31 × 4
+    assert QuotaSample.objects.filter(resolution=Resolution.MINUTE).count() == 60 * 3 + 31 * 4
 
 
 def test_backfill_command_checks_its_arguments(telemetry_cluster, capsys):
