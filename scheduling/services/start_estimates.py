@@ -107,6 +107,8 @@ def _durations(group: QuotaGroup) -> DurationModel:
     )
     groups: dict[str, list[int]] = {}
     for kind, quota_id, started, finished in rows:
+        if started is None or finished is None:  # excluded by the filter; the type does not know
+            continue
         seconds = max(1, int((finished - started).total_seconds()))
         groups.setdefault(_group_key(kind, quota_id), []).append(seconds)
     return DurationModel({k: tuple(v) for k, v in groups.items()})
