@@ -27,6 +27,7 @@ from portal.errors import DomainError
 from portal.forms import show_domain_error
 from portal.numbers import parse_int
 from portal.scoping import admin_tenant_ids_for, current_user, is_operator, require_operator
+from scheduling.services.start_estimates import estimate_for
 
 
 def _nav(user: Any, scope: str) -> dict[str, Any]:
@@ -189,6 +190,7 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
             "events": events,
             "can_manage": can_manage(user, codespace),
             "S": CodespaceState,
+            "start_estimate": estimate_for(codespace.workload) if codespace.workload else None,
         },
     )
 

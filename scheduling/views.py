@@ -46,6 +46,7 @@ from scheduling.services.operator_impact import (
     job_cancel_impact,
     node_action_impact,
 )
+from scheduling.services.start_estimates import estimate_for, estimates_for
 
 
 def _require_operator(request: HttpRequest) -> None:
@@ -273,6 +274,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "active": sum(m.state in ACTIVE_STATES for m in members),
         "can_cancel": (gang.owner_id == user.pk or can_admin_tenant(user, gang.tenant_id))
         and gang.state in (GangState.WAITING, GangState.PLACED, GangState.RUNNING),
+        "start_estimates": estimates_for(members),
         "moved_by_operators": [
             operator_notice(e)
             for e in actions_on_workloads([m.pk for m in members])
@@ -318,7 +320,8 @@ def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
         .prefetch_related("gpu_shares__gpu")
         .first()
     )
-    return render(request, "scheduling/workload_detail.html", {"w": w, "placement": placement})
+    context = {"w": w, "placement": placement, "start_estimate": estimate_for(w)}
+    return render(request, "scheduling/workload_detail.html", context)
 
 
 @login_required

@@ -14,15 +14,17 @@ the forward replay (the cycle's order already reflects them), and work submitted
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db.models import F
 from django.utils import timezone
 
-from quotas.models import QuotaGroup
+from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadState
 from scheduling.engine import typical_pods
 from scheduling.models import Workload
@@ -193,3 +195,29 @@ def estimate_for(workload: Workload) -> StartEstimate | None:
         return None
     group = QuotaGroup.objects.get(quotas__pk=workload.quota_id)
     return group_estimates(group).get(workload.pk)
+
+
+def estimates_for(workloads: Iterable[Workload]) -> list[StartEstimate]:
+    """The estimates of the waiting ones among ``workloads`` (one forecast per quota group)."""
+    waiting = [w for w in workloads if w.state == WorkloadState.PENDING]
+    quotas = Quota.objects.filter(pk__in={w.quota_id for w in waiting}).select_related("group")
+    group_of = {q.pk: q.group for q in quotas}
+    by_group = {g.pk: group_estimates(g) for g in group_of.values()}
+    found = (by_group[group_of[w.quota_id].pk].get(w.pk) for w in waiting)
+    return [e for e in found if e is not None]
+
+
+def start_estimate_payload(workload: Workload) -> dict[str, Any]:
+    """The API's (and the CLI's) view of :func:`estimate_for`."""
+    estimate = estimate_for(workload)
+    return {
+        "workload": workload.pk,
+        "state": workload.state,
+        "waiting": estimate is not None,
+        "earliest": estimate.earliest if estimate else None,
+        "latest": estimate.latest if estimate else None,
+        "summary": estimate.summary if estimate else None,
+        "reason": estimate.reason if estimate else None,
+        "position": estimate.position if estimate else None,
+        "computed_at": estimate.computed_at if estimate else None,
+    }

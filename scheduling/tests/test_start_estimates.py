@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from scheduling import services
@@ -37,10 +38,10 @@ def submit(quota: Any, name: str) -> Workload:
     )
 
 
-def one_busy_gpu() -> tuple[Any, Any, Any]:
+def one_busy_gpu(tenant: Any = None) -> tuple[Any, Any, Any]:
     """One GPU, held by a job pod running for 10 minutes, four finished job pods, and the quota."""
     small_cluster(gpu_nodes=1, gpus_per_node=1)
-    quota = make_quota(make_group())
+    quota = make_quota(make_group(), tenant)
     now = timezone.now()
     for k, seconds in enumerate(HISTORY):
         done = submit(quota, f"done-{k}")
@@ -95,3 +96,28 @@ def test_ranges_read_as_people_say_them() -> None:
     assert describe_range(at(3600), at(4 * 3600), now) == "likely in 60 min – 4 h"
     assert describe_range(at(7200), None, now) == "likely in 2 h or later"
     assert describe_range(None, None, now) == "not expected within 30 days"
+
+
+def test_the_api_and_the_workload_page_show_the_range_and_the_reason(
+    alice: Any, charlie: Any, team_a: Any, api_as: Any
+) -> None:
+    quota, running, _ = one_busy_gpu(team_a)
+    waiting = submit(quota, "waiting")
+    services.run_cycle(quota.group_id)
+    body = api_as(alice).get(f"/api/v1/workloads/{waiting.pk}/start-estimate/").json()
+    assert (body["workload"], body["state"], body["waiting"], body["position"]) == (
+        waiting.pk,
+        "pending",
+        True,
+        1,
+    )
+    assert body["summary"] == "likely in 13–37 min"
+    assert body["reason"].startswith("0 ahead in the queue; ")
+    placed = api_as(alice).get(f"/api/v1/workloads/{running.pk}/start-estimate/").json()
+    assert (placed["waiting"], placed["summary"], placed["earliest"]) == (False, None, None)
+    other_team = api_as(charlie).get(f"/api/v1/workloads/{waiting.pk}/start-estimate/")
+    assert other_team.status_code == 404
+    client = Client()
+    client.force_login(alice)
+    page = client.get(f"/cluster/workloads/{waiting.pk}/").content.decode()
+    assert '<span data-testid="start-estimate">likely in 13–37 min</span>' in page
