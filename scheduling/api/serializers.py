@@ -289,7 +289,7 @@ class StartEstimateSerializer(serializers.Serializer):
     """When a waiting workload is likely to start (all null but `workload` and `state` when it is not
     waiting): a range from a forward replay of the queue on the current cluster, with the reason."""
 
-    workload = serializers.IntegerField()
+    workload = serializers.IntegerField(allow_null=True, help_text="null: a codespace not started.")
     state = serializers.CharField()
     waiting = serializers.BooleanField()
     earliest = serializers.DateTimeField(allow_null=True)

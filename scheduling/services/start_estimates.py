@@ -207,17 +207,34 @@ def estimates_for(workloads: Iterable[Workload]) -> list[StartEstimate]:
     return [e for e in found if e is not None]
 
 
+def not_waiting_payload(workload_id: int | None, state: str) -> dict[str, Any]:
+    """The API's answer for something that does not wait."""
+    return {
+        "workload": workload_id,
+        "state": state,
+        "waiting": False,
+        "earliest": None,
+        "latest": None,
+        "summary": None,
+        "reason": None,
+        "position": None,
+        "computed_at": None,
+    }
+
+
 def start_estimate_payload(workload: Workload) -> dict[str, Any]:
     """The API's (and the CLI's) view of :func:`estimate_for`."""
     estimate = estimate_for(workload)
+    if estimate is None:
+        return not_waiting_payload(workload.pk, workload.state)
     return {
         "workload": workload.pk,
         "state": workload.state,
-        "waiting": estimate is not None,
-        "earliest": estimate.earliest if estimate else None,
-        "latest": estimate.latest if estimate else None,
-        "summary": estimate.summary if estimate else None,
-        "reason": estimate.reason if estimate else None,
-        "position": estimate.position if estimate else None,
-        "computed_at": estimate.computed_at if estimate else None,
+        "waiting": True,
+        "earliest": estimate.earliest,
+        "latest": estimate.latest,
+        "summary": estimate.summary,
+        "reason": estimate.reason,
+        "position": estimate.position,
+        "computed_at": estimate.computed_at,
     }

@@ -43,6 +43,12 @@ def one_busy_gpu(tenant: Any = None) -> tuple[Any, Any, Any]:
     small_cluster(gpu_nodes=1, gpus_per_node=1)
     quota = make_quota(make_group(), tenant)
     now = timezone.now()
+    running = submit(quota, "running")
+    services.run_cycle(quota.group_id)
+    running.refresh_from_db()
+    assert running.state == WorkloadState.PLACED
+    Workload.objects.filter(pk=running.pk).update(started_at=now - timedelta(minutes=10))
+    # recorded after the GPU is taken, so no cycle (a live server's) can place them meanwhile
     for k, seconds in enumerate(HISTORY):
         done = submit(quota, f"done-{k}")
         Workload.objects.filter(pk=done.pk).update(
@@ -50,11 +56,6 @@ def one_busy_gpu(tenant: Any = None) -> tuple[Any, Any, Any]:
             started_at=now - timedelta(days=1),
             finished_at=now - timedelta(days=1) + timedelta(seconds=seconds),
         )
-    running = submit(quota, "running")
-    services.run_cycle(quota.group_id)
-    running.refresh_from_db()
-    assert running.state == WorkloadState.PLACED
-    Workload.objects.filter(pk=running.pk).update(started_at=now - timedelta(minutes=10))
     return quota, running, now
 
 
