@@ -2,6 +2,7 @@
 
 from rest_framework.routers import SimpleRouter
 
+from scheduling.api.demand import DemandViewSet
 from scheduling.api.views import (
     GpuViewSet,
     JobViewSet,
@@ -16,4 +17,5 @@ router.register("gpus", GpuViewSet, basename="gpu")
 router.register("placements", PlacementViewSet, basename="placement")
 router.register("workloads", WorkloadViewSet, basename="workload")
 router.register("jobs", JobViewSet, basename="job")
+router.register("demand", DemandViewSet, basename="demand")
 urlpatterns = router.urls
