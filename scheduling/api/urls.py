@@ -10,6 +10,7 @@ from scheduling.api.views import (
     PlacementViewSet,
     WorkloadViewSet,
 )
+from scheduling.api.whatif import WhatIfViewSet
 
 router = SimpleRouter()
 router.register("nodes", NodeViewSet, basename="node")
@@ -18,4 +19,5 @@ router.register("placements", PlacementViewSet, basename="placement")
 router.register("workloads", WorkloadViewSet, basename="workload")
 router.register("jobs", JobViewSet, basename="job")
 router.register("demand", DemandViewSet, basename="demand")
+router.register("what-if", WhatIfViewSet, basename="what-if")
 urlpatterns = router.urls
