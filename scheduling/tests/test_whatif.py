@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from scheduling.services.whatif import WhatIfChange, run_whatif
@@ -63,3 +64,22 @@ def test_the_api_runs_the_planner_for_operators_and_names_bad_fields(
     assert bad_days.status_code == 400
     assert "days" in bad_days.json()["error"]["fields"]
     assert api_as(alice).post("/api/v1/what-if/", body, format="json").status_code == 403
+
+
+def test_the_page_is_for_operators_only_and_shows_both_runs_side_by_side(
+    busy_day: Any, operator: Any, alice: Any
+) -> None:
+    client = Client()
+    client.force_login(alice)
+    assert client.get("/cluster/what-if/").status_code == 404  # operators' pages hide themselves
+    client.force_login(operator)
+    query = f"?group={busy_day.group_id}&days=1&add_model=A100&add_count=1&remove_count=0"
+    page = client.get("/cluster/what-if/" + query).content.decode()
+    assert '<td data-testid="gpus-0">1 nodes, 1 GPUs</td>' in page
+    assert '<td data-testid="gpus-1">2 nodes, 2 GPUs</td>' in page
+    assert '<td data-testid="waits-0">1.5 min / 2.1 min / 2.2 min</td>' in page
+    # two GPUs: b starts beside a; c waits 40 s for b (ends at 60 s)
+    assert '<td data-testid="waits-1">0 s / 36 s / 39 s</td>' in page
+    assert 'id="allocation-figure"' in page
+    wrong = client.get("/cluster/what-if/" + query.replace("A100", "H100")).content.decode()
+    assert '<span class="error" data-testid="error-add_model">One of: A100.</span>' in wrong
