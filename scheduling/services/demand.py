@@ -14,7 +14,7 @@ from datetime import datetime
 import numpy as np
 
 from quotas.models import QuotaGroup
-from scheduling.engine import ClusterState
+from scheduling.engine import ClusterState, NodeSpec
 from scheduling.models import Gpu, Workload
 from scheduling.services.snapshot import (
     group_nodes,
@@ -144,10 +144,15 @@ def timed_requests(
     return out
 
 
-def empty_cluster(group: QuotaGroup) -> ClusterState:
-    """The group's nodes as an engine state with nothing placed (where recorded demand is replayed)."""
+def pool_nodes(group: QuotaGroup) -> list[NodeSpec]:
+    """The group's nodes as engine node specs (what recorded demand is replayed on)."""
     nodes = group_nodes(group)
     gpus: dict[int, list[Gpu]] = {n.pk: [] for n in nodes}
     for gpu in Gpu.objects.filter(node__in=nodes).order_by("node_id", "index"):
         gpus[gpu.node_id].append(gpu)
-    return ClusterState.from_nodes([node_spec(n, gpus[n.pk]) for n in nodes], reservation_policy())
+    return [node_spec(n, gpus[n.pk]) for n in nodes]
+
+
+def empty_cluster(group: QuotaGroup) -> ClusterState:
+    """The group's nodes as an engine state with nothing placed."""
+    return ClusterState.from_nodes(pool_nodes(group), reservation_policy())

@@ -20,9 +20,8 @@ from django.utils import timezone
 from portal.errors import InvalidInput
 from quotas.models import QuotaGroup
 from scheduling.engine import GPU_MILLI, POLICIES, ClusterState, NodeSpec, typical_pods
-from scheduling.models import Gpu
-from scheduling.services.demand import recorded_demand, timed_requests
-from scheduling.services.snapshot import group_nodes, node_spec, reservation_policy
+from scheduling.services.demand import pool_nodes, recorded_demand, timed_requests
+from scheduling.services.snapshot import reservation_policy
 from scheduling.simulation import (
     ReplayOptions,
     ReplayResult,
@@ -73,14 +72,6 @@ class WhatIfReport:
     recorded_waits_p95: float
     baseline: WhatIfRun
     changed: WhatIfRun
-
-
-def _specs(group: QuotaGroup) -> list[NodeSpec]:
-    nodes = group_nodes(group)
-    gpus: dict[int, list[Gpu]] = {n.pk: [] for n in nodes}
-    for gpu in Gpu.objects.filter(node__in=nodes).order_by("node_id", "index"):
-        gpus[gpu.node_id].append(gpu)
-    return [node_spec(n, gpus[n.pk]) for n in nodes]
 
 
 def plan_cluster(nodes: Sequence[NodeSpec], change: WhatIfChange) -> list[NodeSpec]:
@@ -172,7 +163,7 @@ def run_whatif(
     end = days * 86400
     records = recorded_demand(origin, now, group)
     requests = timed_requests(records, origin, now)
-    current = _specs(group)
+    current = pool_nodes(group)
     changed_nodes = plan_cluster(current, change)
     policy = settings.TESSERA_PLACEMENT_POLICY
     typical = typical_pods(t.request for t in requests)
