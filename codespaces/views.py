@@ -30,6 +30,7 @@ from portal.models import Tenant
 from portal.numbers import parse_int
 from portal.scoping import admin_tenant_ids_for, current_user, is_operator, require_operator
 from scheduling.forms import ReasonForm
+from scheduling.services.start_estimates import estimate_for
 from scheduling.telemetry.services import gpu_use_by_tenant
 
 
@@ -194,6 +195,7 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
             "can_manage": can_manage(user, codespace),
             "S": CodespaceState,
             "gpu_use": codespace_gpu_use(codespace),
+            "start_estimate": estimate_for(codespace.workload) if codespace.workload else None,
         },
     )
 

@@ -419,3 +419,23 @@ def chargeback_figure(rows: Sequence[Any]) -> Figure:
             "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
         },
     }
+
+
+def what_if_figure(
+    title: str, y_title: str, runs: Sequence[tuple[str, Sequence[float], Sequence[float]]]
+) -> Figure:
+    """Side-by-side step series of what-if replays: each run is (label, hours, values)."""
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "line": {"shape": "hv", "color": PALETTE[k % len(PALETTE)], "width": 2},
+            "name": label,
+            "x": list(hours),
+            "y": list(values),
+            "hovertemplate": "%{y:.2f} " + y_title + " at %{x:.1f} h<extra>" + label + "</extra>",
+        }
+        for k, (label, hours, values) in enumerate(runs)
+    ]
+    layout = _layout(title, y_title, xaxis={"title": {"text": "hours into the window"}})
+    return {"data": data, "layout": layout}

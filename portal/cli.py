@@ -312,6 +312,8 @@ def cmd_codespace(args: argparse.Namespace) -> int:
         emit(args, client.post("/codespaces/", body))
     elif args.action == "show":
         emit(args, client.get(f"/codespaces/{args.id}/"))
+    elif args.action == "eta":
+        emit_estimates(args, [client.get(f"/codespaces/{args.id}/start-estimate/")])
     elif args.action in ("stop", "start"):
         emit(args, client.post(f"/codespaces/{args.id}/{args.action}/"))
     elif args.action == "delete":
@@ -355,7 +357,29 @@ def cmd_job(args: argparse.Namespace) -> int:
         emit_job(args, client.get(f"/jobs/{args.id}/"))
     elif args.action == "cancel":
         emit_job(args, client.post(f"/jobs/{args.id}/cancel/"))
+    elif args.action == "eta":
+        job = client.get(f"/jobs/{args.id}/")
+        members = job.get("members") or []
+        emit_estimates(
+            args,
+            [client.get(f"/workloads/{m['id']}/start-estimate/") for m in members],
+        )
     return EXIT_OK
+
+
+ESTIMATE_COLUMNS = ("workload", "state", "position", "summary", "reason")
+
+
+def emit_estimates(args: argparse.Namespace, estimates: list[dict[str, Any]]) -> None:
+    """Start estimates: one line per workload (``likely in 20–40 min`` and why), or the JSON."""
+    if args.json:
+        emit(args, estimates)
+        return
+    rows = [
+        {**e, "summary": e.get("summary") or "not waiting", "reason": e.get("reason") or ""}
+        for e in estimates
+    ]
+    print(render_table(rows, ESTIMATE_COLUMNS) if rows else "(none)")
 
 
 def emit_job(args: argparse.Namespace, job: dict[str, Any]) -> None:
@@ -553,6 +577,9 @@ def build_parser() -> argparse.ArgumentParser:
     cs_delete.add_argument(
         "--reason", default="", help="why (required to delete another user's codespace)"
     )
+    cs.add_parser(
+        "eta", parents=[common], help="when a queued codespace is likely to start, and why"
+    ).add_argument("id")
     codespace.set_defaults(func=cmd_codespace)
 
     job = sub.add_parser("job", help="gang jobs (N pods, all or nothing)")
@@ -575,6 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     for action in ("show", "cancel"):
         jobs.add_parser(action, parents=[common]).add_argument("id")
+    jobs.add_parser(
+        "eta", parents=[common], help="when each waiting pod is likely to start, and why"
+    ).add_argument("id")
     job.set_defaults(func=cmd_job)
 
     quota = sub.add_parser("quota", help="quotas of your tenants")

@@ -370,6 +370,10 @@ CELERY_IMPORTS = ["portal.api.tasks"]
 # --- Scheduling, cluster backend, codespaces, telemetry ---------------------------------------------
 TESSERA_BACKEND = env_choice("TESSERA_BACKEND", "simulated", ("simulated", "kubernetes"))
 TESSERA_PLACEMENT_POLICY = env_str("TESSERA_PLACEMENT_POLICY", "tessera")
+# How long a group's start-time estimates are reused (scheduling.services.start_estimates).
+TESSERA_START_ESTIMATE_CACHE_SECONDS = env_int(
+    "TESSERA_START_ESTIMATE_CACHE_SECONDS", 15, minimum=1
+)
 TESSERA_CYCLE_INTERVAL_SECONDS = env_float("TESSERA_CYCLE_INTERVAL_SECONDS", 5.0)
 TESSERA_GPU_NODE_CPU_RESERVED_FRACTION = env_float("TESSERA_GPU_NODE_CPU_RESERVED_FRACTION", 0.25)
 TESSERA_GPU_NODE_MEMORY_RESERVED_FRACTION = env_float(

@@ -9,7 +9,8 @@ from django import forms
 from portal.errors import DomainError, InvalidInput
 from portal.forms import UnitField
 from portal.operator_log import clean_reason
-from quotas.models import Quota
+from quotas.models import Quota, QuotaGroup
+from scheduling.engine import POLICIES
 from scheduling.limits import MAX_REASON_LENGTH
 
 
@@ -84,3 +85,19 @@ class ReasonForm(forms.Form):
             return clean_reason(self.cleaned_data.get("reason"), required=self.reason_required)
         except InvalidInput as exc:
             raise forms.ValidationError(exc.fields["reason"]) from exc
+
+
+class WhatIfForm(forms.Form):
+    """The what-if planner's change (`scheduling.services.whatif.WhatIfChange`), bounded."""
+
+    group = forms.ModelChoiceField(queryset=QuotaGroup.objects.order_by("name"), label="Node pool")
+    days = forms.IntegerField(min_value=1, max_value=90, initial=30, label="Last days of demand")
+    add_model = forms.CharField(max_length=64, required=False, label="Add nodes of GPU model")
+    add_count = forms.IntegerField(min_value=0, max_value=500, initial=0, label="How many")
+    remove_model = forms.CharField(max_length=64, required=False, label="Remove nodes of GPU model")
+    remove_count = forms.IntegerField(min_value=0, max_value=500, initial=0, label="How many")
+    policy = forms.ChoiceField(
+        choices=[("", "as configured"), *((p, p) for p in POLICIES)],
+        required=False,
+        label="Placement policy",
+    )

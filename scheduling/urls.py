@@ -15,4 +15,5 @@ urlpatterns = [
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path("workloads/<int:workload_id>/", views.workload_detail, name="workload"),
     path("audit/", views.audit, name="audit"),
+    path("what-if/", views.what_if, name="what-if"),
 ]

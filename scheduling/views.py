@@ -18,8 +18,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
+from portal.charts import what_if_figure
 from portal.choices import OperatorActionKind as Kind
-from portal.errors import DomainError
+from portal.errors import DomainError, InvalidInput
 from portal.operator_log import (
     REASON_REQUIRED,
     ActionImpact,
@@ -39,7 +40,7 @@ from portal.scoping import (
 from quotas.models import Quota
 from scheduling import services
 from scheduling.choices import ACTIVE_STATES, GangState
-from scheduling.forms import JobForm, ReasonForm
+from scheduling.forms import JobForm, ReasonForm, WhatIfForm
 from scheduling.models import Gang, Gpu, Node, Placement, Shard, Workload
 from scheduling.services.audit import invariant_statuses, latest_run
 from scheduling.services.cluster_view import cluster_totals, node_rows
@@ -48,6 +49,8 @@ from scheduling.services.operator_impact import (
     job_cancel_impact,
     node_action_impact,
 )
+from scheduling.services.start_estimates import estimate_for, estimates_for
+from scheduling.services.whatif import WhatIfChange, run_whatif
 from scheduling.telemetry.health import node_health
 from scheduling.telemetry.services import gpu_use_by_workload
 
@@ -278,6 +281,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "active": sum(m.state in ACTIVE_STATES for m in members),
         "can_cancel": (gang.owner_id == user.pk or can_admin_tenant(user, gang.tenant_id))
         and gang.state in (GangState.WAITING, GangState.PLACED, GangState.RUNNING),
+        "start_estimates": estimates_for(members),
         "moved_by_operators": [
             operator_notice(e)
             for e in actions_on_workloads([m.pk for m in members])
@@ -325,7 +329,7 @@ def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
     )
     since = timezone.now() - timedelta(hours=1)
     use = gpu_use_by_workload([w.pk], since).get(w.pk)
-    context = {"w": w, "placement": placement, "gpu_use": use}
+    context = {"w": w, "placement": placement, "start_estimate": estimate_for(w), "gpu_use": use}
     return render(request, "scheduling/workload_detail.html", context)
 
 
@@ -339,3 +343,72 @@ def audit(request: HttpRequest) -> HttpResponse:
         "scheduling/audit.html",
         {"run": run, "invariants": invariant_statuses(run)},
     )
+
+
+def _seconds_text(seconds: float) -> str:
+    """A wait as people read it: 45 s, 2.5 min, 1.2 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@login_required
+def what_if(request: HttpRequest) -> HttpResponse:
+    """Operators: replay a pool's recorded demand as it is and with a change, side by side."""
+    require_operator(request.user)
+    form = WhatIfForm(request.GET if "group" in request.GET else None)
+    context: dict[str, Any] = {"form": form, "report": None}
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+        change = WhatIfChange(
+            add_model=data["add_model"],
+            add_count=data["add_count"],
+            remove_model=data["remove_model"],
+            remove_count=data["remove_count"],
+            policy=data["policy"],
+        )
+        try:
+            report = run_whatif(data["group"], data["days"], change)
+        except InvalidInput as exc:
+            for name, reasons in exc.fields.items():
+                form.add_error(name if name in form.fields else None, reasons)
+        else:
+            runs = (report.baseline, report.changed)
+            teams = sorted({t for r in runs for t in (*r.team_waits_p95, *r.team_never_started)})
+            context.update(
+                report=report,
+                runs=[
+                    {
+                        "run": r,
+                        "waits": [
+                            _seconds_text(w)
+                            for w in (r.summary.waits.p50, r.summary.waits.p95, r.summary.waits.p99)
+                        ],
+                    }
+                    for r in runs
+                ],
+                teams=[
+                    {
+                        "team": t or "—",
+                        "cells": [
+                            (
+                                _seconds_text(r.team_waits_p95[t])
+                                if t in r.team_waits_p95
+                                else "—",
+                                r.team_never_started.get(t, 0),
+                            )
+                            for r in runs
+                        ],
+                    }
+                    for t in teams
+                ],
+                allocation_figure=what_if_figure(
+                    "Allocated GPUs", "GPUs", [(r.label, r.hours, r.allocated_gpus) for r in runs]
+                ),
+                queue_figure=what_if_figure(
+                    "Waiting requests", "requests", [(r.label, r.hours, r.waiting) for r in runs]
+                ),
+            )
+    return render(request, "scheduling/what_if.html", context)

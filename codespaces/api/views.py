@@ -49,6 +49,8 @@ from portal.scoping import (
     is_operator,
     tenant_for_request,
 )
+from scheduling.api.serializers import StartEstimateSerializer
+from scheduling.services.start_estimates import not_waiting_payload, start_estimate_payload
 
 
 class IsOperatorOrReadOnly(permissions.BasePermission):
@@ -270,6 +272,17 @@ class CodespaceViewSet(
         codespace = services.keep_codespace(self._managed(), actor=request.user)
         codespace.refresh_from_db()
         return Response(CodespaceSerializer(codespace).data)
+
+    @extend_schema(responses={200: StartEstimateSerializer})
+    @action(detail=True, methods=["get"], url_path="start-estimate", pagination_class=None)
+    def start_estimate(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """When the codespace's workload is likely to start (a range with the reason; null when it is
+        not waiting)."""
+        codespace = self.get_object()
+        workload = codespace.workload
+        if workload is None:
+            return Response(not_waiting_payload(None, codespace.state))
+        return Response(start_estimate_payload(workload))
 
     @extend_schema(responses={200: CodespaceEventSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=None)

@@ -283,3 +283,20 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_pods(self, gang: Gang) -> int:
         return len(gang.members.all())
+
+
+class StartEstimateSerializer(serializers.Serializer):
+    """When a waiting workload is likely to start (all null but `workload` and `state` when it is not
+    waiting): a range from a forward replay of the queue on the current cluster, with the reason."""
+
+    workload = serializers.IntegerField(allow_null=True, help_text="null: a codespace not started.")
+    state = serializers.CharField()
+    waiting = serializers.BooleanField()
+    earliest = serializers.DateTimeField(allow_null=True)
+    latest = serializers.DateTimeField(
+        allow_null=True, help_text="null: not expected within 30 days (or not waiting)."
+    )
+    summary = serializers.CharField(allow_null=True, help_text='e.g. "likely in 20–40 min"')
+    reason = serializers.CharField(allow_null=True)
+    position = serializers.IntegerField(allow_null=True, help_text="1 = next in the queue.")
+    computed_at = serializers.DateTimeField(allow_null=True)

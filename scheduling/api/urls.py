@@ -2,6 +2,7 @@
 
 from rest_framework.routers import SimpleRouter
 
+from scheduling.api.demand import DemandViewSet
 from scheduling.api.views import (
     GpuViewSet,
     JobViewSet,
@@ -9,6 +10,7 @@ from scheduling.api.views import (
     PlacementViewSet,
     WorkloadViewSet,
 )
+from scheduling.api.whatif import WhatIfViewSet
 
 router = SimpleRouter()
 router.register("nodes", NodeViewSet, basename="node")
@@ -16,4 +18,6 @@ router.register("gpus", GpuViewSet, basename="gpu")
 router.register("placements", PlacementViewSet, basename="placement")
 router.register("workloads", WorkloadViewSet, basename="workload")
 router.register("jobs", JobViewSet, basename="job")
+router.register("demand", DemandViewSet, basename="demand")
+router.register("what-if", WhatIfViewSet, basename="what-if")
 urlpatterns = router.urls

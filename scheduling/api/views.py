@@ -38,10 +38,12 @@ from scheduling.api.serializers import (
     OperatorResultSerializer,
     OptionalReasonSerializer,
     PlacementSerializer,
+    StartEstimateSerializer,
     WorkloadSerializer,
 )
 from scheduling.models import Gang, Gpu, Node, Placement, Workload
 from scheduling.services.operator_impact import gpu_action_impact, node_action_impact
+from scheduling.services.start_estimates import start_estimate_payload
 
 
 def _or_dry_run(serializer: type[Serializer]) -> PolymorphicProxySerializer:
@@ -259,6 +261,13 @@ class WorkloadViewSet(TenantScopedQuerysetMixin, viewsets.ReadOnlyModelViewSet):
     }
     search_fields = ["name"]
     ordering_fields = ["submitted_at", "priority", "queue_position"]
+
+    @extend_schema(responses={200: StartEstimateSerializer})
+    @action(detail=True, methods=["get"], url_path="start-estimate")
+    def start_estimate(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """When the workload is likely to start, as a range with the reason (null when not waiting)."""
+        workload = self.get_object()
+        return Response(start_estimate_payload(workload))
 
 
 def _quota_for(tenant: Any, quota_id: int | None) -> Quota:

@@ -1,0 +1,36 @@
+"""Tessera's dynamic replay on the production engine: timed requests arrive, queue, start by the service's
+order and policy, and leave; figures of a replay; estimated start times of waiting requests.
+
+Pure like :mod:`scheduling.engine` (numpy, the standard library and the engine only; no Django, clock,
+environment or I/O), so the planner, the bench and later the defragmentation planner share it::
+
+    result = replay(ClusterState.from_nodes(nodes), timed_requests, ReplayOptions(policy="tessera"))
+    figures = summarize(result, timed_requests)
+"""
+
+from .forecast import DurationModel, RunningWork, StartEstimate, estimate_starts
+from .metrics import Summary, TeamShare, Waits, shape_label, summarize, time_weighted_mean
+from .replay import CycleView, Running, replay, shape_key
+from .types import Outcome, ReplayOptions, ReplayResult, TeamQuota, TimedRequest
+
+__all__ = [
+    "CycleView",
+    "DurationModel",
+    "Outcome",
+    "ReplayOptions",
+    "ReplayResult",
+    "Running",
+    "RunningWork",
+    "StartEstimate",
+    "Summary",
+    "TeamQuota",
+    "TeamShare",
+    "TimedRequest",
+    "Waits",
+    "estimate_starts",
+    "replay",
+    "shape_key",
+    "shape_label",
+    "summarize",
+    "time_weighted_mean",
+]
