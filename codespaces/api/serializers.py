@@ -241,6 +241,8 @@ class CodespaceSerializer(serializers.ModelSerializer):
     gpu_percent = serializers.SerializerMethodField()
     gpu_memory_gib = serializers.SerializerMethodField()
     size = serializers.CharField(source="size_label", read_only=True)
+    # what it is now, derived (`Codespace.phase`), not the column that caches it
+    state = serializers.ChoiceField(choices=CodespaceState.choices, source="phase", read_only=True)
     node = serializers.CharField(source="node_name", read_only=True)
     gpus = serializers.CharField(source="gpu_names", read_only=True)
     gpu_model_placed = serializers.CharField(read_only=True)
@@ -307,9 +309,9 @@ class CodespaceSerializer(serializers.ModelSerializer):
         calls and in building model instances. `instance` is a Codespace or a row of
         `codespace_rows()` (the list's query, no model instances); `tests` compare both with DRF."""
         row = instance if isinstance(instance, Mapping) else flat_row(instance)
-        state = row["state"]
         gpu_mode = row["gpu_mode"]
         observed = observed_of(row)
+        state = observed.phase
         running = state == CodespaceState.RUNNING
         name, username, slug = row["name"], row["owner_username"], row["tenant_slug"]
         zone = self._zone()
@@ -382,11 +384,11 @@ class CodespaceSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_ide_url(self, obj: Codespace) -> str | None:
-        return obj.ide_url() if obj.state == CodespaceState.RUNNING else None
+        return obj.ide_url() if obj.phase == CodespaceState.RUNNING else None
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_ssh_command(self, obj: Codespace) -> str | None:
-        return obj.ssh_command() if obj.state == CodespaceState.RUNNING else None
+        return obj.ssh_command() if obj.phase == CodespaceState.RUNNING else None
 
 
 def _size_field(name: str, **kwargs: Any) -> serializers.IntegerField:
