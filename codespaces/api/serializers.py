@@ -24,6 +24,7 @@ from codespaces.models import (
 from codespaces.phase import Observed, PlacementFacts, WorkloadFacts, observe
 from codespaces.placements import active_placements
 from codespaces.services.sizing import SIZE_INPUT_BOUNDS
+from codespaces.services.templates_admin import TEMPLATE_FIELDS
 from portal.api.serializers import InputSerializer
 
 
@@ -62,28 +63,12 @@ class CodespaceTemplateSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = CodespaceTemplate
+        # the template's own fields are the services' list (one list: `TEMPLATE_FIELDS`)
         fields = [
             "id",
-            "name",
-            "display_name",
-            "image",
-            "description",
-            "home_volume_gib",
-            "allow_custom",
-            "allow_slices",
-            "whole_card_models",
-            "min_cpu_milli",
-            "max_cpu_milli",
-            "min_memory_mib",
-            "max_memory_mib",
-            "max_gpu_count",
-            "idle_window_minutes",
-            "idle_grace_minutes",
-            "idle_threshold_percent",
-            "max_per_user",
+            *TEMPLATE_FIELDS,
             "allowed_tenants",
             "allowed_tenant_slugs",
-            "active",
             "presets",
             "version",
             "created_at",
