@@ -19,6 +19,7 @@ from codespaces.choices import CodespaceState as S
 from codespaces.choices import DesiredState
 from codespaces.models import Codespace
 from codespaces.phase import observed_phase
+from codespaces.tests.test_services import create
 from portal.errors import Conflict
 from scheduling import services as scheduling_services
 from scheduling.choices import WorkloadState
@@ -123,13 +124,7 @@ def test_the_auditor_names_the_observed_phase_of_a_stale_cache(
     bob: Any, team_a: Any, quota_a: Any, template: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     # given a running codespace whose workload failed while its follow-up was lost
-    with django_capture_on_commit_callbacks(execute=True):
-        codespace = services.create_codespace(
-            user=bob, tenant=team_a, name="bob-dev", template="pytorch", preset="quarter-h100"
-        )
-    with django_capture_on_commit_callbacks(execute=True):
-        reconcile.sync_status()
-    codespace.refresh_from_db()
+    codespace = create(bob, team_a, "bob-dev", django_capture_on_commit_callbacks)
     assert codespace.state == S.RUNNING
     with django_capture_on_commit_callbacks(execute=False):
         assert codespace.workload_id is not None
