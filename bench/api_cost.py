@@ -16,11 +16,11 @@ statements), and reports per request:
 Scenarios as in `bench/api.py`: baseline, me, list (`?limit=20`) and submit (a CPU codespace with an
 Idempotency-Key, 64 engineers in rotation). Each runs a warm-up, then `--requests` measured requests.
 
-`--off compiled,pipeline` switches pieces of the private query layer off for the run (one process
+`--off compiled,pipeline,insert` switches pieces of the private query layer off for the run (one process
 each, the baseline measured in the same process), to state what each one buys (docs/architecture.md):
 - `compiled`: every `portal.compiled_query.CompiledQuerySet` shape is evaluated by the plain ORM;
-- `pipeline`: `portal.db` sends one statement per round trip (no psycopg pipeline mode, COMMIT alone).
-(`insert`, `portal.db`'s per-model INSERT, was measured the same way and removed: no gain.)
+- `pipeline`: `portal.db` sends one statement per round trip (no psycopg pipeline mode, COMMIT alone);
+- `insert`: `portal.db.insert` goes through `Model.save()` (a no-op pre_save receiver makes it do so).
 """
 
 from __future__ import annotations
@@ -43,12 +43,14 @@ sys.path.insert(0, str(ROOT))
 from bench.api import prepare_database, server_environ, submit_body  # noqa: E402
 
 SCENARIOS = ("baseline", "me", "list", "submit")
-PIECES = ("compiled", "pipeline")
+PIECES = ("compiled", "pipeline", "insert")
 
 
 def switch_off(pieces: set[str]) -> None:
     """Runs inside Django: turn the named pieces of the private query layer off (see the docstring)."""
     from contextlib import contextmanager
+
+    from django.db.models import signals
 
     from portal import compiled_query, db
 
@@ -63,6 +65,12 @@ def switch_off(pieces: set[str]) -> None:
                 yield
 
         db._psycopg_pipeline = one_by_one  # type: ignore[assignment]
+    if "insert" in pieces:
+
+        def plain_save(sender: Any, **kwargs: Any) -> None:
+            """A pre_save receiver: `portal.db.insert` then saves through the ORM."""
+
+        signals.pre_save.connect(plain_save, weak=False, dispatch_uid="bench-plain-insert")
 
 
 def _environ(method: str, path: str, query: str, token: str | None, body: bytes) -> dict[str, Any]:

@@ -1,14 +1,10 @@
-"""Small database helpers the ORM has no API for: statements sent together (PostgreSQL pipeline mode)
-and ids reserved before the INSERT.
+"""Small database helpers the ORM has no API for: statements sent together (PostgreSQL pipeline mode),
+ids reserved before the INSERT, an INSERT built once per model and column set.
 
-Measured piece by piece with `bench/api_cost.py --requests 500 [--off pipeline|insert]` on PostgreSQL
-(one process per run, the ping baseline in the same process; three runs each on a loaded 2-core
-machine): pipelining changes no CPU (list 5.6/5.0/5.1 ms on vs 5.7/5.3/3.3 off, submit 12.0/10.8/11.2
-vs 12.2/12.8/9.1). What it saves is round trips (the statements and the COMMIT in one), a wait, not
-CPU; the runs' wall times on that machine (submit 91/132 ms on, 105/87 off) could not resolve it,
-so it is kept until a measurement on an idle machine says otherwise. The per-model INSERT cache is
-gone (`insert`: no gain). On SQLite each helper is the plain path (statements one by one, ids from
-the INSERT), which the default test run exercises.
+Kept for what they save on the API's hot paths: measured together with `portal.compiled_query` (its
+docstring has the figures and the command), switching them off costs the list 3.3 ms and the submit
+4.9 ms of CPU per request. On SQLite each helper is the plain path (statements one by one, ids from the
+INSERT, `save(force_insert=True)` semantics), which the default test run exercises.
 """
 
 from __future__ import annotations
@@ -19,8 +15,8 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.models import Model
+from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
+from django.db.models import Field, Model, signals
 from psycopg.pq import TransactionStatus
 
 
@@ -213,15 +209,95 @@ def _sequence(using: str, table: str, column: str) -> str:
 
 
 def insert(obj: Model, using: str = DEFAULT_DB_ALIAS) -> None:
-    """`obj.save(force_insert=True)`: the INSERT of a new row, its primary key read back.
+    """`obj.save(force_insert=True)` for a new row, with its INSERT statement built once per model and
+    column set instead of compiled by the ORM on every call (three of them cost a codespace submit
+    more CPU than PostgreSQL spent on them). Same field preparation (`pre_save`, auto_now_add,
+    `get_db_prep_save`), except where it provably changes nothing (`_passthrough`); the primary key
+    read back with RETURNING. Models with parents, with save signal receivers, or with database-side
+    defaults or expressions go through `save()`."""
+    model = type(obj)
+    meta = model._meta
+    if (
+        meta.parents
+        or signals.pre_save.has_listeners(model)
+        or signals.post_save.has_listeners(model)
+        or not obj._state.adding
+    ):
+        obj.save(force_insert=True, using=using)
+        return
+    connection = connections[using]
+    sql, plan = _insert_plan(using, model, obj.pk is None)
+    params = []
+    for field, plain_read, passthrough in plan:
+        value = getattr(obj, field.attname) if plain_read else field.pre_save(obj, True)
+        if passthrough is not None and (
+            isinstance(value, str) if passthrough is str else type(value) is passthrough
+        ):
+            params.append(value)
+            continue
+        if hasattr(value, "resolve_expression"):
+            obj.save(force_insert=True, using=using)
+            return
+        params.append(field.get_db_prep_save(value, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if obj.pk is None:
+            obj.pk = meta.pk.to_python(cursor.fetchone()[0])
+    obj._state.adding = False
+    obj._state.db = using
 
-    It used to build each model's INSERT once and skip the ORM's per-field preparation; measured by
-    `bench/api_cost.py --requests 500` on PostgreSQL, with it vs `--off insert` in three pairs of runs
-    on this 2-core machine, the submit's CPU per request was 11.3 vs 12.7 ms on average (12.0/10.8/11.2
-    vs 11.9/14.7/11.5: inside the runs' own spread) and the list's unchanged, no gain a user notices,
-    so it is the ORM again (the statement counts are held by `codespaces/tests/test_api_perf.py` and
-    `tests/api/test_query_counts.py`)."""
-    obj.save(force_insert=True, using=using)
+
+# Django's own field classes whose `get_db_prep_save` returns a value of this type unchanged (ints:
+# exactly int, not bool or IntEnum; strings: any str, enum members of TextChoices included, which
+# CharField.to_python returns as they are). Subclasses may override preparation: not listed.
+_PASSTHROUGH: dict[type[Field[Any, Any]], type] = {
+    **dict.fromkeys(
+        (
+            models.AutoField,
+            models.BigAutoField,
+            models.SmallAutoField,
+            models.IntegerField,
+            models.BigIntegerField,
+            models.SmallIntegerField,
+            models.PositiveIntegerField,
+            models.PositiveBigIntegerField,
+            models.PositiveSmallIntegerField,
+        ),
+        int,
+    ),
+    **dict.fromkeys((models.CharField, models.TextField, models.SlugField), str),
+    models.BooleanField: bool,
+}
+
+
+def _passthrough(field: Any) -> type | None:
+    """The type of the values this field sends to the database as they are, or None."""
+    if type(field) in (models.ForeignKey, models.OneToOneField):
+        field = field.target_field
+    return _PASSTHROUGH.get(type(field))
+
+
+@cache
+def _insert_plan(
+    using: str, model: type[Model], pk_from_database: bool
+) -> tuple[str, tuple[tuple[Any, bool, type | None], ...]]:
+    """The INSERT of `model` and, per column, (field, whether `pre_save` is a plain attribute read,
+    the type sent unchanged)."""
+    fields = [
+        f for f in model._meta.local_concrete_fields if not (f.primary_key and pk_from_database)
+    ]
+    plan = tuple((f, type(f).pre_save is Field.pre_save, _passthrough(f)) for f in fields)
+    return _insert_sql(using, model, tuple(f.column for f in fields)), plan
+
+
+@cache
+def _insert_sql(using: str, model: type[Model], columns: tuple[str, ...]) -> str:
+    quote = connections[using].ops.quote_name
+    meta = model._meta
+    return (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(c) for c in columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))}) RETURNING {quote(meta.pk.column)}"
+    )
 
 
 def fast_datetimes(cursor: Any) -> Any:
