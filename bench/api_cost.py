@@ -10,10 +10,17 @@ statements), and reports per request:
 - `python ms`: this process's CPU (Django, DRF, the views, psycopg and redis clients);
 - `pg ms`: the CPU of this connection's PostgreSQL backend, read from /proc (needs PostgreSQL on this
   host and permission to read its processes; "n/a" otherwise);
-- the ratio of their sum to the baseline's (`GET /bench/ping/`, no database) measured in the same run.
+- the ratio of their sum to the baseline's (`GET /bench/ping/`, no database) measured in the same run;
+- `wall ms`: the request's elapsed time (CPU plus the waits for PostgreSQL, round trips included).
 
 Scenarios as in `bench/api.py`: baseline, me, list (`?limit=20`) and submit (a CPU codespace with an
 Idempotency-Key, 64 engineers in rotation). Each runs a warm-up, then `--requests` measured requests.
+
+`--off compiled,pipeline,insert` switches pieces of the private query layer off for the run (one process
+each, the baseline measured in the same process), to state what each one buys (docs/architecture.md):
+- `compiled`: every `portal.compiled_query.CompiledQuerySet` shape is evaluated by the plain ORM;
+- `pipeline`: `portal.db` sends one statement per round trip (no psycopg pipeline mode, COMMIT alone);
+- `insert`: `portal.db.insert` goes through `Model.save()` (a no-op pre_save receiver makes it do so).
 """
 
 from __future__ import annotations
@@ -36,6 +43,34 @@ sys.path.insert(0, str(ROOT))
 from bench.api import prepare_database, server_environ, submit_body  # noqa: E402
 
 SCENARIOS = ("baseline", "me", "list", "submit")
+PIECES = ("compiled", "pipeline", "insert")
+
+
+def switch_off(pieces: set[str]) -> None:
+    """Runs inside Django: turn the named pieces of the private query layer off (see the docstring)."""
+    from contextlib import contextmanager
+
+    from django.db.models import signals
+
+    from portal import compiled_query, db
+
+    if "compiled" in pieces:
+        compiled_query.CompiledQuerySet._statement = lambda self: None  # type: ignore[method-assign,assignment]
+    if "pipeline" in pieces:
+
+        @contextmanager
+        def one_by_one(connection: Any) -> Any:
+            connection.ensure_connection()
+            with connection.wrap_database_errors:
+                yield
+
+        db._psycopg_pipeline = one_by_one  # type: ignore[assignment]
+    if "insert" in pieces:
+
+        def plain_save(sender: Any, **kwargs: Any) -> None:
+            """A pre_save receiver: `portal.db.insert` then saves through the ORM."""
+
+        signals.pre_save.connect(plain_save, weak=False, dispatch_uid="bench-plain-insert")
 
 
 def _environ(method: str, path: str, query: str, token: str | None, body: bytes) -> dict[str, Any]:
@@ -115,15 +150,17 @@ def measure(requests: int, tokens: list[str]) -> dict[str, dict[str, Any]]:
             cursor.execute("SELECT pg_backend_pid()")
             backend = int(cursor.fetchone()[0])
         pg_before = _backend_cpu_seconds(backend)
+        wall_before = time.perf_counter()
         cpu_before = time.process_time()
         for _ in range(requests):
             call()
         python_ms = (time.process_time() - cpu_before) * 1000 / requests
+        wall_ms = (time.perf_counter() - wall_before) * 1000 / requests
         pg_after = _backend_cpu_seconds(backend)
         pg_ms = None
         if pg_before is not None and pg_after is not None:
             pg_ms = (pg_after - pg_before) * 1000 / requests
-        results[scenario] = {"python_ms": python_ms, "pg_ms": pg_ms}
+        results[scenario] = {"python_ms": python_ms, "pg_ms": pg_ms, "wall_ms": wall_ms}
     return results
 
 
@@ -138,7 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=1500, help="measured requests per scenario")
     parser.add_argument("--rows", type=int, default=200, help="codespaces per team before the run")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--off", default="", help=f"comma-separated pieces to switch off: {','.join(PIECES)}"
+    )
     args = parser.parse_args(argv)
+    off = set(filter(None, args.off.split(",")))
+    if off - set(PIECES):
+        parser.error(f"--off: unknown pieces {sorted(off - set(PIECES))}; known: {PIECES}")
     requests = max(100, min(args.requests, 20000))
     var_dir = Path(tempfile.mkdtemp(prefix="tessera-bench-cost-"))
     os.environ.update(server_environ(args.database_url, args.redis, args.redis, var_dir))
@@ -149,10 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
+    switch_off(off)
     results = measure(requests, tokens)
     base = results["baseline"]["python_ms"] + (results["baseline"]["pg_ms"] or 0)
-    print(f"\n{requests} requests per scenario, in-process, one at a time")
-    print(f"{'scenario':<9} {'python ms':>10} {'pg ms':>8} {'total ms':>9} {'vs base':>8}")
+    print(
+        f"\n{requests} requests per scenario, in-process, one at a time; off: {sorted(off) or 'none'}"
+    )
+    print(
+        f"{'scenario':<9} {'python ms':>10} {'pg ms':>8} {'total ms':>9} {'vs base':>8} "
+        f"{'wall ms':>8}"
+    )
     for name, row in results.items():
         pg = row["pg_ms"]
         row["total_ms"] = row["python_ms"] + (pg or 0)
@@ -160,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         shown_pg = f"{pg:>8.3f}" if pg is not None else f"{'n/a':>8}"
         print(
             f"{name:<9} {row['python_ms']:>10.3f} {shown_pg} {row['total_ms']:>9.3f} "
-            f"{row['ratio_to_baseline']:>8.1f}"
+            f"{row['ratio_to_baseline']:>8.1f} {row['wall_ms']:>8.3f}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

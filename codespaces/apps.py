@@ -7,7 +7,11 @@ class CodespacesConfig(AppConfig):
 
     def ready(self) -> None:
         # A codespace is a scheduling Workload of kind "codespace": follow its state changes.
+        from codespaces.audit import codespace_state_findings
         from codespaces.observer import on_codespace_workloads_changed
         from scheduling.observers import register_workload_observer
+        from scheduling.services.audit import install_codespace_check
 
         register_workload_observer("codespace", on_codespace_workloads_changed)
+        # The auditor checks the stored state against the phase derived by codespaces.phase.
+        install_codespace_check(codespace_state_findings)

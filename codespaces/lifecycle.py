@@ -1,8 +1,13 @@
 """The ONE module that changes a codespace's state.
 
-A codespace's `state` is the phase its timeline last recorded; what it *is* now is derived
-(`codespaces.phase.observe`). Each move also records the desired state it implies (`phase.desired_for`:
-a stop → stopped, a delete → deleted, anything else → running).
+What a codespace *is* now is derived (`codespaces.phase.observe`, `Codespace.phase`); its `state`
+column caches that phase for the database (the unique live name, the list indexes and filters, the
+compare-and-set below: `Codespace`'s docstring says why it stays). `transition` is the only function
+that writes it: a new codespace starts at the column's default (`INITIAL_STATE`, the phase `observe`
+gives a codespace that wants to run and has no workload yet), the user's actions move it, and the
+workload follow-up (`codespaces.services.sync`) walks it to the observed phase. Each move also records
+the desired state it implies (`phase.desired_for`: a stop → stopped, a delete → deleted, anything else
+→ running).
 
 Every transition is a compare-and-set on the state column (`filter(pk=..., state=expected).update(...)`):
 if another request, the scheduling observer or the idle task moved the codespace first, zero rows match
@@ -19,9 +24,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from codespaces.choices import TRANSITIONS, CodespaceState, EventKind
+from codespaces.choices import TRANSITIONS, CodespaceState, DesiredState, EventKind
 from codespaces.models import Codespace, CodespaceEvent
-from codespaces.phase import desired_for
+from codespaces.phase import desired_for, observed_phase
 from portal.db import insert
 from portal.errors import Conflict
 
@@ -31,6 +36,11 @@ ACTION_NEEDS = {
     "delete": "it is already being deleted or gone",
     "keep": "only a running codespace can be kept alive",
 }
+
+
+INITIAL_STATE = observed_phase(DesiredState.RUNNING, None)
+"""The state a new codespace is inserted with: the phase of one that wants to run and has no workload
+yet (queued; the model field's default, checked in codespaces/tests/test_state_cache.py)."""
 
 
 class IllegalTransition(Conflict):

@@ -169,12 +169,21 @@ class Codespace(models.Model):
     """A developer environment: a container with a home volume, running as a scheduling Workload of kind
     "codespace" on a GPU slice, N whole cards or no GPU.
 
-    `desired_state` is what the owner wants (running / stopped / deleted). Why it waits, where it runs
-    and why it failed are never stored here: `observed` derives them from the current scheduling
-    `workload` (a new one per start) and its placement (`codespaces.phase.observe`). `state` is the
-    phase its timeline last recorded, changed only by `codespaces.lifecycle` (compare-and-set) when an
-    action or the workload follow-up moves it. The home volume survives stop/start and is removed on
-    delete. `version` increments on every change (ETag).
+    `desired_state` is what the owner wants (running / stopped / deleted). What it *is* (`phase`), why
+    it waits, where it runs and why it failed are never stored here: `observed` derives them from the
+    desired state, the current scheduling `workload` (a new one per start) and its placement
+    (`codespaces.phase.observe`); pages, the API and the auditor show that.
+
+    `state` is a cache of `observed.phase`, kept as a column because the database needs it where
+    `observe` cannot run: the unique live name (`uniq_live_codespace_name`), the (owner, state) and
+    (tenant, state) indexes of the lists and per-user counts, the `?state=` filter and ordering, the
+    reconciler's "every active codespace" and the compare-and-set that makes two concurrent actions
+    conflict instead of both winning. It is written by one function, `codespaces.lifecycle.transition`
+    (the timeline's cursor: each write records an event), and brought to `observe()` after every
+    workload change by the follow-up (`codespaces.services.sync`); at rest it equals `phase`
+    (codespaces/tests/test_state_cache.py, and the auditor's `codespace_state` invariant in
+    production). The home volume survives stop/start and is removed on delete. `version` increments
+    on every change (ETag).
     """
 
     name = models.CharField(max_length=63, validators=[dns_label_validator])
@@ -208,6 +217,8 @@ class Codespace(models.Model):
     desired_state = models.CharField(
         max_length=10, choices=DesiredState.choices, default=DesiredState.RUNNING
     )
+    # a cache of `observed.phase` for the database's use (see the class docstring); written only by
+    # `codespaces.lifecycle.transition`; its default is the phase of a new codespace (no workload yet)
     state = models.CharField(
         max_length=20, choices=CodespaceState.choices, default=CodespaceState.QUEUED
     )
@@ -260,12 +271,22 @@ class Codespace(models.Model):
         return f"cs-{self.name[:40].rstrip('-')}-{self.pk}-home"
 
     @property
+    def phase(self) -> str:
+        """What the codespace is now (`observed.phase`): the state pages and the API show."""
+        return self.observed.phase
+
+    @property
+    def phase_label(self) -> str:
+        """ "Running", "Queued", ...: the phase for people."""
+        return str(CodespaceState(self.phase).label)
+
+    @property
     def holds_placement(self) -> bool:
-        return self.state in PLACED_STATES
+        return self.phase in PLACED_STATES
 
     @property
     def badge(self) -> str:
-        return STATE_BADGE.get(CodespaceState(self.state), "")
+        return STATE_BADGE.get(CodespaceState(self.phase), "")
 
     @property
     def uses_gpu(self) -> bool:

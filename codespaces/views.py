@@ -308,8 +308,8 @@ def status_json(request: HttpRequest) -> JsonResponse:
             "codespaces": [
                 {
                     "id": c.pk,
-                    "state": c.state,
-                    "state_label": c.get_state_display(),
+                    "state": c.phase,
+                    "state_label": c.phase_label,
                     "badge": c.badge,
                     "location": c.location,
                     "gpu_model": c.gpu_model_placed,

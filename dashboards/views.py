@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
 from typing import Any
 
 from django import forms
@@ -104,6 +106,39 @@ def _cached(parts: tuple[Any, ...], compute: Callable[[], dict[str, Any]]) -> di
     return payload
 
 
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """What a dashboard's JSON endpoint serves: `compute()`, shared through the cache under `parts`
+    (every input, the data version included; None: not cached, nothing tells when it changes)."""
+
+    parts: tuple[Any, ...] | None
+    compute: Callable[[], dict[str, Any]]
+
+
+def data_endpoint(
+    view: Callable[[HttpRequest], Payload | HttpResponse],
+) -> Callable[[HttpRequest], HttpResponse]:
+    """The one shape of the dashboards' `*_data` endpoints: signed in; the view reads and scopes its
+    query (the range window, the tenant, the pool, ...) and returns a `Payload` (or a response it built
+    itself); a `DomainError` on the way (a bad range or size) is a 400 JSON body naming the field; the
+    payload is computed once per `parts` and served as JSON."""
+
+    @login_required
+    @wraps(view)
+    def endpoint(request: HttpRequest) -> HttpResponse:
+        try:
+            answer = view(request)
+        except DomainError as exc:
+            return _error(exc)
+        if isinstance(answer, HttpResponse):
+            return answer
+        if answer.parts is None:
+            return JsonResponse(answer.compute())
+        return JsonResponse(_cached(answer.parts, answer.compute))
+
+    return endpoint
+
+
 def _minutes(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds / 60, 1)
 
@@ -114,13 +149,10 @@ def overview(request: HttpRequest) -> HttpResponse:
     return _page(request, "dashboards/overview.html", reverse("dashboards:overview-data"))
 
 
-@login_required
-def overview_data(request: HttpRequest) -> JsonResponse:
-    try:
-        win = _window(request)
-    except DomainError as exc:
-        return _error(exc)
-    return JsonResponse(_cached(("overview", win, _data_version()), lambda: _overview(win)))
+@data_endpoint
+def overview_data(request: HttpRequest) -> Payload:
+    win = _window(request)
+    return Payload(("overview", win, _data_version()), lambda: _overview(win))
 
 
 def _overview(win: series.Window) -> dict[str, Any]:
@@ -177,16 +209,11 @@ def tenant(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
-def tenant_data(request: HttpRequest) -> JsonResponse:
+@data_endpoint
+def tenant_data(request: HttpRequest) -> Payload:
     chosen = _chosen_tenant(request)
-    try:
-        win = _window(request)
-    except DomainError as exc:
-        return _error(exc)
-    return JsonResponse(
-        _cached(("tenant", chosen.pk, win, _data_version()), lambda: _tenant(chosen, win))
-    )
+    win = _window(request)
+    return Payload(("tenant", chosen.pk, win, _data_version()), lambda: _tenant(chosen, win))
 
 
 def _tenant(chosen: Tenant, win: series.Window) -> dict[str, Any]:
@@ -254,27 +281,20 @@ def fragmentation(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
-def fragmentation_data(request: HttpRequest) -> JsonResponse:
+@data_endpoint
+def fragmentation_data(request: HttpRequest) -> Payload:
     pool = _chosen_pool(request)
     if pool is None:
         raise Http404("No pool yet.")
-    try:
-        chosen = frag.preset(
-            request.GET.get("preset") or None,
-            _amount_or_none(
-                request.GET.get("gpu_percent"), "gpu_percent", "percent", 100, minimum=0.1
-            ),
-            _amount_or_none(request.GET.get("gpu_memory_gib"), "gpu_memory_gib", "gib", 1024),
-        )
-    except DomainError as exc:
-        return _error(exc)
-    version = Shard.objects.filter(group=pool).values_list("version", flat=True).first()
-    if version is None:  # no shard yet: nothing tells when the map changes, so no cache
-        return JsonResponse(_fragmentation(pool, chosen))
-    return JsonResponse(
-        _cached(("fragmentation", pool.pk, chosen, version), lambda: _fragmentation(pool, chosen))
+    chosen = frag.preset(
+        request.GET.get("preset") or None,
+        _amount_or_none(request.GET.get("gpu_percent"), "gpu_percent", "percent", 100, minimum=0.1),
+        _amount_or_none(request.GET.get("gpu_memory_gib"), "gpu_memory_gib", "gib", 1024),
     )
+    version = Shard.objects.filter(group=pool).values_list("version", flat=True).first()
+    # no shard yet: nothing tells when the map changes, so no cache
+    parts = None if version is None else ("fragmentation", pool.pk, chosen, version)
+    return Payload(parts, lambda: _fragmentation(pool, chosen))
 
 
 def _fragmentation(pool: QuotaGroup, chosen: frag.SlicePreset) -> dict[str, Any]:
@@ -321,13 +341,10 @@ def savings(request: HttpRequest) -> HttpResponse:
     return _page(request, "dashboards/savings.html", reverse("dashboards:savings-data"))
 
 
-@login_required
-def savings_data(request: HttpRequest) -> JsonResponse:
-    try:
-        win = _window(request)
-    except DomainError as exc:
-        return _error(exc)
-    return JsonResponse(_cached(("savings", win, _data_version()), lambda: _savings(win)))
+@data_endpoint
+def savings_data(request: HttpRequest) -> Payload:
+    win = _window(request)
+    return Payload(("savings", win, _data_version()), lambda: _savings(win))
 
 
 def _savings(win: series.Window) -> dict[str, Any]:
@@ -382,12 +399,9 @@ def chargeback(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
-def chargeback_data(request: HttpRequest) -> JsonResponse:
-    try:
-        rows = _chargeback_rows(request)
-    except DomainError as exc:
-        return _error(exc)
+@data_endpoint
+def chargeback_data(request: HttpRequest) -> HttpResponse:
+    rows = _chargeback_rows(request)  # cached by its inputs (`_cached`)
     currency = settings.TESSERA_CHARGEBACK_CURRENCY
     return JsonResponse(
         {

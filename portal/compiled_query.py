@@ -17,12 +17,12 @@ would. Any other shape is evaluated by replaying the operations with the real va
 Values that are not ints or strings (None, booleans, dates) are part of the shape, not parameters.
 
 Kept because it pays (docs/architecture.md "The private query layer"): on PostgreSQL, the web tier's CPU
-per request, measured in-process by `bench/api_cost.py --requests 500` with this layer on and then with
-it and `portal.db`'s pipelining and INSERT cache switched off (every shape evaluated by the plain ORM,
-one statement per round trip), same session, same seeded database: list 7.0 ms vs 10.3 ms (-32 %),
-submit 13.4 ms vs 18.3 ms (-27 %), i.e. about 1.4x the requests per core. On SQLite the same querysets
-run through the same code (only `portal.db.run_together` sends them one by one); the statement counts
-are held on both by `codespaces/tests/test_api_perf.py` and `tests/api/test_query_counts.py`.
+per request, measured in-process by `bench/api_cost.py --requests 500` with this layer on and with
+`--off compiled` (every shape evaluated by the plain ORM), one process each on the same seeded database:
+list 5.0-5.6 ms vs 8.7 ms, submit 10.8-12.0 ms vs 17.2 ms, i.e. about 1.5x the requests per core. On
+SQLite the same querysets run through the same code (only `portal.db.run_together` sends them one by
+one); the statement counts are held on both by `codespaces/tests/test_api_perf.py` and
+`tests/api/test_query_counts.py`.
 """
 
 from __future__ import annotations

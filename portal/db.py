@@ -1,10 +1,17 @@
 """Small database helpers the ORM has no API for: statements sent together (PostgreSQL pipeline mode),
 ids reserved before the INSERT, an INSERT built once per model and column set.
 
-Kept for what they save on the API's hot paths: measured together with `portal.compiled_query` (its
-docstring has the figures and the command), switching them off costs the list 3.3 ms and the submit
-4.9 ms of CPU per request. On SQLite each helper is the plain path (statements one by one, ids from the
-INSERT, `save(force_insert=True)` semantics), which the default test run exercises.
+Measured piece by piece with `bench/api_cost.py --requests 500 [--off pipeline|insert]` on PostgreSQL
+(CPU per request in-process, one process per run with its own ping baseline, on a 2-core machine
+shared with other builds, so several runs each):
+- pipelining changes no CPU (list 5.0-5.6 ms on vs 3.3-5.7 off, submit 10.8-12.0 vs 9.1-12.8); what it
+  saves is round trips (the statements and the COMMIT in one), a wait, which that machine's wall times
+  (submit 91/132 ms on, 105/87 off) could not resolve: kept until a measurement on an idle machine
+  says otherwise;
+- the INSERT cache (`insert`) saves the submit about 1.8 ms of its ~11 ms of CPU: 10.5/10.8/11.2/12.0
+  ms with it, 11.5/11.9/13.7/14.7 ms through `save()` (four pairs of runs): kept.
+On SQLite each helper is the plain path (statements one by one, ids from the INSERT,
+`save(force_insert=True)` semantics), which the default test run exercises.
 """
 
 from __future__ import annotations

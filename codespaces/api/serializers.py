@@ -24,6 +24,7 @@ from codespaces.models import (
 from codespaces.phase import Observed, PlacementFacts, WorkloadFacts, observe
 from codespaces.placements import active_placements
 from codespaces.services.sizing import SIZE_INPUT_BOUNDS
+from codespaces.services.templates_admin import TEMPLATE_FIELDS
 from portal.api.serializers import InputSerializer
 
 
@@ -62,28 +63,12 @@ class CodespaceTemplateSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = CodespaceTemplate
+        # the template's own fields are the services' list (one list: `TEMPLATE_FIELDS`)
         fields = [
             "id",
-            "name",
-            "display_name",
-            "image",
-            "description",
-            "home_volume_gib",
-            "allow_custom",
-            "allow_slices",
-            "whole_card_models",
-            "min_cpu_milli",
-            "max_cpu_milli",
-            "min_memory_mib",
-            "max_memory_mib",
-            "max_gpu_count",
-            "idle_window_minutes",
-            "idle_grace_minutes",
-            "idle_threshold_percent",
-            "max_per_user",
+            *TEMPLATE_FIELDS,
             "allowed_tenants",
             "allowed_tenant_slugs",
-            "active",
             "presets",
             "version",
             "created_at",
@@ -241,6 +226,8 @@ class CodespaceSerializer(serializers.ModelSerializer):
     gpu_percent = serializers.SerializerMethodField()
     gpu_memory_gib = serializers.SerializerMethodField()
     size = serializers.CharField(source="size_label", read_only=True)
+    # what it is now, derived (`Codespace.phase`), not the column that caches it
+    state = serializers.ChoiceField(choices=CodespaceState.choices, source="phase", read_only=True)
     node = serializers.CharField(source="node_name", read_only=True)
     gpus = serializers.CharField(source="gpu_names", read_only=True)
     gpu_model_placed = serializers.CharField(read_only=True)
@@ -307,9 +294,9 @@ class CodespaceSerializer(serializers.ModelSerializer):
         calls and in building model instances. `instance` is a Codespace or a row of
         `codespace_rows()` (the list's query, no model instances); `tests` compare both with DRF."""
         row = instance if isinstance(instance, Mapping) else flat_row(instance)
-        state = row["state"]
         gpu_mode = row["gpu_mode"]
         observed = observed_of(row)
+        state = observed.phase
         running = state == CodespaceState.RUNNING
         name, username, slug = row["name"], row["owner_username"], row["tenant_slug"]
         zone = self._zone()
@@ -382,11 +369,11 @@ class CodespaceSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_ide_url(self, obj: Codespace) -> str | None:
-        return obj.ide_url() if obj.state == CodespaceState.RUNNING else None
+        return obj.ide_url() if obj.phase == CodespaceState.RUNNING else None
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_ssh_command(self, obj: Codespace) -> str | None:
-        return obj.ssh_command() if obj.state == CodespaceState.RUNNING else None
+        return obj.ssh_command() if obj.phase == CodespaceState.RUNNING else None
 
 
 def _size_field(name: str, **kwargs: Any) -> serializers.IntegerField:

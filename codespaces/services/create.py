@@ -234,7 +234,7 @@ def _create_locked(
         cpu_milli=resources.cpu_milli,
         memory_mib=resources.memory_mib,
         home_gib=template.home_volume_gib,
-        state=S.QUEUED,
+        state=lifecycle.INITIAL_STATE,
         last_activity_at=timezone.now(),
     )
     if codespace.pk is None:
@@ -253,7 +253,7 @@ def _create_locked(
         f"Created from {template.name} ({codespace.size_label}) on quota {quota}; "
         f"home volume {codespace.home_gib} GiB.",
         actor=user,
-        to_state=S.QUEUED,
+        to_state=lifecycle.INITIAL_STATE,
         pk=event_id,
     )
     return codespace

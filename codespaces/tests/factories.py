@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import factory
 
 from codespaces.choices import CodespaceState, GpuMode
 from codespaces.models import Codespace, CodespaceTemplate, TemplatePreset
+from codespaces.phase import desired_for
+from quotas.tests.factories import make_workload
 
 
 class CodespaceTemplateFactory(factory.django.DjangoModelFactory):
@@ -40,7 +44,10 @@ class TemplatePresetFactory(factory.django.DjangoModelFactory):
 
 
 class CodespaceFactory(factory.django.DjangoModelFactory):
-    """A codespace row in any state, for lifecycle and access tests (no workload is submitted)."""
+    """A codespace row in any state, for lifecycle and access tests (no workload is submitted). Its
+    desired state is the one its state implies; what it shows (`phase`) is derived from that and its
+    workload, so a placed, starting, running or failed one needs a `workload` in the matching state
+    (`workload_in`)."""
 
     class Meta:
         model = Codespace
@@ -56,3 +63,10 @@ class CodespaceFactory(factory.django.DjangoModelFactory):
     memory_mib = 8192
     home_gib = 50
     state = CodespaceState.QUEUED
+    desired_state = factory.LazyAttribute(lambda c: desired_for(c.state))
+
+
+def workload_in(quota: Any, state: str) -> Any:
+    """A codespace workload row of `quota` in scheduling `state` (no placement), for a factory
+    codespace whose phase must be that of a workload in this state."""
+    return make_workload(quota, state=state, kind="codespace")

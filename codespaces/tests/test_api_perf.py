@@ -16,7 +16,7 @@ from codespaces.api.views import serializable_codespaces
 from codespaces.choices import CodespaceState as S
 from codespaces.choices import GpuMode
 from codespaces.models import Codespace
-from codespaces.tests.factories import CodespaceFactory, TemplatePresetFactory
+from codespaces.tests.factories import CodespaceFactory, TemplatePresetFactory, workload_in
 from portal import compiled_query
 from scheduling.models import Workload
 
@@ -48,6 +48,7 @@ def test_fast_representation_matches_drf_fields_in_every_shape(
         quota=quota_a,
         template=template,
         state=S.RUNNING,
+        workload=workload_in(quota_a, "running"),
         started_at=now,
         last_activity_at=now - timedelta(minutes=3),
         idle_warned_at=now,

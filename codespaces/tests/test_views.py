@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from codespaces.choices import CodespaceState as S
 from codespaces.models import Codespace
-from codespaces.tests.factories import CodespaceFactory
+from codespaces.tests.factories import CodespaceFactory, workload_in
 from scheduling.models import Workload
 
 pytestmark = pytest.mark.django_db
@@ -191,7 +191,12 @@ def test_member_of_the_team_who_is_not_the_owner_cannot_act(bobs: Codespace, tea
 def test_idle_banner_and_keep(bob: Any, bobs: Codespace) -> None:
     from django.utils import timezone
 
-    Codespace.objects.filter(pk=bobs.pk).update(state=S.RUNNING, idle_warned_at=timezone.now())
+    Codespace.objects.filter(pk=bobs.pk).update(
+        state=S.RUNNING,
+        desired_state="running",
+        workload=workload_in(bobs.quota, "running"),
+        idle_warned_at=timezone.now(),
+    )
     client = client_for(bob)
     html = client.get(reverse("codespaces:detail", args=[bobs.pk])).content.decode()
     assert 'data-testid="idle-banner"' in html

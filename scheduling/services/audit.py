@@ -11,8 +11,9 @@ being created after its placement commits, a workload waiting for its first cycl
 than `grace`; the accounting checks (over-commit, quota usage, one placement per workload) hold at every
 commit and have no grace.
 
-The codespace check reads the codespaces table through the app registry: scheduling sits below
-codespaces in the layering (.importlinter) and does not import it.
+The codespace check is the codespaces app's (`codespaces.audit`, installed by
+`install_codespace_check`): scheduling sits below codespaces in the layering (.importlinter) and does
+not import it, and the check derives the phase with the same function the pages use.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.apps import apps
 from django.conf import settings
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
@@ -385,50 +385,21 @@ def gang_partially_placed(context: AuditContext) -> list[Finding]:
     ]
 
 
-# Workload state → the codespace states that agree with it once the observer has caught up.
-CODESPACE_STATES_FOR_WORKLOAD: dict[str, frozenset[str]] = {
-    WorkloadState.PENDING: frozenset({"queued"}),
-    WorkloadState.PLACED: frozenset({"placed", "starting"}),
-    WorkloadState.RUNNING: frozenset({"running"}),
-    WorkloadState.FAILED: frozenset({"failed", "deleted"}),
-    WorkloadState.SUCCEEDED: frozenset({"stopped", "failed", "deleted"}),
-    WorkloadState.RELEASED: frozenset({"stopped", "failed", "deleted"}),
-}
-CODESPACE_STATES_WITH_WORKLOAD = frozenset({"queued", "placed", "starting", "running"})
+_codespace_checks: list[Callable[[AuditContext], list[Finding]]] = []
+
+
+def install_codespace_check(check: Callable[[AuditContext], list[Finding]]) -> None:
+    """Install the codespaces app's `codespace_state` check (from its AppConfig.ready()): it derives
+    a codespace's phase with the one function that does (`codespaces.phase.observe`), which this
+    layer cannot import. Installing again replaces it."""
+    _codespace_checks[:] = [check]
 
 
 def codespace_agrees_with_workload(context: AuditContext) -> list[Finding]:
-    """A codespace's state agrees with its current workload's (after `grace`), and every queued,
-    placed, starting or running codespace has a workload."""
-    codespace_model = apps.get_model("codespaces", "Codespace")
-    rows = (
-        codespace_model.objects.filter(updated_at__lt=context.settled_before)
-        .filter(
-            Q(workload__isnull=False, workload__updated_at__lt=context.settled_before)
-            | Q(workload__isnull=True, state__in=CODESPACE_STATES_WITH_WORKLOAD)
-        )
-        .values("id", "name", "state", "tenant__slug", "workload_id", "workload__state")
-        .order_by("id")
-    )
-    findings: list[Finding] = []
-    for r in rows:
-        workload_state = r["workload__state"]
-        if workload_state is None:
-            agrees = False
-        else:
-            agrees = r["state"] in CODESPACE_STATES_FOR_WORKLOAD.get(workload_state, frozenset())
-        if not agrees:
-            findings.append(
-                {
-                    "codespace_id": r["id"],
-                    "codespace": r["name"],
-                    "tenant": r["tenant__slug"],
-                    "codespace_state": r["state"],
-                    "workload_id": r["workload_id"],
-                    "workload_state": workload_state or "(none)",
-                }
-            )
-    return findings
+    """A codespace's stored state (the cache of its phase) equals the phase derived from its desired
+    state and its workload (after `grace`), and every queued, placed, starting or running codespace has
+    a workload: the installed check's findings (`codespaces.audit`); none installed, none found."""
+    return [finding for check in _codespace_checks for finding in check(context)]
 
 
 NOT_YET_CONSIDERED_CODE = "queued"

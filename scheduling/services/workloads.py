@@ -602,23 +602,15 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
     it follows; the gang then gathers again with a fresh deadline (refresh_gang_states). Locks the
     shards (of the workloads and of their gangs), then the workload rows in pk order (docs/adr/0002);
     nested in a caller's transaction that already holds them, it takes them again at no cost."""
-    ids = sorted(set(workload_ids))
-    if not ids:
-        return []
-    with transaction.atomic():
-        groups = _lock_shards_of(ids)
+
+    def moving(ids: list[int]) -> tuple[set[int], set[int]]:
         hit, whole = _requeue_set(ids)
-        workloads = list(
-            Workload.objects.select_for_update()
-            .filter(pk__in=whole, state__in=ACTIVE_STATES)
-            .order_by("pk")
-        )
-        if not workloads:
-            return []
-        now = timezone.now()
+        return set(hit), whole
+
+    def requeue(workloads: list[Workload], hit: set[int], now: Any) -> list[HeldPlacement]:
         held = _release_placements(workloads, now)
         recharge_pending([w.pk for w in workloads])
-        for why, members in _requeue_reasons(workloads, set(hit), reason):
+        for why, members in _requeue_reasons(workloads, hit, reason):
             Workload.objects.filter(pk__in=[w.pk for w in members]).update(
                 state=WorkloadState.PENDING,
                 placed_at=None,
@@ -629,6 +621,40 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
                 queue_position=None,
                 updated_at=now,
             )
+        return held
+
+    return _take_off(workload_ids, moving=moving, still=ACTIVE_STATES, leave=requeue)
+
+
+def _take_off(
+    workload_ids: Iterable[int],
+    *,
+    moving: Callable[[list[int]], tuple[set[int], set[int]]],
+    leave: Callable[[list[Workload], set[int], Any], list[HeldPlacement]],
+    still: Sequence[str] = (),
+    unless: Sequence[str] = (),
+) -> list[int]:
+    """The one scaffolding of the services that take workloads off the cluster together with the
+    gang mates that must go with them (requeue, fail), in one transaction: lock the shards (of the
+    workloads and their gangs), ask `moving(ids)` for (the ids the fault hit, every id that moves),
+    lock those rows in pk order that are still in `still` (or not in `unless`), `leave(workloads,
+    hit, now)` changes them and returns the placements they held, and `_after_leaving` ends it.
+    Returns the ids moved, ascending (none: nothing was left to move)."""
+    ids = sorted(set(workload_ids))
+    if not ids:
+        return []
+    with transaction.atomic():
+        groups = _lock_shards_of(ids)
+        hit, whole = moving(ids)
+        rows = Workload.objects.select_for_update().filter(pk__in=whole)
+        if still:
+            rows = rows.filter(state__in=still)
+        if unless:
+            rows = rows.exclude(state__in=unless)
+        workloads = list(rows.order_by("pk"))
+        if not workloads:
+            return []
+        held = leave(workloads, hit, timezone.now())
         _after_leaving(workloads, held, groups)
     return [w.pk for w in workloads]
 
@@ -699,31 +725,23 @@ def fail_workloads(workload_ids: Iterable[int], *, reason: str) -> list[int]:
     `min_available` without it (they fail too, their reason naming the member), so the gang fails
     instead of holding placements it cannot use; a gang that still has `min_available` runs on. Locks
     the shards (of the workloads and of their gangs), then the workload rows in pk order."""
-    ids = sorted(set(workload_ids))
-    if not ids:
-        return []
-    with transaction.atomic():
-        groups = _lock_shards_of(ids)
+
+    def moving(ids: list[int]) -> tuple[set[int], set[int]]:
         hit = dict(
             Workload.objects.filter(pk__in=ids)
             .exclude(state__in=TERMINAL_STATES)
             .values_list("pk", "gang_id")
         )
         followers = _stranded_mates({g for g in hit.values() if g}, exclude=set(hit))
-        workloads = list(
-            Workload.objects.select_for_update()
-            .filter(pk__in=[*hit, *followers])
-            .exclude(state__in=TERMINAL_STATES)
-            .order_by("pk")
-        )
-        if not workloads:
-            return []
-        now = timezone.now()
-        held = []
-        for why, members in _fail_reasons(workloads, set(hit), reason):
+        return set(hit), {*hit, *followers}
+
+    def fail(workloads: list[Workload], hit: set[int], now: Any) -> list[HeldPlacement]:
+        held: list[HeldPlacement] = []
+        for why, members in _fail_reasons(workloads, hit, reason):
             held += _finish(members, state=WorkloadState.FAILED, reason=why, now=now)
-        _after_leaving(workloads, held, groups)
-    return [w.pk for w in workloads]
+        return held
+
+    return _take_off(workload_ids, moving=moving, unless=TERMINAL_STATES, leave=fail)
 
 
 def _stranded_mates(gang_ids: set[int], *, exclude: set[int]) -> list[int]:

@@ -94,9 +94,8 @@ def test_a_consistent_database_reports_no_violation(placed: Workload, quota: Any
     submit(quota, "huge", gpu_count=4, gpu_milli=1000)
     services.run_cycle(quota.group_id)
     assert Workload.objects.get(name="huge").pending_reason != ""
-    CodespaceFactory(
-        owner=bob, tenant=quota.tenant, quota=quota, workload=placed, state=placed.state
-    )
+    following = CodespaceState.RUNNING if placed.state == WorkloadState.RUNNING else "starting"
+    CodespaceFactory(owner=bob, tenant=quota.tenant, quota=quota, workload=placed, state=following)
     # when the auditor runs (long after every change)
     report = audit.run_audit(now=timezone.now() + LATER)
     # then every invariant is checked and holds

@@ -102,6 +102,23 @@ def gone(stack: KubeStack, namespace: str, pod: str) -> None:
     wait_for(f"pod {pod} gone", lambda: get_pod(stack, namespace, pod) is None)
 
 
+def create_running(
+    capture: Any, stack: KubeStack, backend: KubernetesBackend, owner: Any, tenant: Any
+) -> tuple[Codespace, str]:
+    """The flows' common start: `owner` creates "bob-dev" (a quarter of an H100), its pod is
+    scheduled on the KWOK node and the status sync sees it running. Returns it and its pod's name."""
+    with capture(execute=True):
+        codespace = services.create_codespace(
+            user=owner, tenant=tenant, template="pytorch", preset="quarter-h100", name="bob-dev"
+        )
+    codespace.refresh_from_db()
+    name = cluster_name(codespace)
+    assert get_pod(stack, backend.config.namespace, name) is not None
+    schedule(stack, backend, name)
+    status_sync_until(capture, codespace, S.RUNNING)
+    return codespace, name
+
+
 def test_create_running_stop_start_delete_on_a_real_api_server(
     cluster: KubernetesBackend,
     kube_stack: KubeStack,
@@ -114,16 +131,8 @@ def test_create_running_stop_start_delete_on_a_real_api_server(
 ) -> None:
     capture = django_capture_on_commit_callbacks
     ns = cluster.config.namespace
-    with capture(execute=True):
-        codespace = services.create_codespace(
-            user=bob, tenant=team_a, template="pytorch", preset="quarter-h100", name="bob-dev"
-        )
-    codespace.refresh_from_db()
-    first = cluster_name(codespace)
-    assert get_pod(kube_stack, ns, first) is not None
+    codespace, first = create_running(capture, kube_stack, cluster, bob, team_a)
     assert admin_gateway.get(Kind.SERVICE, ns, first) is not None
-    schedule(kube_stack, cluster, first)
-    status_sync_until(capture, codespace, S.RUNNING)
     assert get_pod(kube_stack, ns, first)["status"]["phase"] == "Running"  # type: ignore[index]
 
     # stop: pod and Service go, the home claim stays
@@ -176,14 +185,7 @@ def test_pod_deleted_behind_tesseras_back_is_requeued_and_recreated(
 ) -> None:
     capture = django_capture_on_commit_callbacks
     ns = cluster.config.namespace
-    with capture(execute=True):
-        codespace = services.create_codespace(
-            user=bob, tenant=team_a, template="pytorch", preset="quarter-h100", name="bob-dev"
-        )
-    codespace.refresh_from_db()
-    name = cluster_name(codespace)
-    schedule(kube_stack, cluster, name)
-    status_sync_until(capture, codespace, S.RUNNING)
+    codespace, name = create_running(capture, kube_stack, cluster, bob, team_a)
     uid = get_pod(kube_stack, ns, name)["metadata"]["uid"]  # type: ignore[index]
     # given someone runs `kubectl delete pod`; KWOK (the node) finishes the graceful deletion
     status, _ = kube_stack.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}")
