@@ -165,6 +165,36 @@ def _quota_group(owner: Owner) -> Model:
     return _quota(owner).group  # type: ignore[attr-defined]
 
 
+def _budget(owner: Owner) -> Model:
+    from quotas.models import GpuHourBudget
+
+    return GpuHourBudget.objects.create(quota=_quota(owner), limit_gpu_hours=100)
+
+
+def _loan(owner: Owner) -> Model:
+    """A loan to the owner's quota from a third team's quota (so team-b is party to neither side)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.tests.factories import TenantFactory
+    from quotas.models import QuotaLoan
+    from quotas.tests.factories import QuotaFactory
+
+    borrower = _quota(owner)
+    lender_tenant = TenantFactory(slug="team-c-lender", name="Team C")
+    lender = QuotaFactory(group=borrower.group, tenant=lender_tenant, name="team-c-isolation")  # type: ignore[attr-defined]
+    now = timezone.now()
+    return QuotaLoan.objects.create(
+        group=borrower.group,  # type: ignore[attr-defined]
+        lender=lender,
+        borrower=borrower,
+        gpus=1,
+        starts_at=now,
+        ends_at=now + timedelta(days=1),
+    )
+
+
 REGISTRY: dict[str, Resource] = {
     "me": Resource(kind="self"),
     "tenants": Resource(
@@ -257,6 +287,35 @@ REGISTRY: dict[str, Resource] = {
         lookup=lambda obj: obj.name,  # type: ignore[attr-defined]
         reason="a pool's usage is an aggregate over every tenant in it (cards, utilization, queue); "
         "it names no tenant (the no-leak check on team-a's slug still applies)",
+    ),
+    "quota-budgets": Resource(
+        kind="tenant",
+        make=_budget,
+        model="quotas.GpuHourBudget",
+        create_payload=lambda owner, obj: {
+            "quota": obj.quota_id,  # type: ignore[attr-defined]
+            "limit_gpu_hours": 5,
+        },
+    ),
+    "quota-loans": Resource(
+        kind="tenant",
+        make=_loan,
+        model="quotas.QuotaLoan",
+        create_payload=lambda owner, obj: {
+            "borrower": obj.borrower_id,  # type: ignore[attr-defined]
+            "lender": obj.lender_id,  # type: ignore[attr-defined]
+            "gpus": 1,
+            "starts_at": "2030-01-01T00:00:00Z",
+            "ends_at": "2030-01-02T00:00:00Z",
+        },
+    ),
+    "demand": Resource(
+        kind="global",
+        reason="the operators' export of recorded demand (every team's requests): members get 403",
+    ),
+    "what-if": Resource(
+        kind="global",
+        reason="the operators' capacity planner over every team's recorded demand: members get 403",
     ),
     "codespaces": Resource(
         kind="tenant",
