@@ -80,7 +80,7 @@ def test_plain_deploy_manifests_validate(version):
             kubernetes_validate.validate(doc, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{label} is invalid for {version}: {exc.message} at {list(exc.path)}")
-    assert len(docs) == 17
+    assert len(docs) == 18  # 17 + the alerting rules' ConfigMap
 
 
 @pytest.mark.parametrize(
@@ -122,9 +122,10 @@ def test_chart_metadata_and_templates_match_plain_manifests():
     plain_kinds = {doc["kind"] for _, doc in plain_documents()}
 
     assert (chart["apiVersion"], chart["name"]) == ("v2", "tessera")
-    assert "Ingress" in template_kinds  # off by default (ingress.enabled), so not in the plain set
+    # off by default (ingress.enabled, alerts.prometheusRule.enabled), so not in the plain set
+    assert {"Ingress", "PrometheusRule"} <= template_kinds
     assert (
-        template_kinds - {"Ingress"}
+        template_kinds - {"Ingress", "PrometheusRule"}
         == plain_kinds
         == {
             "Namespace",
@@ -135,6 +136,7 @@ def test_chart_metadata_and_templates_match_plain_manifests():
             "RoleBinding",
             "Deployment",
             "Service",
+            "ConfigMap",
         }
     )
 
