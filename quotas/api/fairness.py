@@ -44,10 +44,10 @@ class QuotaLoanSerializer(serializers.ModelSerializer):
     lender_name = serializers.CharField(source="lender.name", read_only=True)
     borrower_name = serializers.CharField(source="borrower.name", read_only=True)
     requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
     decided_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
     active = serializers.SerializerMethodField()
 
