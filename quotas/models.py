@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from portal.models import Tenant, dns_label_validator
 from quotas.resources import DIMENSIONS, Resources, Side
+from quotas.sharing import MAX_TIMESLICE_REPLICAS, Sharing, SharingMode, sharing_sentence
 
 # Model field name of a bound: f"{side}_{bound}_{dimension}", e.g. gpu_min_gpu_milli, cpu_max_memory_mib.
 BOUNDS = ("min", "max")
@@ -32,7 +33,14 @@ RESOURCE_FIELDS: tuple[str, ...] = tuple(
 """The twelve min/max fields of a Quota (8 on the GPU side, 4 on the CPU side)."""
 
 EDITABLE_QUOTA_FIELDS: tuple[str, ...] = (*RESOURCE_FIELDS, "shared_weight", "lend_idle_min")
-EDITABLE_GROUP_FIELDS: tuple[str, ...] = ("description", "node_selector", "allow_overcommitted_min")
+EDITABLE_GROUP_FIELDS: tuple[str, ...] = (
+    "description",
+    "node_selector",
+    "allow_overcommitted_min",
+    "sharing_mode",
+    "mig_profiles",
+    "timeslice_replicas",
+)
 
 
 class QuotaGroup(models.Model):
@@ -46,6 +54,22 @@ class QuotaGroup(models.Model):
     )
     allow_overcommitted_min = models.BooleanField(
         default=False, help_text="Allow the sum of leaf mins to exceed the group's capacity."
+    )
+    sharing_mode = models.CharField(
+        max_length=16,
+        choices=SharingMode.choices,
+        default=SharingMode.SLICE,
+        help_text="How the pool's GPUs are shared (quotas.sharing).",
+    )
+    mig_profiles = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='MIG pools: the profiles offered, e.g. ["1g.10gb", "3g.40gb"].',
+    )
+    timeslice_replicas = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_TIMESLICE_REPLICAS)],
+        help_text="Time-sliced pools: replicas per GPU (no memory isolation).",
     )
     version = models.PositiveIntegerField(
         default=1, help_text="Incremented on every change (optimistic concurrency)."
@@ -66,7 +90,20 @@ class QuotaGroup(models.Model):
             "description": self.description,
             "node_selector": self.node_selector,
             "allow_overcommitted_min": self.allow_overcommitted_min,
+            "sharing_mode": self.sharing_mode,
+            "mig_profiles": list(self.mig_profiles or []),
+            "timeslice_replicas": self.timeslice_replicas,
         }
+
+    @property
+    def sharing(self) -> Sharing:
+        """The pool's sharing mode as a value (see quotas.sharing)."""
+        return Sharing(self.sharing_mode, tuple(self.mig_profiles or ()), self.timeslice_replicas)
+
+    @property
+    def sharing_summary(self) -> str:
+        """The sharing mode in one sentence for pages."""
+        return sharing_sentence(self.sharing)
 
 
 class Quota(models.Model):

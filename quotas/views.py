@@ -151,6 +151,9 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
                     description=data["description"],
                     node_selector=data["node_selector"],
                     allow_overcommitted_min=data["allow_overcommitted_min"],
+                    sharing_mode=data["sharing_mode"],
+                    mig_profiles=data["mig_profiles"],
+                    timeslice_replicas=data["timeslice_replicas"],
                     actor=request.user,
                     note=data["note"],
                 )
@@ -163,6 +166,9 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
                     description=data["description"],
                     node_selector=data["node_selector"],
                     allow_overcommitted_min=data["allow_overcommitted_min"],
+                    sharing_mode=data["sharing_mode"],
+                    mig_profiles=data["mig_profiles"],
+                    timeslice_replicas=data["timeslice_replicas"],
                 )
         except PreconditionFailed:
             form.add_error(None, stale_edit_message("group", group))

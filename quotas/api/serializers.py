@@ -10,6 +10,7 @@ from rest_framework import serializers
 from quotas.models import RESOURCE_FIELDS, Quota, QuotaChange, QuotaGroup
 from quotas.presentation import headroom_sentence
 from quotas.resources import Resources, Side
+from quotas.sharing import MAX_MIG_PROFILES, MAX_TIMESLICE_REPLICAS, SharingMode
 from quotas.usage import GroupSnapshot, SideUsage, group_snapshot
 
 
@@ -270,6 +271,9 @@ class QuotaGroupSerializer(serializers.ModelSerializer):
             "description",
             "node_selector",
             "allow_overcommitted_min",
+            "sharing_mode",
+            "mig_profiles",
+            "timeslice_replicas",
             "version",
             "capacity",
             "overlaps",
@@ -320,6 +324,13 @@ class QuotaGroupWriteSerializer(serializers.Serializer):
     description = serializers.CharField(required=False, allow_blank=True)
     node_selector = serializers.DictField(child=serializers.CharField(), required=False)
     allow_overcommitted_min = serializers.BooleanField(required=False)
+    sharing_mode = serializers.ChoiceField(choices=SharingMode.choices, required=False)
+    mig_profiles = serializers.ListField(
+        child=serializers.CharField(max_length=16), required=False, max_length=MAX_MIG_PROFILES
+    )
+    timeslice_replicas = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_TIMESLICE_REPLICAS
+    )
     note = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
 
