@@ -23,6 +23,7 @@ from portal.redis_clients import redis_client
 from portal.transactions import retry_transaction
 from quotas.models import Quota, QuotaGroup
 from quotas.reclaim import with_whole_gangs
+from quotas.sharing import request_errors
 from quotas.usage import WHOLE_CARD_MILLI
 from scheduling import limits, observers
 from scheduling.choices import (
@@ -193,7 +194,12 @@ def _validate_resources(
 def fit_to_pool(res: dict[str, Any], cards: PoolCards, group: QuotaGroup) -> dict[str, Any]:
     """The pool-dependent part of a validated request (`_validate_resources`), in place: a slice is
     restricted to GPU models that can be shared (scheduling.services.slicing), a whole card gets the
-    memory it is charged while pending (scheduling.services.charge). Raises InvalidInput."""
+    memory it is charged while pending (scheduling.services.charge); the pool's sharing mode decides
+    whether it may ask for a slice at all (quotas.sharing). Raises InvalidInput."""
+    refused = request_errors(group.sharing, gpu_count=res["gpu_count"], gpu_milli=res["gpu_milli"])
+    if refused:
+        reasons = next(iter(refused.values()))
+        raise InvalidInput(f"Pool {group.name}: {reasons[0]}", fields=refused)
     whole_card_only = whole_card_only_models()
     if res["gpu_count"] and res["gpu_milli"] < WHOLE_CARD_MILLI and whole_card_only:
         res["gpu_models"] = models_for_slice(
