@@ -16,6 +16,7 @@ from codespaces.services.requests import shown
 from codespaces.units import MIB_PER_GIB
 from portal.errors import InvalidInput
 from quotas.models import Quota
+from quotas.sharing import request_errors
 from scheduling import services as scheduling_services
 
 # --- What a user asks for ------------------------------------------------------------------------
@@ -240,6 +241,14 @@ def validate_size(
         gpu_count, gpu_milli, gpu_memory_mib = size.gpu_count, units.MILLI_PER_GPU, 0
         if not pool_models:
             errors.add("gpu_count", f"Pool {pool_name} has no healthy GPU.")
+    if mode in (GpuMode.SLICE, GpuMode.WHOLE):
+        # The pool's sharing mode (quotas.sharing): e.g. no slices in an exclusive pool.
+        refused = request_errors(quota.group.sharing, gpu_count=gpu_count, gpu_milli=gpu_milli)
+        for messages in refused.values():
+            errors.add(
+                "gpu_percent" if mode == GpuMode.SLICE else "gpu_mode",
+                f"Pool {pool_name}: {messages[0]}",
+            )
     if own:
         errors.raise_if_any()
     return Resources(
