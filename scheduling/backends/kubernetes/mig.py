@@ -165,6 +165,14 @@ def mig_cards_from_slices(
     return cards
 
 
+def parent_uuid(slices: Sequence[Mapping[str, Any]], node: str, gpu_index: int) -> str | None:
+    """The UUID of card ``gpu_index`` of ``node`` as the slices publish it (what a claim pins), or ``None``."""
+    for device in mig_devices(slices):
+        if device.node == node and _card_index([device], -1) == gpu_index:
+            return device.parent_uuid
+    return None
+
+
 def _card_index(devices: Sequence[DraMigDevice], fallback: int) -> int:
     """The card's index on its node from its counter set name ``gpu-<i>-counters``; else its order."""
     match = re.match(r"^gpu-(\d+)", devices[0].card)
