@@ -124,8 +124,8 @@ def mig_resource_slice(
 ) -> dict[str, Any]:
     """A partitionable slice as a MIG-capable DRA driver publishes it: per (uuid, product) card a counter set
     ``gpu-<i>-counters`` of 8 memory slices, and per valid MIG placement a device of ``type`` ``mig`` that
-    consumes the memory slices it spans (attributes ``profile``, ``parentUUID``, ``productName``,
-    ``placementStart``). Cards whose index is in ``tainted`` carry a NoSchedule device taint."""
+    consumes the memory slices it spans (attributes ``profile``, ``parentUUID``, ``parentIndex``,
+    ``productName``, ``placementStart``). Cards whose index is in ``tainted`` carry a NoSchedule device taint."""
     counters = []
     devices = []
     for index, (uuid, product) in enumerate(cards):
@@ -146,6 +146,7 @@ def mig_resource_slice(
                         "type": {"string": "mig"},
                         "profile": {"string": profile.name},
                         "parentUUID": {"string": uuid},
+                        "parentIndex": {"int": index},
                         "productName": {"string": product},
                         "placementStart": {"int": start},
                     },

@@ -31,7 +31,6 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 RESOURCE_API = "resource.k8s.io/v1"
-COUNTER = re.compile(r"^memory-slice-([0-7])$")
 _PROFILE = re.compile(r"^[1-7]g\.[1-9][0-9]{0,2}gb$")
 _BLOCKING_TAINTS = frozenset({"NoSchedule", "NoExecute"})
 
@@ -77,12 +76,13 @@ def static_mig_counts(labels: Mapping[str, str], allocatable: Mapping[str, str])
 # ---------------------------------------------------------------- DRA: inventory from ResourceSlices
 @dataclass(frozen=True, slots=True)
 class DraMigDevice:
-    """One MIG device a slice offers: which card (counter set), profile, start, and the device's name."""
+    """One MIG device a slice offers: which card (its UUID and index, -1 if unknown), profile, start, name."""
 
     node: str
     pool: str
     device: str
     card: str
+    card_index: int
     parent_uuid: str
     product: str
     profile: str
@@ -99,7 +99,11 @@ def _attribute(device: Mapping[str, Any], name: str) -> Any:
 
 
 def mig_devices(slices: Iterable[Mapping[str, Any]]) -> list[DraMigDevice]:
-    """The MIG devices of the slices (devices of ``type`` ``mig`` that consume one card's counters)."""
+    """The MIG devices of the slices (devices of ``type`` ``mig`` with a profile and a start).
+
+    The card is the device's ``parentUUID``; its index on the node is the ``parentIndex`` attribute, else the
+    ``gpu-<i>-counters`` counter set it consumes. A 1.34 API server without the ``DRAPartitionableDevices``
+    feature gate drops the counters from stored slices, so the reader never depends on them."""
     out: list[DraMigDevice] = []
     for resource_slice in slices:
         spec = resource_slice.get("spec") or {}
@@ -108,21 +112,29 @@ def mig_devices(slices: Iterable[Mapping[str, Any]]) -> list[DraMigDevice]:
         for device in spec.get("devices") or []:
             if _attribute(device, "type") != "mig":
                 continue
-            consumes = device.get("consumesCounters") or []
-            if len(consumes) != 1:
-                continue
             start = _attribute(device, "placementStart")
             profile = _attribute(device, "profile")
-            if not isinstance(start, int) or not isinstance(profile, str):
+            parent = _attribute(device, "parentUUID")
+            if (
+                not isinstance(start, int)
+                or not isinstance(profile, str)
+                or not isinstance(parent, str)
+            ):
                 continue
+            index = _attribute(device, "parentIndex")
+            if not isinstance(index, int):
+                consumes = device.get("consumesCounters") or [{}]
+                match = re.match(r"^gpu-(\d+)", str(consumes[0].get("counterSet") or ""))
+                index = int(match.group(1)) if match else -1
             taints = device.get("taints") or []
             out.append(
                 DraMigDevice(
                     node=node,
                     pool=pool,
                     device=str(device.get("name")),
-                    card=str(consumes[0].get("counterSet")),
-                    parent_uuid=str(_attribute(device, "parentUUID") or ""),
+                    card=parent,
+                    card_index=index,
+                    parent_uuid=parent,
                     product=str(_attribute(device, "productName") or ""),
                     profile=profile,
                     start=start,
@@ -135,15 +147,28 @@ def mig_devices(slices: Iterable[Mapping[str, Any]]) -> list[DraMigDevice]:
 def mig_cards_from_slices(
     slices: Sequence[Mapping[str, Any]], allocated: Iterable[tuple[str, str]] = ()
 ) -> list[MigCard]:
-    """The engine's cards from published slices: each counter set of a MIG-capable product is one dynamic card
-    (DRA creates the instance when a claim is allocated); ``allocated`` lists ``(pool, device)`` of claims
-    already allocated, which become instances in use. A card with a tainted device is unhealthy."""
-    taken = set(allocated)
+    """The engine's cards from published slices: each card (parent UUID) of a MIG-capable product is one
+    dynamic card (DRA creates the instance when a claim is allocated); ``allocated`` lists ``(pool, device)`` of
+    claims already allocated, which become instances in use. A card with a tainted device is unhealthy."""
+    return [card for card, _uuid in _cards(slices, set(allocated))]
+
+
+def parent_uuid(slices: Sequence[Mapping[str, Any]], node: str, gpu_index: int) -> str | None:
+    """The UUID of card ``gpu_index`` of ``node`` as the slices publish it (what a claim pins), or ``None``."""
+    for card, uuid in _cards(slices, set()):
+        if (card.node, card.gpu_index) == (node, gpu_index):
+            return uuid
+    return None
+
+
+def _cards(
+    slices: Sequence[Mapping[str, Any]], taken: set[tuple[str, str]]
+) -> list[tuple[MigCard, str]]:
     by_card: dict[tuple[str, str], list[DraMigDevice]] = {}
     for device in mig_devices(slices):
         by_card.setdefault((device.node, device.card), []).append(device)
-    cards: list[MigCard] = []
-    for index, ((node, _card), devices) in enumerate(sorted(by_card.items())):
+    out: list[tuple[MigCard, str]] = []
+    for position, ((node, uuid), devices) in enumerate(sorted(by_card.items())):
         product = devices[0].product
         if mig_geometry(product) is None:
             continue
@@ -152,31 +177,17 @@ def mig_cards_from_slices(
             for d in sorted(devices, key=lambda d: (d.start, d.profile))
             if (d.pool, d.device) in taken
         )
-        cards.append(
-            MigCard(
-                node,
-                _card_index(devices, index),
-                product,
-                MigLayoutMode.DYNAMIC,
-                in_use,
-                healthy=not any(d.tainted for d in devices),
-            )
+        index = devices[0].card_index if devices[0].card_index >= 0 else position
+        card = MigCard(
+            node,
+            index,
+            product,
+            MigLayoutMode.DYNAMIC,
+            in_use,
+            healthy=not any(d.tainted for d in devices),
         )
-    return cards
-
-
-def parent_uuid(slices: Sequence[Mapping[str, Any]], node: str, gpu_index: int) -> str | None:
-    """The UUID of card ``gpu_index`` of ``node`` as the slices publish it (what a claim pins), or ``None``."""
-    for device in mig_devices(slices):
-        if device.node == node and _card_index([device], -1) == gpu_index:
-            return device.parent_uuid
-    return None
-
-
-def _card_index(devices: Sequence[DraMigDevice], fallback: int) -> int:
-    """The card's index on its node from its counter set name ``gpu-<i>-counters``; else its order."""
-    match = re.match(r"^gpu-(\d+)", devices[0].card)
-    return int(match.group(1)) if match else fallback
+        out.append((card, uuid))
+    return out
 
 
 # ---------------------------------------------------------------- DRA: placements as claims
