@@ -75,11 +75,12 @@ def sharing_sentence(sharing: Sharing) -> str:
 
 
 def mig_gpu_equivalent_milli(profile: str) -> int:
-    """GPU milli a MIG instance counts as in quotas: its compute slices over 7 (``3g.40gb`` -> 429)."""
+    """GPU milli a MIG instance counts as in quotas: its compute slices over 7, rounded down
+    (``3g.40gb`` -> 428), so the instances of one card never add up to more than one GPU (7 x 1g = 994)."""
     match = MIG_PROFILE_PATTERN.match(profile)
     if match is None:
         raise ValueError(f"{profile!r} is not a MIG profile name")
-    return round(int(match.group(1)) * GPU_MILLI / MIG_COMPUTE_SLICES)
+    return int(match.group(1)) * GPU_MILLI // MIG_COMPUTE_SLICES
 
 
 def mig_memory_mib(profile: str) -> int:

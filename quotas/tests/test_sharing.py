@@ -25,13 +25,13 @@ TIMESLICE = Sharing(SharingMode.TIMESLICE, (), 4)
 
 def test_mig_instances_count_as_gpu_equivalents() -> None:
     assert [mig_gpu_equivalent_milli(p) for p in ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb")] == [
-        143,
-        286,
-        429,
+        142,
+        285,
+        428,
         1000,
     ]
     assert mig_memory_mib("1g.10gb") == 10240
-    assert quota_gpu_milli(MIG, gpu_count=0, gpu_milli=0, mig_profile="3g.40gb") == 429
+    assert quota_gpu_milli(MIG, gpu_count=0, gpu_milli=0, mig_profile="3g.40gb") == 428
     assert quota_gpu_milli(TIMESLICE, gpu_count=1, gpu_milli=250) == 250
     assert quota_gpu_milli(Sharing(SharingMode.SLICE), gpu_count=2, gpu_milli=1000) == 2000
     with pytest.raises(ValueError, match="not a MIG profile"):

@@ -23,7 +23,12 @@ from portal.redis_clients import redis_client
 from portal.transactions import retry_transaction
 from quotas.models import Quota, QuotaGroup
 from quotas.reclaim import with_whole_gangs
-from quotas.sharing import request_errors
+from quotas.sharing import (
+    MIG_PROFILE_PATTERN,
+    mig_gpu_equivalent_milli,
+    mig_memory_mib,
+    request_errors,
+)
 from quotas.usage import WHOLE_CARD_MILLI
 from scheduling import limits, observers
 from scheduling.choices import (
@@ -126,6 +131,7 @@ def _validate_resources(
     topology: Any,
     priority: Any,
     profile: Any,
+    mig_profile: Any = "",
 ) -> dict[str, Any]:
     errors: dict[str, list[str]] = {}
 
@@ -185,6 +191,18 @@ def _validate_resources(
     if profile not in UtilizationProfile.values:
         errors["profile"] = [f"One of {', '.join(UtilizationProfile.values)}; got {profile!r}."]
     out["profile"] = profile
+    out["mig_profile"] = ""
+    if mig_profile not in (None, ""):
+        if not isinstance(mig_profile, str) or not MIG_PROFILE_PATTERN.match(mig_profile):
+            errors["mig_profile"] = [
+                f"{str(mig_profile)[:40]!r} is not a MIG profile name such as 1g.10gb."
+            ]
+        elif out["gpu_count"] > 1 or out["gpu_milli"] not in (0, 1000) or out["gpu_memory_mib"]:
+            errors["mig_profile"] = [
+                "A MIG profile is one GPU instance: leave gpu_count, gpu_milli and gpu_memory_mib unset."
+            ]
+        else:
+            out["mig_profile"] = mig_profile
     if errors:
         first = next(iter(errors.items()))
         raise InvalidInput(f"Invalid {first[0]}: {first[1][0]}", fields=errors)
@@ -196,10 +214,26 @@ def fit_to_pool(res: dict[str, Any], cards: PoolCards, group: QuotaGroup) -> dic
     restricted to GPU models that can be shared (scheduling.services.slicing), a whole card gets the
     memory it is charged while pending (scheduling.services.charge); the pool's sharing mode decides
     whether it may ask for a slice at all (quotas.sharing). Raises InvalidInput."""
-    refused = request_errors(group.sharing, gpu_count=res["gpu_count"], gpu_milli=res["gpu_milli"])
+    mig_profile = res.get("mig_profile", "")
+    refused = request_errors(
+        group.sharing,
+        gpu_count=res["gpu_count"],
+        gpu_milli=res["gpu_milli"],
+        mig_profile=mig_profile,
+    )
     if refused:
         reasons = next(iter(refused.values()))
         raise InvalidInput(f"Pool {group.name}: {reasons[0]}", fields=refused)
+    if mig_profile:
+        # One GPU instance; quotas count it as its GPU-equivalent (quotas.sharing), its memory is the
+        # profile's. The cycle places it with the MIG engine (card + position).
+        res.update(
+            gpu_count=1,
+            gpu_milli=mig_gpu_equivalent_milli(mig_profile),
+            gpu_memory_mib=mig_memory_mib(mig_profile),
+            whole_card_memory_mib=0,
+        )
+        return res
     whole_card_only = whole_card_only_models()
     if res["gpu_count"] and res["gpu_milli"] < WHOLE_CARD_MILLI and whole_card_only:
         res["gpu_models"] = models_for_slice(
@@ -260,6 +294,7 @@ def submit_workload(
     home_volume: str = "",
     home_volume_gib: int = 0,
     pk: int | None = None,
+    mig_profile: str = "",
 ) -> Workload:
     """Validate and queue one workload (PENDING); its shard's cycle runs after commit. `pk` is a
     primary key reserved with `portal.db.reserve_ids` (the caller's other rows already name it).
@@ -294,6 +329,7 @@ def submit_workload(
         topology=topology,
         priority=priority,
         profile=profile,
+        mig_profile=mig_profile,
     )
     res = fit_to_pool(res, PoolCards.of(quota.group), quota.group)
     # No savepoint inside a caller's transaction (a codespace create): nothing here is caught and
@@ -378,6 +414,7 @@ def submit_gang(
                         topology=m.get("topology", "none"),
                         priority=priority,
                         profile=m.get("profile", UtilizationProfile.TRAINING),
+                        mig_profile=m.get("mig_profile", ""),
                     ),
                     cards,
                     quota.group,

@@ -270,11 +270,11 @@ def device_class_quota_milli(
     device_class: str, classes: Mapping[str, str], profile: str = ""
 ) -> int | None:
     """GPU milli one device of ``device_class`` counts as in quotas, from the operator's mapping of DeviceClass
-    names to quota units (``"gpu"`` = a whole card, ``"mig"`` = the profile's GPU-equivalent, compute slices / 7);
+    names to quota units (``"gpu"`` = a whole card, ``"mig"`` = the profile's GPU-equivalent, compute slices / 7 rounded down);
     ``None`` for a class the mapping does not name (Tessera does not count it)."""
     unit = classes.get(device_class)
     if unit == "gpu":
         return 1000
     if unit == "mig" and _PROFILE.match(profile):
-        return round(int(profile[0]) * 1000 / 7)
+        return int(profile[0]) * 1000 // 7  # as quotas.sharing.mig_gpu_equivalent_milli
     return None

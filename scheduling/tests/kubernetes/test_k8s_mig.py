@@ -147,5 +147,5 @@ def test_allocation_and_device_status_are_read_back() -> None:
 def test_device_classes_map_to_quota_units() -> None:
     classes = {"gpu.tessera.test": "gpu", MIG_CLASS: "mig"}
     assert device_class_quota_milli("gpu.tessera.test", classes) == 1000
-    assert device_class_quota_milli(MIG_CLASS, classes, "3g.40gb") == 429
+    assert device_class_quota_milli(MIG_CLASS, classes, "3g.40gb") == 428
     assert device_class_quota_milli("fpga.example.com", classes) is None
