@@ -28,7 +28,7 @@ def mig_cards(group: QuotaGroup, node_names: Iterable[str]) -> tuple[MigCard, ..
     gpus = list(
         Gpu.objects.filter(node__name__in=names)
         .order_by("node__name", "index")
-        .values_list("pk", "node__name", "index", "model", "healthy")
+        .values_list("pk", "node__name", "index", "model", "memory_mib", "healthy")
     )
     held: dict[int, list[MigInstance]] = defaultdict(list)
     for gpu_id, profile, start in PlacementGpu.objects.filter(
@@ -37,18 +37,31 @@ def mig_cards(group: QuotaGroup, node_names: Iterable[str]) -> tuple[MigCard, ..
         mig_start__isnull=False,
     ).values_list("gpu_id", "mig_profile", "mig_start"):
         held[gpu_id].append(MigInstance(profile, int(start or 0), in_use=True))
-    return tuple(
-        MigCard(
-            node=node,
-            gpu_index=index,
-            model=model,
-            mode=MigLayoutMode.DYNAMIC,
-            instances=tuple(sorted(held[pk], key=lambda i: i.start)),
-            healthy=healthy,
-        )
-        for pk, node, index, model, healthy in gpus
-        if mig_geometry(model) is not None
-    )
+    cards = []
+    for pk, node, index, model, memory_mib, healthy in gpus:
+        name = mig_model(model, memory_mib)
+        if name:
+            cards.append(
+                MigCard(
+                    node=node,
+                    gpu_index=index,
+                    model=name,
+                    mode=MigLayoutMode.DYNAMIC,
+                    instances=tuple(sorted(held[pk], key=lambda i: i.start)),
+                    healthy=healthy,
+                )
+            )
+    return tuple(cards)
+
+
+def mig_model(model: str, memory_mib: int) -> str:
+    """The MIG geometry's model name of a card (``""`` when it has none): inventory may name the model
+    without its memory (``H100``), which the card's memory then tells (``H100-80GB``)."""
+    for name in (model, f"{model}-{round(memory_mib / 1024)}GB"):
+        geometry = mig_geometry(name)
+        if geometry is not None:
+            return geometry.model
+    return ""
 
 
 def record_mig_slots(slots: Mapping[int, MigSlot]) -> None:
