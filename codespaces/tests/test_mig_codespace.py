@@ -121,3 +121,18 @@ def test_a_slice_pool_refuses_a_mig_size(
     assert info.value.fields == {
         "mig_profile": ["Pool gpu: This pool does not offer MIG instances."]
     }
+
+
+def test_the_picker_offers_the_pools_mig_profiles_with_where_they_start(
+    mig_pool: Any, quota_a: Any, template: Any
+) -> None:
+    options = services.picker_data(template, quota_a).mig_options
+    assert [(o.profile, o.starts_now, o.node) for o in options] == [
+        ("1g.10gb", True, "h100-a"),
+        ("3g.40gb", True, "h100-a"),
+    ]
+    assert options[0].sentence == "1g.10gb: hard isolation, starts now on h100-a"
+
+
+def test_the_picker_offers_no_mig_profile_in_a_slice_pool(quota_a: Any, template: Any) -> None:
+    assert services.picker_data(template, quota_a).mig_options == []
