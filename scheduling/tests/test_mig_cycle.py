@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from portal.errors import InvalidInput
 from quotas import services as quota_services
 from scheduling import services
 from scheduling.choices import WorkloadState
 from scheduling.inventory import sync_inventory_rows
-from scheduling.models import PlacementGpu, Workload
+from scheduling.models import Node, PlacementGpu, Workload
 from scheduling.tests.factories import gpu_node, make_quota
 
 pytestmark = pytest.mark.django_db
@@ -127,3 +128,20 @@ def test_packing_keeps_the_4g_position_free_across_cycles(mig_quota: Any) -> Non
     _submit(mig_quota, "four", mig_profile="4g.40gb")
     assert services.run_cycle(mig_quota.group_id).placed == 1
     assert _slots()["four"] == ("h100-01", 1, "4g.40gb", 0)
+
+
+def test_node_page_draws_each_cards_mig_layout_by_position(mig_quota: Any, operator: Any) -> None:
+    _submit(mig_quota, "three", mig_profile="3g.40gb")
+    _submit(mig_quota, "small", mig_profile="1g.10gb")
+    services.run_cycle(mig_quota.group_id)
+    client = Client()
+    client.force_login(operator)
+    node = Node.objects.get(name="h100-01")
+    html = client.get(f"/cluster/nodes/{node.pk}/").content.decode()
+    slots = _slots()
+    three, small = slots["three"][3], slots["small"][3]
+    assert f'data-testid="mig-0-{three}"' in html
+    assert f"3g.40gb @{three} · three" in html
+    assert f"1g.10gb @{small} · small" in html
+    assert 'data-testid="mig-legend"' in html
+    assert 'data-testid="mig-layout-1"' not in html  # card 1 holds no instance
