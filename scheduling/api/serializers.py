@@ -21,6 +21,12 @@ class GpuShareSerializer(serializers.Serializer):
     tenant = serializers.CharField()
     gpu_milli = serializers.IntegerField()
     gpu_memory_mib = serializers.IntegerField()
+    mig_profile = serializers.CharField(
+        help_text="The MIG instance's profile on a MIG card, else empty."
+    )
+    mig_start = serializers.IntegerField(
+        allow_null=True, help_text="The MIG instance's memory-slice position (0-7), else null."
+    )
 
 
 class GpuSerializer(serializers.ModelSerializer):

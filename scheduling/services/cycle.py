@@ -230,8 +230,11 @@ def _insert_placements_pg(
                 cols[3].append(a.gpu_memory_mib)
         if cols[0]:
             cur.execute(
-                f"INSERT INTO {g_table} (placement_id, gpu_id, gpu_milli, gpu_memory_mib) "
-                "SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[])",
+                # mig_profile has no database default: '' here, the MIG instance is written after
+                # (scheduling.services.mig_cards.record_mig_slots)
+                f"INSERT INTO {g_table} (placement_id, gpu_id, gpu_milli, gpu_memory_mib, mig_profile) "
+                "SELECT u.*, '' FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[]) "
+                "AS u(p, g, c, m)",
                 list(cols),
             )
 

@@ -253,7 +253,7 @@ def test_gpu_shares_hide_other_teams_names(
     ours = api_as(alice).get(f"/api/v1/gpus/{gpu_id}/").json()
     assert theirs["shares"] == [
         {"workload": None, "name": "another team", "tenant": "another team",
-         "gpu_milli": 250, "gpu_memory_mib": 1000}
+         "gpu_milli": 250, "gpu_memory_mib": 1000, "mig_profile": "", "mig_start": None}
     ]  # fmt: skip
     assert ours["shares"][0]["name"] == "secret-notebook"
     assert ours["used_milli"] == 250
