@@ -201,7 +201,7 @@ def propose(cycle: CycleInput) -> Proposal:
             u.head.usage.gang_name or str(u.head.usage.gang_id), tuple(map(str, u.ids)), u.gang_need
         )
         for u in admitted
-        if u.gang_need > 0
+        if u.gang_need > 0 and not any(m.mig_profile for m in u.members)
     ]
     # The target workload of FGD/Tessera: the shard's recent and pending request shapes (stable from one
     # small cycle to the next, unlike the few requests of one cycle alone).

@@ -145,3 +145,14 @@ def test_node_page_draws_each_cards_mig_layout_by_position(mig_quota: Any, opera
     assert f"1g.10gb @{small} · small" in html
     assert 'data-testid="mig-legend"' in html
     assert 'data-testid="mig-layout-1"' not in html  # card 1 holds no instance
+
+
+def test_a_one_pod_mig_job_is_placed_and_a_multi_pod_one_refused(mig_quota: Any) -> None:
+    member = {"cpu_milli": 1000, "memory_mib": 1024, "mig_profile": "1g.10gb"}
+    common = {"tenant": mig_quota.tenant, "quota": mig_quota, "owner": None, "timeout_seconds": 60}
+    with pytest.raises(InvalidInput) as info:
+        services.submit_gang(name="pair", members=[member, member], min_available=2, **common)
+    assert list(info.value.fields) == ["pods"]
+    services.submit_gang(name="solo", members=[member], min_available=1, **common)
+    assert services.run_cycle(mig_quota.group_id).placed == 1
+    assert _slots()["solo-0"] == ("h100-01", 0, "1g.10gb", 6)
