@@ -397,12 +397,6 @@ def submit_gang(
             f"timeout_seconds must be between 1 and 604800 (7 days), got {timeout_seconds}.",
             fields={"timeout_seconds": ["Between 1 and 604800."]},
         )
-    if len(members) > 1 and any(isinstance(m, Mapping) and m.get("mig_profile") for m in members):
-        # MIG instances are placed one by one (scheduling.engine.mig), not all or nothing
-        raise InvalidInput(
-            "A job of MIG instances has one pod for now.",
-            fields={"pods": ["A job with a MIG profile has exactly one pod."]},
-        )
     specs = []
     cards = PoolCards.of(quota.group)
     for i, m in enumerate(members):
@@ -436,6 +430,12 @@ def submit_gang(
             raise InvalidInput(
                 f"Pod {i} must be an object of resources.", fields={f"members[{i}]": ["An object."]}
             ) from exc
+    if len(specs) > 1 and any(spec["mig_profile"] for spec in specs):
+        # MIG instances are placed one by one (scheduling.engine.mig), not all or nothing
+        raise InvalidInput(
+            "A job of MIG instances has one pod for now.",
+            fields={"pods": ["A job with a MIG profile has exactly one pod."]},
+        )
     check_gang_fits(quota.group, specs, min_available=min_available)
     now = timezone.now()
     try:
