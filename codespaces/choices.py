@@ -75,6 +75,7 @@ class GpuMode(models.TextChoices):
     NONE = "none", "CPU only"
     SLICE = "slice", "Slice of one GPU"
     WHOLE = "whole", "Whole cards"
+    MIG = "mig", "MIG instance (hard isolation)"
 
 
 class EventKind(models.TextChoices):

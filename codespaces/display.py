@@ -21,6 +21,7 @@ def size_label(
     gpu_model: str,
     cpu_milli: int,
     memory_mib: int,
+    mig_profile: str = "",
 ) -> str:
     """Human size: "25% · 20 GiB of 1 GPU · 2 CPU · 8 GiB RAM", "2 × whole GPU · ...", "CPU only · ..."."""
     cpu = f"{units.milli_to_cores(cpu_milli):g} CPU · {units.mib_to_gib(memory_mib):g} GiB RAM"
@@ -30,6 +31,8 @@ def size_label(
         return f"{units.milli_to_percent(gpu_milli):g}% · {gib:g} GiB of 1{model} GPU · {cpu}"
     if gpu_mode == GpuMode.WHOLE:
         return f"{gpu_count} × whole{model} GPU · {cpu}"
+    if gpu_mode == GpuMode.MIG:
+        return f"MIG {mig_profile}{model} (hard isolation) · {cpu}"
     return f"CPU only · {cpu}"
 
 

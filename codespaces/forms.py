@@ -59,6 +59,12 @@ class CodespaceCreateForm(forms.Form):
     gpu_memory_gib = _size_field("gpu_memory_gib", initial=20, label="GPU memory (GiB)")
     gpu_count = _size_field("gpu_count", initial=1, label="Whole GPUs")
     gpu_model = forms.ChoiceField(required=False, label="GPU model")
+    mig_profile = forms.CharField(
+        required=False,
+        max_length=16,
+        label="MIG profile",
+        help_text="With a MIG instance, e.g. 1g.10gb",
+    )
     cpu_cores = forms.DecimalField(
         required=False, initial=4, min_value=0, max_digits=6, decimal_places=1, label="CPU cores"
     )
@@ -242,7 +248,12 @@ class PresetForm(forms.Form):
 
     name = forms.SlugField(max_length=63)
     label = forms.CharField(max_length=120, help_text='What developers read, e.g. "1/4 H100"')
-    gpu_mode = forms.ChoiceField(choices=GpuMode.choices, initial=GpuMode.SLICE, label="GPU")
+    # A preset has no MIG profile: MIG instances are chosen as a custom size on a MIG pool.
+    gpu_mode = forms.ChoiceField(
+        choices=[c for c in GpuMode.choices if c[0] != GpuMode.MIG],
+        initial=GpuMode.SLICE,
+        label="GPU",
+    )
     gpu_percent = forms.IntegerField(
         required=False, min_value=0, max_value=100, label="Compute (%)"
     )

@@ -211,6 +211,9 @@ class Codespace(models.Model):
     gpu_milli = models.PositiveIntegerField(default=0, help_text="Per GPU; 1000 = whole card")
     gpu_memory_mib = models.PositiveIntegerField(default=0, help_text="Per GPU")
     gpu_model = models.CharField(max_length=63, blank=True)
+    mig_profile = models.CharField(
+        max_length=16, blank=True, default="", help_text="The MIG profile of a `mig` size (1g.10gb)"
+    )
     cpu_milli = models.PositiveIntegerField()
     memory_mib = models.PositiveIntegerField()
     home_gib = models.PositiveIntegerField()
@@ -315,6 +318,7 @@ class Codespace(models.Model):
             gpu_model=self.gpu_model,
             cpu_milli=self.cpu_milli,
             memory_mib=self.memory_mib,
+            mig_profile=self.mig_profile,
         )
 
     @property

@@ -13,6 +13,7 @@ from portal.operator_log import MAX_REASON_LENGTH
 from quotas.fairness import MAX_HALF_LIFE_HOURS
 from quotas.models import MAX_MIN_RUNTIME_SECONDS, RESOURCE_FIELDS, Quota, QuotaGroup
 from quotas.resources import Side
+from quotas.sharing import MAX_TIMESLICE_REPLICAS, MODE_NOTES, SharingMode
 
 # The unit each dimension is typed in (the form converts once, through portal.numbers).
 UNIT_OF = {
@@ -185,11 +186,55 @@ class GroupForm(SelectorRowsForm):
         max_value=MAX_MIN_RUNTIME_SECONDS,
         label="Minimum runtime before preemption (seconds; 0 = off)",
     )
+    sharing_mode = forms.ChoiceField(
+        required=False,
+        choices=SharingMode.choices,
+        initial=SharingMode.SLICE,
+        label="GPU sharing",
+        help_text=" ".join(f"{SharingMode(m).label}: {note}" for m, note in MODE_NOTES.items()),
+    )
+    mig_profiles = forms.CharField(
+        required=False,
+        max_length=200,
+        label="MIG profiles offered",
+        help_text="MIG pools only, comma-separated, e.g. 1g.10gb, 3g.40gb.",
+    )
+    timeslice_replicas = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_TIMESLICE_REPLICAS,
+        initial=1,
+        label="Replicas per GPU",
+        help_text="Time-sliced pools only (2 to 16); replicas have no memory isolation.",
+    )
     note = forms.CharField(required=False, max_length=500)
     version = forms.IntegerField(widget=forms.HiddenInput, required=False)
 
+    def clean_sharing_mode(self) -> str:
+        """Left out of a post: the group's mode (a new group: ``slice``)."""
+        value = self.cleaned_data.get("sharing_mode")
+        if value:
+            return str(value)
+        return self._group.sharing_mode if self._group else SharingMode.SLICE
+
+    def clean_mig_profiles(self) -> list[str]:
+        """``"1g.10gb, 3g.40gb"`` -> ``["1g.10gb", "3g.40gb"]`` (the service checks each name); left out of a
+        post: the group's list."""
+        if "mig_profiles" not in self.data and self._group is not None:
+            return list(self._group.mig_profiles or [])
+        text = self.cleaned_data.get("mig_profiles") or ""
+        return [part.strip() for part in text.split(",") if part.strip()]
+
+    def clean_timeslice_replicas(self) -> int:
+        """Left out of a post: the group's replicas (a new group: 1)."""
+        value = self.cleaned_data.get("timeslice_replicas")
+        if value is not None:
+            return int(value)
+        return self._group.timeslice_replicas if self._group else 1
+
     def __init__(self, *args: Any, group: QuotaGroup | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._group = group
         if group is not None:
             self.fields["name"].disabled = True
             self.initial.update(
@@ -198,6 +243,9 @@ class GroupForm(SelectorRowsForm):
                 allow_overcommitted_min=group.allow_overcommitted_min,
                 fair_share_half_life_hours=group.fair_share_half_life_hours,
                 min_runtime_seconds=group.min_runtime_seconds,
+                sharing_mode=group.sharing_mode,
+                mig_profiles=", ".join(group.mig_profiles or []),
+                timeslice_replicas=group.timeslice_replicas,
                 version=group.version,
             )
             self.initial_rows(group.node_selector or {})

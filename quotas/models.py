@@ -15,6 +15,7 @@ from django.db import models
 from portal.models import Tenant, dns_label_validator
 from quotas.fairness import MAX_HALF_LIFE_HOURS
 from quotas.resources import DIMENSIONS, Resources, Side
+from quotas.sharing import MAX_TIMESLICE_REPLICAS, Sharing, SharingMode, sharing_sentence
 
 MAX_MIN_RUNTIME_SECONDS = 7 * 24 * 3600
 """The longest minimum runtime before preemption a group may set (a week)."""
@@ -42,6 +43,9 @@ EDITABLE_GROUP_FIELDS: tuple[str, ...] = (
     "allow_overcommitted_min",
     "fair_share_half_life_hours",
     "min_runtime_seconds",
+    "sharing_mode",
+    "mig_profiles",
+    "timeslice_replicas",
 )
 
 
@@ -68,6 +72,22 @@ class QuotaGroup(models.Model):
         validators=[MaxValueValidator(MAX_MIN_RUNTIME_SECONDS)],
         help_text="Minimum runtime before preemption: reclaim never stops work younger than this.",
     )
+    sharing_mode = models.CharField(
+        max_length=16,
+        choices=SharingMode.choices,
+        default=SharingMode.SLICE,
+        help_text="How the pool's GPUs are shared (quotas.sharing).",
+    )
+    mig_profiles = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='MIG pools: the profiles offered, e.g. ["1g.10gb", "3g.40gb"].',
+    )
+    timeslice_replicas = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_TIMESLICE_REPLICAS)],
+        help_text="Time-sliced pools: replicas per GPU (no memory isolation).",
+    )
     version = models.PositiveIntegerField(
         default=1, help_text="Incremented on every change (optimistic concurrency)."
     )
@@ -89,7 +109,20 @@ class QuotaGroup(models.Model):
             "allow_overcommitted_min": self.allow_overcommitted_min,
             "fair_share_half_life_hours": self.fair_share_half_life_hours,
             "min_runtime_seconds": self.min_runtime_seconds,
+            "sharing_mode": self.sharing_mode,
+            "mig_profiles": list(self.mig_profiles or []),
+            "timeslice_replicas": self.timeslice_replicas,
         }
+
+    @property
+    def sharing(self) -> Sharing:
+        """The pool's sharing mode as a value (see quotas.sharing)."""
+        return Sharing(self.sharing_mode, tuple(self.mig_profiles or ()), self.timeslice_replicas)
+
+    @property
+    def sharing_summary(self) -> str:
+        """The sharing mode in one sentence for pages."""
+        return sharing_sentence(self.sharing)
 
 
 class Quota(models.Model):

@@ -44,6 +44,7 @@ from quotas.models import (
 )
 from quotas.resources import Resources, Side, human_amount
 from quotas.selector_preview import selector_conflicts
+from quotas.sharing import SharingMode, clean_sharing
 from quotas.usage import (
     SIDES,
     GroupCapacity,
@@ -528,13 +529,16 @@ def create_group(
     description: str = "",
     node_selector: dict[str, Any] | None = None,
     allow_overcommitted_min: bool = False,
+    sharing_mode: str = SharingMode.SLICE,
+    mig_profiles: Any = (),
+    timeslice_replicas: Any = 1,
     fair_share_half_life_hours: Any = None,
     min_runtime_seconds: Any = 0,
     actor: Any = None,
     note: str = "",
 ) -> Saved[QuotaGroup]:
-    """Create a quota group (a node pool selected by labels). Audited. One transaction, retried when
-    it lost a lock race (Busy when every attempt did)."""
+    """Create a quota group (a node pool selected by labels, with its GPU sharing mode). Audited. One
+    transaction, retried when it lost a lock race (Busy when every attempt did)."""
     half_life = clean_half_life(fair_share_half_life_hours)
     min_runtime = clean_min_runtime(min_runtime_seconds)
     errors: dict[str, list[str]] = {}
@@ -542,6 +546,8 @@ def create_group(
         dns_label_validator(name)
     except ValidationError as exc:
         errors["name"] = [str(m) for m in exc.messages]
+    sharing, sharing_errors = clean_sharing(sharing_mode, mig_profiles, timeslice_replicas)
+    errors.update(sharing_errors)
     selector = _clean_selector(node_selector)
     if not errors and QuotaGroup.objects.filter(name=name).exists():
         errors["name"] = [f"A group named {name} already exists."]
@@ -559,6 +565,9 @@ def create_group(
                     allow_overcommitted_min=bool(allow_overcommitted_min),
                     fair_share_half_life_hours=half_life,
                     min_runtime_seconds=min_runtime,
+                    sharing_mode=sharing.mode if sharing else SharingMode.SLICE,
+                    mig_profiles=list(sharing.mig_profiles) if sharing else [],
+                    timeslice_replicas=sharing.timeslice_replicas if sharing else 1,
                 )
         except IntegrityError as exc:
             raise InvalidInput(
@@ -581,6 +590,25 @@ def create_group(
     return Saved(group, warnings)
 
 
+SHARING_FIELDS = frozenset({"sharing_mode", "mig_profiles", "timeslice_replicas"})
+
+
+def _clean_group_sharing(group: QuotaGroup, changes: dict[str, Any]) -> dict[str, Any]:
+    """The group's sharing fields after ``changes``, validated together (a mode needs its parameters)."""
+    sharing, errors = clean_sharing(
+        changes.get("sharing_mode", group.sharing_mode),
+        changes.get("mig_profiles", group.mig_profiles),
+        changes.get("timeslice_replicas", group.timeslice_replicas),
+    )
+    if sharing is None:
+        raise InvalidInput(_summary(errors), fields=errors)
+    return {
+        "sharing_mode": sharing.mode,
+        "mig_profiles": list(sharing.mig_profiles),
+        "timeslice_replicas": sharing.timeslice_replicas,
+    }
+
+
 @retry_transaction
 def update_group(
     group: QuotaGroup | int,
@@ -590,7 +618,8 @@ def update_group(
     note: str = "",
     **changes: Any,
 ) -> Saved[QuotaGroup]:
-    """Change a group's description, node selector or overcommit flag. Compare-and-set; audited.
+    """Change a group's description, node selector, overcommit flag or sharing mode (``sharing_mode``,
+    ``mig_profiles``, ``timeslice_replicas``, validated together). Compare-and-set; audited.
 
     Refuses (InvalidInput) a selector or flag change that would leave the quotas' mins above capacity.
     One transaction, retried when it lost a lock race (Busy when every attempt did).
@@ -625,6 +654,8 @@ def update_group(
             _check_selector_is_disjoint(cleaned["node_selector"], group_id)
         locked = _lock_group(group_id)
         _check_version(locked.version, expected_version)
+        if SHARING_FIELDS & cleaned.keys():
+            cleaned.update(_clean_group_sharing(locked, cleaned))
         before = locked.snapshot_fields()
         for key, value in cleaned.items():
             setattr(locked, key, value)

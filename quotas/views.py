@@ -171,6 +171,9 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
                     allow_overcommitted_min=data["allow_overcommitted_min"],
                     fair_share_half_life_hours=data["fair_share_half_life_hours"],
                     min_runtime_seconds=data["min_runtime_seconds"] or 0,
+                    sharing_mode=data["sharing_mode"],
+                    mig_profiles=data["mig_profiles"],
+                    timeslice_replicas=data["timeslice_replicas"],
                     actor=request.user,
                     note=data["note"],
                 )
@@ -185,6 +188,9 @@ def group_form(request: HttpRequest, pk: int | None = None) -> HttpResponse:
                     allow_overcommitted_min=data["allow_overcommitted_min"],
                     fair_share_half_life_hours=data["fair_share_half_life_hours"],
                     min_runtime_seconds=data["min_runtime_seconds"] or 0,
+                    sharing_mode=data["sharing_mode"],
+                    mig_profiles=data["mig_profiles"],
+                    timeslice_replicas=data["timeslice_replicas"],
                 )
         except PreconditionFailed:
             form.add_error(None, stale_edit_message("group", group))

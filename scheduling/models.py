@@ -128,6 +128,12 @@ class Workload(models.Model):
     gpu_count = models.PositiveSmallIntegerField(default=0)
     gpu_milli = models.PositiveIntegerField(default=0, help_text="Per GPU; 1000 = whole card")
     gpu_memory_mib = models.PositiveIntegerField(default=0, help_text="Per GPU")
+    mig_profile = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        help_text="A MIG profile (1g.10gb) on a MIG pool: one GPU instance, counted as its GPU-equivalent",
+    )
     whole_card_memory_mib = models.PositiveIntegerField(
         default=0,
         help_text="Whole cards only, per GPU: the memory charged to the quota (the card held once "
@@ -215,6 +221,10 @@ class PlacementGpu(models.Model):
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="shares")
     gpu_milli = models.PositiveIntegerField()
     gpu_memory_mib = models.PositiveIntegerField()
+    mig_profile = models.CharField(max_length=16, blank=True, default="")
+    mig_start = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Memory-slice position of the MIG instance (0-7)"
+    )
 
     class Meta:
         constraints = [

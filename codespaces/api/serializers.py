@@ -391,6 +391,13 @@ class SizeSerializer(InputSerializer):
     gpu_memory_gib = _size_field("gpu_memory_gib", default=0)
     gpu_count = _size_field("gpu_count", default=1)
     gpu_model = serializers.CharField(required=False, default="", allow_blank=True, max_length=63)
+    mig_profile = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=16,
+        help_text="With gpu_mode mig: one of the pool's MIG profiles, e.g. 1g.10gb.",
+    )
     cpu_milli = _size_field("cpu_milli", default=2000)
     memory_mib = _size_field("memory_mib", default=8192)
 

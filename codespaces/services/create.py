@@ -13,6 +13,7 @@ from codespaces import lifecycle
 from codespaces.choices import (
     CodespaceState,
     EventKind,
+    GpuMode,
 )
 from codespaces.models import (
     Codespace,
@@ -68,7 +69,13 @@ def submit_workload_for(codespace: Codespace, pk: int | None = None) -> Any:
     primary key `pk` when one was reserved. A slice with no model is restricted to the models that
     allow slices (`slice_models`, read again: the pool may have changed since the codespace was made)."""
     gpu_models: tuple[str, ...] = (codespace.gpu_model,) if codespace.gpu_model else ()
-    if codespace.gpu_count == 1 and codespace.gpu_milli < 1000 and not codespace.gpu_model:
+    mig = codespace.gpu_mode == GpuMode.MIG
+    if (
+        not mig
+        and codespace.gpu_count == 1
+        and codespace.gpu_milli < 1000
+        and not codespace.gpu_model
+    ):
         gpu_models = slice_models(codespace.template, codespace.quota, "")
     return scheduling_services.submit_workload(
         pk=pk,
@@ -79,9 +86,11 @@ def submit_workload_for(codespace: Codespace, pk: int | None = None) -> Any:
         owner=codespace.owner,
         cpu_milli=codespace.cpu_milli,
         memory_mib=codespace.memory_mib,
-        gpu_count=codespace.gpu_count,
-        gpu_milli=codespace.gpu_milli,
-        gpu_memory_mib=codespace.gpu_memory_mib,
+        # a MIG size names its profile; submit derives the instance's GPU-equivalent and memory
+        gpu_count=0 if mig else codespace.gpu_count,
+        gpu_milli=0 if mig else codespace.gpu_milli,
+        gpu_memory_mib=0 if mig else codespace.gpu_memory_mib,
+        mig_profile=codespace.mig_profile if mig else "",
         gpu_models=gpu_models,
         profile="development",
         image=codespace.image,
@@ -231,6 +240,7 @@ def _create_locked(
         gpu_milli=resources.gpu_milli,
         gpu_memory_mib=resources.gpu_memory_mib,
         gpu_model=resources.gpu_model,
+        mig_profile=resources.mig_profile,
         cpu_milli=resources.cpu_milli,
         memory_mib=resources.memory_mib,
         home_gib=template.home_volume_gib,

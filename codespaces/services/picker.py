@@ -28,6 +28,16 @@ class PresetOption:
     refused: str = ""  # the validation error when the preset cannot be used in this pool at all
 
 
+@dataclass(frozen=True)
+class MigOption:
+    """One MIG profile of the pool as the picker offers it, with where it would start now."""
+
+    profile: str
+    starts_now: bool
+    node: str | None
+    sentence: str  # "1g.10gb: hard isolation, starts now on h100-03"
+
+
 @dataclass
 class PickerData:
     """Everything the create page shows next to the size choice (computed server-side)."""
@@ -37,6 +47,7 @@ class PickerData:
     largest_free_slice: tuple[int, int]
     gpu_models: list[pools.PoolGpuModel]
     options: list[PresetOption] = field(default_factory=list)
+    mig_options: list[MigOption] = field(default_factory=list)
 
     @property
     def largest_free_gpu_milli(self) -> int:
@@ -91,7 +102,35 @@ def picker_data(template: CodespaceTemplate, quota: Quota) -> PickerData:
         data.options.append(
             PresetOption(preset, result.starts_now, result.code, result.reason, result.node)
         )
+    data.mig_options = mig_options(template, quota)
     return data
+
+
+def mig_options(template: CodespaceTemplate, quota: Quota) -> list[MigOption]:
+    """The pool's MIG profiles (a `mig` pool; none elsewhere), each with where it starts now or why it
+    would queue, at the template's smallest CPU and memory."""
+    options = []
+    for profile in quota.group.sharing.mig_profiles if quota.group.sharing_mode == "mig" else ():
+        size = SizeRequest(
+            gpu_mode="mig",
+            mig_profile=profile,
+            cpu_milli=template.min_cpu_milli,
+            memory_mib=template.min_memory_mib,
+        )
+        try:
+            result = preview(quota, validate_size(template, quota, size))
+        except InvalidInput as exc:
+            options.append(MigOption(profile, False, None, f"{profile}: {exc.message}"))
+            continue
+        where = (
+            f"starts now on {result.node}" if result.starts_now else f"would queue: {result.reason}"
+        )
+        options.append(
+            MigOption(
+                profile, result.starts_now, result.node, f"{profile}: hard isolation, {where}"
+            )
+        )
+    return options
 
 
 def picker_for(

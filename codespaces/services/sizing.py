@@ -16,6 +16,12 @@ from codespaces.services.requests import shown
 from codespaces.units import MIB_PER_GIB
 from portal.errors import InvalidInput
 from quotas.models import Quota
+from quotas.sharing import (
+    MIG_PROFILE_PATTERN,
+    mig_gpu_equivalent_milli,
+    mig_memory_mib,
+    request_errors,
+)
 from scheduling import services as scheduling_services
 
 # --- What a user asks for ------------------------------------------------------------------------
@@ -67,6 +73,7 @@ class SizeRequest:
     gpu_model: str = ""
     cpu_milli: int = 2000
     memory_mib: int = 8192
+    mig_profile: str = ""
 
     @classmethod
     def from_page(cls, data: dict[str, Any]) -> SizeRequest:
@@ -80,6 +87,7 @@ class SizeRequest:
             gpu_model=data.get("gpu_model") or "",
             cpu_milli=units.cores_to_milli(data.get("cpu_cores")),
             memory_mib=units.gib_to_mib(data.get("memory_gib") or 0),
+            mig_profile=data.get("mig_profile") or "",
         )
 
     @classmethod
@@ -93,6 +101,7 @@ class SizeRequest:
             gpu_model=data["gpu_model"],
             cpu_milli=data["cpu_milli"],
             memory_mib=data["memory_mib"],
+            mig_profile=data.get("mig_profile") or "",
         )
 
     @classmethod
@@ -122,8 +131,18 @@ class Resources:
     gpu_models: tuple[str, ...] = ()
     """The models it may be placed on (empty = any): `gpu_model`, or for a slice with none the pool's
     models that the template and the cluster allow slices on (`slice_models`)."""
+    mig_profile: str = ""
+    """A MIG size's profile (1g.10gb): one instance, `gpu_milli` its GPU-equivalent."""
 
     def scheduler_kwargs(self) -> dict[str, Any]:
+        if self.mig_profile:
+            # submit derives the instance's GPU-equivalent and memory from the profile
+            return {
+                "cpu_milli": self.cpu_milli,
+                "memory_mib": self.memory_mib,
+                "gpu_models": self.gpu_models,
+                "mig_profile": self.mig_profile,
+            }
         return {
             "cpu_milli": self.cpu_milli,
             "memory_mib": self.memory_mib,
@@ -131,6 +150,7 @@ class Resources:
             "gpu_milli": self.gpu_milli,
             "gpu_memory_mib": self.gpu_memory_mib,
             "gpu_models": self.gpu_models,
+            "mig_profile": self.mig_profile,
         }
 
 
@@ -240,6 +260,30 @@ def validate_size(
         gpu_count, gpu_milli, gpu_memory_mib = size.gpu_count, units.MILLI_PER_GPU, 0
         if not pool_models:
             errors.add("gpu_count", f"Pool {pool_name} has no healthy GPU.")
+    elif mode == GpuMode.MIG:
+        profile = size.mig_profile
+        if not isinstance(profile, str) or not MIG_PROFILE_PATTERN.match(profile):
+            errors.add(
+                "mig_profile", f"{str(profile)[:40]!r} is not a MIG profile such as 1g.10gb."
+            )
+        else:
+            refused = request_errors(
+                quota.group.sharing, gpu_count=1, gpu_milli=0, mig_profile=profile
+            )
+            for messages in refused.values():
+                errors.add("mig_profile", f"Pool {pool_name}: {messages[0]}")
+            if not refused:
+                gpu_count = 1
+                gpu_milli = mig_gpu_equivalent_milli(profile)
+                gpu_memory_mib = mig_memory_mib(profile)
+    if mode in (GpuMode.SLICE, GpuMode.WHOLE):
+        # The pool's sharing mode (quotas.sharing): e.g. no slices in an exclusive pool.
+        refused = request_errors(quota.group.sharing, gpu_count=gpu_count, gpu_milli=gpu_milli)
+        for messages in refused.values():
+            errors.add(
+                "gpu_percent" if mode == GpuMode.SLICE else "gpu_mode",
+                f"Pool {pool_name}: {messages[0]}",
+            )
     if own:
         errors.raise_if_any()
     return Resources(
@@ -251,6 +295,7 @@ def validate_size(
         cpu_milli=size.cpu_milli,
         memory_mib=size.memory_mib,
         gpu_models=gpu_models if mode != GpuMode.NONE else (),
+        mig_profile=size.mig_profile if mode == GpuMode.MIG else "",
     )
 
 

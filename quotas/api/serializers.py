@@ -11,6 +11,7 @@ from quotas.fairness import MAX_HALF_LIFE_HOURS
 from quotas.models import MAX_MIN_RUNTIME_SECONDS, RESOURCE_FIELDS, Quota, QuotaChange, QuotaGroup
 from quotas.presentation import headroom_sentence
 from quotas.resources import Resources, Side
+from quotas.sharing import MAX_MIG_PROFILES, MAX_TIMESLICE_REPLICAS, SharingMode
 from quotas.usage import GroupSnapshot, SideUsage, group_snapshot
 
 
@@ -274,6 +275,9 @@ class QuotaGroupSerializer(serializers.ModelSerializer):
             "allow_overcommitted_min",
             "fair_share_half_life_hours",
             "min_runtime_seconds",
+            "sharing_mode",
+            "mig_profiles",
+            "timeslice_replicas",
             "version",
             "capacity",
             "overlaps",
@@ -332,6 +336,13 @@ class QuotaGroupWriteSerializer(serializers.Serializer):
         required=False, min_value=0, max_value=MAX_MIN_RUNTIME_SECONDS,
         help_text="Minimum runtime before preemption in seconds; 0 = off.",
     )  # fmt: skip
+    sharing_mode = serializers.ChoiceField(choices=SharingMode.choices, required=False)
+    mig_profiles = serializers.ListField(
+        child=serializers.CharField(max_length=16), required=False, max_length=MAX_MIG_PROFILES
+    )
+    timeslice_replicas = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_TIMESLICE_REPLICAS
+    )
     note = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
 

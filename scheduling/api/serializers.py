@@ -21,6 +21,12 @@ class GpuShareSerializer(serializers.Serializer):
     tenant = serializers.CharField()
     gpu_milli = serializers.IntegerField()
     gpu_memory_mib = serializers.IntegerField()
+    mig_profile = serializers.CharField(
+        help_text="The MIG instance's profile on a MIG card, else empty."
+    )
+    mig_start = serializers.IntegerField(
+        allow_null=True, help_text="The MIG instance's memory-slice position (0-7), else null."
+    )
 
 
 class GpuSerializer(serializers.ModelSerializer):
@@ -173,7 +179,7 @@ class PlacementGpuSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = PlacementGpu
-        fields = ["index", "uuid", "gpu_milli", "gpu_memory_mib"]
+        fields = ["index", "uuid", "gpu_milli", "gpu_memory_mib", "mig_profile", "mig_start"]
         read_only_fields = fields
 
 
@@ -204,8 +210,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
         fields = [
             "id", "kind", "name", "tenant", "quota", "owner", "gang", "state", "pending_code",
             "pending_reason", "queue_position", "failure_reason", "cpu_milli", "memory_mib",
-            "gpu_count", "gpu_milli", "gpu_memory_mib", "gpu_models", "node_labels", "topology",
-            "priority", "preemptible", "profile", "image", "submitted_at", "placed_at",
+            "gpu_count", "gpu_milli", "gpu_memory_mib", "mig_profile", "gpu_models", "node_labels",
+            "topology", "priority", "preemptible", "profile", "image", "submitted_at", "placed_at",
             "started_at", "finished_at", "placement",
         ]  # fmt: skip
         read_only_fields = fields
@@ -224,6 +230,12 @@ class JobMemberSerializer(serializers.Serializer):
     gpu_count = serializers.IntegerField(min_value=0, max_value=16, default=0)
     gpu_milli = serializers.IntegerField(min_value=0, max_value=1000, required=False)
     gpu_memory_mib = serializers.IntegerField(min_value=0, default=0)
+    mig_profile = serializers.CharField(
+        max_length=16,
+        allow_blank=True,
+        default="",
+        help_text="A MIG profile of the pool (1g.10gb): one GPU instance per pod; leave the gpu_ fields unset.",
+    )
     gpu_models = serializers.ListField(child=serializers.CharField(), default=list)
     node_labels = serializers.DictField(child=serializers.CharField(), default=dict)
     topology = serializers.ChoiceField(choices=TopologyPolicy.choices, default="none")

@@ -14,7 +14,9 @@ from typing import Any
 from django.db.models import Count, Q, Sum
 
 from portal.scoping import is_operator, tenant_ids_for
+from scheduling.engine.mig_profiles import MEMORY_SLICES, mig_geometry
 from scheduling.models import Gpu, Node, Placement, PlacementGpu
+from scheduling.services.mig_cards import mig_model
 from scheduling.services.snapshot import schedulable
 
 HIDDEN = "another team"
@@ -40,6 +42,8 @@ def gpu_shares(gpu_ids: Iterable[int], user: Any) -> dict[int, list[dict[str, An
                 "tenant": s.placement.tenant.slug if visible else HIDDEN,
                 "gpu_milli": s.gpu_milli,
                 "gpu_memory_mib": s.gpu_memory_mib,
+                "mig_profile": s.mig_profile,
+                "mig_start": s.mig_start,
             }
         )
     return dict(out)
@@ -56,6 +60,38 @@ class GpuRow:
     @property
     def free_milli(self) -> int:
         return max(0, 1000 - self.used_milli)
+
+    @property
+    def mig_layout(self) -> list[dict[str, Any]]:
+        """The card's MIG instances by position, as blocks over its memory slices (``[]`` when no MIG
+        instance is on it): ``{"start", "span", "profile", "name"}``, a free run has profile ``""``."""
+        instances = [s for s in self.shares if s.get("mig_start") is not None]
+        geometry = mig_geometry(mig_model(self.gpu.model, self.gpu.memory_mib))
+        if not instances or geometry is None:
+            return []
+        blocks: list[dict[str, Any]] = []
+        taken: dict[int, dict[str, Any]] = {}
+        for s in instances:
+            profile = geometry.profile(s["mig_profile"])
+            span = profile.memory_slices if profile is not None else 1
+            taken[int(s["mig_start"])] = {
+                "start": int(s["mig_start"]),
+                "span": span,
+                "profile": s["mig_profile"],
+                "name": s["name"],
+            }
+        position = 0
+        while position < MEMORY_SLICES:
+            if position in taken:
+                blocks.append(taken[position])
+                position += taken[position]["span"]
+                continue
+            end = position + 1
+            while end < MEMORY_SLICES and end not in taken:
+                end += 1
+            blocks.append({"start": position, "span": end - position, "profile": "", "name": ""})
+            position = end
+        return blocks
 
 
 @dataclass

@@ -47,6 +47,7 @@ from scheduling.services.decide import (
     conclude,
     propose,
 )
+from scheduling.services.mig_cards import mig_cards, record_mig_slots
 from scheduling.services.quota_bridge import cycle_snapshot, warm_capacity
 from scheduling.services.snapshot import (
     GroupCluster,
@@ -229,8 +230,11 @@ def _insert_placements_pg(
                 cols[3].append(a.gpu_memory_mib)
         if cols[0]:
             cur.execute(
-                f"INSERT INTO {g_table} (placement_id, gpu_id, gpu_milli, gpu_memory_mib) "
-                "SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[])",
+                # mig_profile has no database default: '' here, the MIG instance is written after
+                # (scheduling.services.mig_cards.record_mig_slots)
+                f"INSERT INTO {g_table} (placement_id, gpu_id, gpu_milli, gpu_memory_mib, mig_profile) "
+                "SELECT u.*, '' FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[]) "
+                "AS u(p, g, c, m)",
                 list(cols),
             )
 
@@ -273,6 +277,7 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
                 request=workload_request(w),
                 submitted_at=w.submitted_at,
                 gang_min_available=w.gang.min_available if w.gang is not None else 0,
+                mig_profile=w.mig_profile,
             )
             for w in pending
         ),
@@ -286,6 +291,7 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
             if group.min_runtime_seconds
             else None
         ),
+        mig_cards=mig_cards(group, cluster.nodes) if any(w.mig_profile for w in pending) else (),
     )
     return _CycleRead(cycle_input, {w.pk: w for w in pending}, cluster, cached)
 
@@ -352,6 +358,7 @@ def _apply(
     StaleSnapshot when they no longer fit), the reclaim, the waiting reasons, gang states, the shard's
     version and stats; materialization and observers on commit."""
     placed_ids = _persist(read.cluster, decision.placements, read.rows, now)
+    record_mig_slots(decision.mig)
     reclaimed = _stop_victims(group, decision.reclaim) if decision.reclaim is not None else []
     _record_waiting(read.rows, decision)
     refresh_gang_states({g for i in placed_ids if (g := read.rows[i].gang_id) is not None})

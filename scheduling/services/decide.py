@@ -44,7 +44,9 @@ from scheduling.engine import (
     Unplaced,
     typical_pods,
 )
+from scheduling.engine.mig import MigCard, MigInstance, MigRequest, plan_mig, request_order
 from scheduling.engine.planner import plan_in_place
+from scheduling.engine.types import UnplacedReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,8 @@ class PendingWorkload:
     request: PlacementRequest
     submitted_at: datetime
     gang_min_available: int = 0
+    mig_profile: str = ""
+    """A MIG profile (``1g.10gb``): placed on a MIG card by `scheduling.engine.mig`, not as a slice."""
 
     @property
     def workload_id(self) -> int:
@@ -84,6 +88,19 @@ class CycleInput:
     protect_started_after: datetime | None = None
     """Minimum runtime before preemption: reclaim never stops work that started after this moment
     (`now - QuotaGroup.min_runtime_seconds`, set by the cycle; None = no protection)."""
+
+    mig_cards: tuple[MigCard, ...] = ()
+    """The shard's MIG cards with their instances in use (a `mig` pool; empty elsewhere)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigSlot:
+    """Where a MIG workload's instance is: the card (node, GPU index), the profile and its position."""
+
+    node: str
+    gpu_index: int
+    profile: str
+    start: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +153,7 @@ class Proposal:
     unplaced: Mapping[int, Unplaced]
     state: ClusterState
     requests: tuple[PlacementRequest, ...]
+    mig: Mapping[int, MigSlot] = field(default_factory=dict)
 
     @property
     def reclaim_candidates(self) -> tuple[Unit, ...]:
@@ -157,6 +175,8 @@ class CycleDecision:
     refused: int
     state: ClusterState = field(repr=False)
     placed_requests: tuple[PlacementRequest, ...] = field(default=(), repr=False)
+    mig: Mapping[int, MigSlot] = field(default_factory=dict)
+    """Per placed MIG workload id, its instance (card and position)."""
 
     @property
     def placed_ids(self) -> tuple[int, ...]:
@@ -182,13 +202,14 @@ def propose(cycle: CycleInput) -> Proposal:
             admitted.append(unit)
         else:
             refused.update(dict.fromkeys(unit.ids, answer))
-    requests = tuple(m.request for u in admitted for m in u.members)
+    mig_members = [m for u in admitted for m in u.members if m.mig_profile]
+    requests = tuple(m.request for u in admitted for m in u.members if not m.mig_profile)
     gangs = [
         GangSpec(
             u.head.usage.gang_name or str(u.head.usage.gang_id), tuple(map(str, u.ids)), u.gang_need
         )
         for u in admitted
-        if u.gang_need > 0
+        if u.gang_need > 0 and not any(m.mig_profile for m in u.members)
     ]
     # The target workload of FGD/Tessera: the shard's recent and pending request shapes (stable from one
     # small cycle to the next, unlike the few requests of one cycle alone).
@@ -196,16 +217,24 @@ def propose(cycle: CycleInput) -> Proposal:
     state = cycle.cluster.copy()
     plan = plan_in_place(state, list(requests), policy=cycle.policy, gangs=gangs, typical=typical)
     unplaced = {int(u.request_id): u for u in plan.unplaced}
+    placements = list(plan.placements)
+    mig: dict[int, MigSlot] = {}
+    if mig_members:
+        for assignment, slot in _plan_mig(state, cycle.mig_cards, mig_members, unplaced):
+            placements.append(assignment)
+            mig[int(assignment.request_id)] = slot
+        requests = (*requests, *(m.request for m in mig_members))
     for unit in admitted:
         session.unadmit([m.usage for m in unit.members if m.workload_id in unplaced])
     return Proposal(
         units=tuple(units),
         admitted=tuple(admitted),
         refused=refused,
-        placements=tuple(plan.placements),
+        placements=tuple(placements),
         unplaced=unplaced,
         state=state,
         requests=requests,
+        mig=mig,
     )
 
 
@@ -244,7 +273,68 @@ def conclude(
         refused=len(proposal.refused),
         state=proposal.state,
         placed_requests=tuple(r for r in proposal.requests if int(r.request_id) in placed),
+        mig=proposal.mig,
     )
+
+
+def _plan_mig(
+    state: ClusterState,
+    cards: Sequence[MigCard],
+    members: Sequence[PendingWorkload],
+    unplaced: dict[int, Unplaced],
+) -> list[tuple[Assignment, MigSlot]]:
+    """Place MIG workloads with the MIG engine (card + position), one by one in the engine's order
+    (priority, larger profiles first, id), each only on nodes with room for its CPU and memory, and apply
+    them to `state`: the card's share is the instance's GPU-equivalent (quotas.sharing: compute slices of
+    seven, rounded down, so seven 1g instances never count as more than one card). Those left waiting go into `unplaced` with the
+    engine's reason."""
+    by_id = {str(m.workload_id): m for m in members}
+    sizes = {m.mig_profile: int(m.mig_profile.split("g.", 1)[0]) for m in members}
+    requests = [MigRequest(str(m.workload_id), m.mig_profile, m.usage.priority) for m in members]
+    current = list(cards)
+    out: list[tuple[Assignment, MigSlot]] = []
+    for request in request_order(requests, sizes):
+        member = by_id[request.request_id]
+        room = tuple(
+            sorted(
+                name
+                for name in {c.node for c in current}
+                if state.node_free(name)["cpu_milli"] >= member.request.cpu_milli
+                and state.node_free(name)["memory_mib"] >= member.request.memory_mib
+            )
+        )
+        plan = plan_mig(current, [replace(request, nodes=room)]) if room else None
+        if plan is None or not plan.placements:
+            message = (
+                plan.unplaced[0].message
+                if plan is not None
+                else "no MIG node has room for its CPU and memory"
+            )
+            unplaced[member.workload_id] = Unplaced(
+                request.request_id,
+                UnplacedReason.INSUFFICIENT_GPU,
+                f"MIG {member.mig_profile}: {message}",
+            )
+            continue
+        p = plan.placements[0]
+        assignment = Assignment(
+            request_id=p.request_id,
+            node=p.node,
+            gpu_indices=(p.gpu_index,),
+            gpu_milli=member.request.gpu_milli,
+            gpu_memory_mib=member.request.gpu_memory_mib,
+            cpu_milli=member.request.cpu_milli,
+            memory_mib=member.request.memory_mib,
+        )
+        state.apply(assignment)
+        out.append((assignment, MigSlot(p.node, p.gpu_index, p.profile, p.start)))
+        current = [
+            replace(c, instances=(*c.instances, MigInstance(p.profile, p.start, in_use=True)))
+            if (c.node, c.gpu_index) == (p.node, p.gpu_index)
+            else c
+            for c in current
+        ]
+    return out
 
 
 def _units(pending: Sequence[PendingWorkload], gang_active: Mapping[int, int]) -> list[Unit]:

@@ -9,9 +9,11 @@ from quotas.admission import check_admission
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadKind, WorkloadState
 from scheduling.engine import plan_placements
+from scheduling.engine.mig import MigRequest, plan_mig
 from scheduling.models import Workload
 from scheduling.services.charge import PoolCards
-from scheduling.services.snapshot import snapshot_for_group, workload_request
+from scheduling.services.mig_cards import mig_cards
+from scheduling.services.snapshot import GroupCluster, snapshot_for_group, workload_request
 from scheduling.services.workloads import _validate_resources, fit_to_pool
 
 
@@ -41,6 +43,7 @@ def preview_request(quota: Quota, **resources: Any) -> Preview:
         topology=resources.get("topology", "none"),
         priority=resources.get("priority", 0),
         profile=resources.get("profile", "development"),
+        mig_profile=resources.get("mig_profile", ""),
     )
     res = fit_to_pool(res, PoolCards.of(quota.group), quota.group)
     w = Workload(
@@ -56,6 +59,8 @@ def preview_request(quota: Quota, **resources: Any) -> Preview:
     if not verdict.allowed:
         return Preview(False, verdict.code, verdict.reason)
     cluster = snapshot_for_group(quota.group)
+    if w.mig_profile:
+        return _preview_mig(quota, cluster, w, verdict.reason)
     w.pk = 0
     plan = plan_placements(cluster.state, [workload_request(w)])
     if plan.placements:
@@ -73,3 +78,27 @@ def largest_free_slice(group: QuotaGroup) -> tuple[int, int]:
     cluster = snapshot_for_group(group)
     found = cluster.state.largest_free_slice(cluster.state.schedulable & cluster.state.has_gpu)
     return (int(found[0]), int(found[1])) if found else (0, 0)
+
+
+def _preview_mig(quota: Quota, cluster: GroupCluster, w: Workload, admitted: str) -> Preview:
+    """Where a MIG instance would start now: the MIG engine on the pool's cards (with the instances in
+    use), only on nodes with room for its CPU and memory."""
+    room = tuple(
+        sorted(
+            name
+            for name in cluster.nodes
+            if cluster.state.node_free(name)["cpu_milli"] >= w.cpu_milli
+            and cluster.state.node_free(name)["memory_mib"] >= w.memory_mib
+        )
+    )
+    cards = mig_cards(quota.group, cluster.nodes)
+    plan = plan_mig(cards, [MigRequest("0", w.mig_profile, nodes=room)]) if room else None
+    if plan is not None and plan.placements:
+        node = plan.placements[0].node
+        return Preview(True, "starts_now", admitted or f"It would start now on {node}.", node)
+    message = (
+        plan.unplaced[0].message
+        if plan is not None
+        else "No MIG node has room for its CPU and memory."
+    )
+    return Preview(False, "insufficient_gpu", f"MIG {w.mig_profile}: {message}")

@@ -23,6 +23,12 @@ from portal.redis_clients import redis_client
 from portal.transactions import retry_transaction
 from quotas.models import Quota, QuotaGroup
 from quotas.reclaim import with_whole_gangs
+from quotas.sharing import (
+    MIG_PROFILE_PATTERN,
+    mig_gpu_equivalent_milli,
+    mig_memory_mib,
+    request_errors,
+)
 from quotas.usage import WHOLE_CARD_MILLI
 from scheduling import limits, observers
 from scheduling.choices import (
@@ -125,6 +131,7 @@ def _validate_resources(
     topology: Any,
     priority: Any,
     profile: Any,
+    mig_profile: Any = "",
 ) -> dict[str, Any]:
     errors: dict[str, list[str]] = {}
 
@@ -184,6 +191,18 @@ def _validate_resources(
     if profile not in UtilizationProfile.values:
         errors["profile"] = [f"One of {', '.join(UtilizationProfile.values)}; got {profile!r}."]
     out["profile"] = profile
+    out["mig_profile"] = ""
+    if mig_profile not in (None, ""):
+        if not isinstance(mig_profile, str) or not MIG_PROFILE_PATTERN.match(mig_profile):
+            errors["mig_profile"] = [
+                f"{str(mig_profile)[:40]!r} is not a MIG profile name such as 1g.10gb."
+            ]
+        elif out["gpu_count"] > 1 or out["gpu_milli"] not in (0, 1000) or out["gpu_memory_mib"]:
+            errors["mig_profile"] = [
+                "A MIG profile is one GPU instance: leave gpu_count, gpu_milli and gpu_memory_mib unset."
+            ]
+        else:
+            out["mig_profile"] = mig_profile
     if errors:
         first = next(iter(errors.items()))
         raise InvalidInput(f"Invalid {first[0]}: {first[1][0]}", fields=errors)
@@ -193,7 +212,28 @@ def _validate_resources(
 def fit_to_pool(res: dict[str, Any], cards: PoolCards, group: QuotaGroup) -> dict[str, Any]:
     """The pool-dependent part of a validated request (`_validate_resources`), in place: a slice is
     restricted to GPU models that can be shared (scheduling.services.slicing), a whole card gets the
-    memory it is charged while pending (scheduling.services.charge). Raises InvalidInput."""
+    memory it is charged while pending (scheduling.services.charge); the pool's sharing mode decides
+    whether it may ask for a slice at all (quotas.sharing). Raises InvalidInput."""
+    mig_profile = res.get("mig_profile", "")
+    refused = request_errors(
+        group.sharing,
+        gpu_count=res["gpu_count"],
+        gpu_milli=res["gpu_milli"],
+        mig_profile=mig_profile,
+    )
+    if refused:
+        reasons = next(iter(refused.values()))
+        raise InvalidInput(f"Pool {group.name}: {reasons[0]}", fields=refused)
+    if mig_profile:
+        # One GPU instance; quotas count it as its GPU-equivalent (quotas.sharing), its memory is the
+        # profile's. The cycle places it with the MIG engine (card + position).
+        res.update(
+            gpu_count=1,
+            gpu_milli=mig_gpu_equivalent_milli(mig_profile),
+            gpu_memory_mib=mig_memory_mib(mig_profile),
+            whole_card_memory_mib=0,
+        )
+        return res
     whole_card_only = whole_card_only_models()
     if res["gpu_count"] and res["gpu_milli"] < WHOLE_CARD_MILLI and whole_card_only:
         res["gpu_models"] = models_for_slice(
@@ -254,6 +294,7 @@ def submit_workload(
     home_volume: str = "",
     home_volume_gib: int = 0,
     pk: int | None = None,
+    mig_profile: str = "",
 ) -> Workload:
     """Validate and queue one workload (PENDING); its shard's cycle runs after commit. `pk` is a
     primary key reserved with `portal.db.reserve_ids` (the caller's other rows already name it).
@@ -288,6 +329,7 @@ def submit_workload(
         topology=topology,
         priority=priority,
         profile=profile,
+        mig_profile=mig_profile,
     )
     res = fit_to_pool(res, PoolCards.of(quota.group), quota.group)
     # No savepoint inside a caller's transaction (a codespace create): nothing here is caught and
@@ -372,6 +414,7 @@ def submit_gang(
                         topology=m.get("topology", "none"),
                         priority=priority,
                         profile=m.get("profile", UtilizationProfile.TRAINING),
+                        mig_profile=m.get("mig_profile", ""),
                     ),
                     cards,
                     quota.group,
@@ -387,6 +430,12 @@ def submit_gang(
             raise InvalidInput(
                 f"Pod {i} must be an object of resources.", fields={f"members[{i}]": ["An object."]}
             ) from exc
+    if len(specs) > 1 and any(spec["mig_profile"] for spec in specs):
+        # MIG instances are placed one by one (scheduling.engine.mig), not all or nothing
+        raise InvalidInput(
+            "A job of MIG instances has one pod for now.",
+            fields={"pods": ["A job with a MIG profile has exactly one pod."]},
+        )
     check_gang_fits(quota.group, specs, min_available=min_available)
     now = timezone.now()
     try:

@@ -68,6 +68,12 @@ def test_job_submit_places_all_pods_and_shows_each_member(
         ("slice on 2 gpus", {**JOB, "member": {**JOB["member"], "gpu_count": 2, "gpu_milli": 500}},
          "members[0].gpu_milli"),
         ("bad name", {**JOB, "name": "Bad Name"}, "name"),
+        ("MIG profile in a slice pool", {**JOB, "member": {**JOB["member"], "mig_profile": "1g.10gb"}},
+         "mig_profile"),
+        ("MIG profile of 17 characters", {**JOB, "member": {**JOB["member"], "mig_profile": "1" * 17}},
+         "mig_profile"),
+        ("not a MIG profile", {**JOB, "member": {**JOB["member"], "mig_profile": "9g.1tb"}},
+         "mig_profile"),
     ],
 )  # fmt: skip
 def test_job_submit_rejects_bad_input_with_400_and_writes_nothing(
@@ -247,7 +253,7 @@ def test_gpu_shares_hide_other_teams_names(
     ours = api_as(alice).get(f"/api/v1/gpus/{gpu_id}/").json()
     assert theirs["shares"] == [
         {"workload": None, "name": "another team", "tenant": "another team",
-         "gpu_milli": 250, "gpu_memory_mib": 1000}
+         "gpu_milli": 250, "gpu_memory_mib": 1000, "mig_profile": "", "mig_start": None}
     ]  # fmt: skip
     assert ours["shares"][0]["name"] == "secret-notebook"
     assert ours["used_milli"] == 250

@@ -1,14 +1,17 @@
 """resource.k8s.io/v1 objects (Dynamic Resource Allocation, GA in Kubernetes 1.34) as a GPU DRA
 driver publishes them and as the scheduler allocates them.
 
-Tessera has no DRA mode yet. These builders are what its tests will publish (ResourceSlices per
-node) and read back (a claim's allocation): the DRA mode's backend tests take them as they are.
+These builders are what the DRA tests publish (ResourceSlices per node, plain GPUs or MIG-partitionable
+cards) and read back (a claim's allocation); scheduling.backends.kubernetes.mig reads and writes the same
+shapes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from scheduling.engine.mig_profiles import MEMORY_SLICES, mig_geometry
 
 DRIVER = "gpu.tessera.test"
 API = "/apis/resource.k8s.io/v1"
@@ -108,4 +111,70 @@ def allocation(node: str, device: str, *, driver: str = DRIVER) -> dict[str, Any
                 },
             }
         }
+    }
+
+
+def mig_resource_slice(
+    node: str,
+    cards: Sequence[tuple[str, str]],
+    *,
+    driver: str = DRIVER,
+    tainted: Sequence[int] = (),
+    generation: int = 1,
+) -> dict[str, Any]:
+    """A partitionable slice as a MIG-capable DRA driver publishes it: per (uuid, product) card a counter set
+    ``gpu-<i>-counters`` of 8 memory slices, and per valid MIG placement a device of ``type`` ``mig`` that
+    consumes the memory slices it spans (attributes ``profile``, ``parentUUID``, ``parentIndex``,
+    ``productName``, ``placementStart``). Cards whose index is in ``tainted`` carry a NoSchedule device taint."""
+    counters = []
+    devices = []
+    for index, (uuid, product) in enumerate(cards):
+        geometry = mig_geometry(product)
+        assert geometry is not None, product
+        counter_set = f"gpu-{index}-counters"
+        counters.append(
+            {
+                "name": counter_set,
+                "counters": {f"memory-slice-{i}": {"value": "1"} for i in range(MEMORY_SLICES)},
+            }
+        )
+        for profile in geometry.profiles:
+            for start in profile.starts:
+                device: dict[str, Any] = {
+                    "name": f"gpu-{index}-mig-{profile.name.replace('.', '-')}-{start}",
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "profile": {"string": profile.name},
+                        "parentUUID": {"string": uuid},
+                        "parentIndex": {"int": index},
+                        "productName": {"string": product},
+                        "placementStart": {"int": start},
+                    },
+                    "capacity": {"memory": {"value": f"{profile.memory_gib}Gi"}},
+                    "consumesCounters": [
+                        {
+                            "counterSet": counter_set,
+                            "counters": {
+                                f"memory-slice-{i}": {"value": "1"}
+                                for i in range(start, start + profile.memory_slices)
+                            },
+                        }
+                    ],
+                }
+                if index in tainted:
+                    device["taints"] = [
+                        {"key": f"{driver}/unhealthy", "value": "xid-79", "effect": "NoSchedule"}
+                    ]
+                devices.append(device)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{driver}-mig"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "sharedCounters": counters,
+            "devices": devices,
+        },
     }

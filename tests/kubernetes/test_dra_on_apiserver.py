@@ -7,6 +7,13 @@ import uuid
 
 import pytest
 
+from scheduling.backends.kubernetes.mig import (
+    claim_allocation,
+    mig_cards_from_slices,
+    mig_resource_claim,
+    parent_uuid,
+)
+from scheduling.engine.mig import MigRequest, plan_mig
 from tests.kubernetes import dra
 from tests.kubernetes.cluster import bind, create_node, kwok_node, pod_phase, wait_for
 from tests.kubernetes.stack import KubeStack
@@ -105,3 +112,42 @@ def test_the_api_server_refuses_a_claim_without_a_device_class(
     )
     assert status == 422
     assert "deviceClassName" in body["message"]
+
+
+def test_a_mig_claim_pinned_by_tessera_is_accepted_and_its_allocation_read_back(
+    kube_stack: KubeStack, namespace: str
+) -> None:
+    node = f"mig-{uuid.uuid4().hex[:8]}"
+    create_node(kube_stack, kwok_node(node))
+    published = dra.mig_resource_slice(node, [("GPU-mig-0", "NVIDIA-H100-80GB-HBM3")])
+    status, stored = kube_stack.request("POST", f"{dra.API}/resourceslices", published)
+    assert status == 201, stored
+    # the engine plans on what the API server kept of the slice, and the claim pins its choice
+    cards = mig_cards_from_slices([stored])
+    (placement,) = plan_mig(cards, [MigRequest("cs-mig", "1g.10gb")]).placements
+    assert (placement.node, placement.gpu_index, placement.start) == (node, 0, 6)
+    claim = mig_resource_claim(
+        "cs-mig",
+        placement,
+        parent_uuid=parent_uuid([stored], node, 0) or "",
+        driver=dra.DRIVER,
+        device_class=dra.DRIVER,
+    )
+    claims = f"{dra.API}/namespaces/{namespace}/resourceclaims"
+    status, created = kube_stack.request("POST", claims, claim)
+    assert status == 201, created  # the CEL selector compiles on a real API server
+    result = dra.allocation(node, "gpu-0-mig-1g-10gb-6")
+    result["status"]["allocation"]["devices"]["results"][0]["request"] = (
+        "mig"  # the claim's request
+    )
+    status, allocated = kube_stack.request(
+        "PATCH",
+        f"{claims}/cs-mig/status",
+        result,
+        content_type="application/merge-patch+json",
+    )
+    assert status == 200, allocated
+    status, read = kube_stack.request("GET", f"{claims}/cs-mig")
+    allocation = claim_allocation(read)
+    assert allocation is not None
+    assert (allocation.pool, allocation.device) == (node, "gpu-0-mig-1g-10gb-6")

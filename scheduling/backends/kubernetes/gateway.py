@@ -65,6 +65,7 @@ class KubernetesGateway:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.resource = client.ResourceV1Api(api_client)
         self.timeout = (connect_timeout, read_timeout)
 
     # --- namespaced objects --------------------------------------------------------------------
@@ -202,6 +203,49 @@ class KubernetesGateway:
                 return []
             raise
         return list(body.get("items") or [])
+
+    # --- Dynamic Resource Allocation (resource.k8s.io/v1, see scheduling.backends.kubernetes.mig) ---
+
+    def list_resource_slices(self, node_name: str = "") -> list[JsonDict]:
+        """The ResourceSlices drivers published (one node's when ``node_name`` is given)."""
+        selector = f"spec.nodeName={node_name}" if node_name else None
+        body = self._json(
+            "list resourceslices",
+            lambda **kw: self.resource.list_resource_slice(field_selector=selector, **kw),
+        )
+        return list(body.get("items") or [])
+
+    def create_resource_claim(self, namespace: str, body: JsonDict) -> JsonDict:
+        """Create a ResourceClaim (the engine's device pinned by its selector)."""
+        return self._json(
+            "create resourceclaim",
+            lambda **kw: self.resource.create_namespaced_resource_claim(namespace, body, **kw),
+        )
+
+    def get_resource_claim(self, namespace: str, name: str) -> JsonDict | None:
+        """A ResourceClaim with its allocation status, or ``None`` when it does not exist."""
+        try:
+            return self._json(
+                f"get resourceclaim/{name}",
+                lambda **kw: self.resource.read_namespaced_resource_claim(name, namespace, **kw),
+            )
+        except ClusterApiError as exc:
+            if exc.is_not_found:
+                return None
+            raise
+
+    def delete_resource_claim(self, namespace: str, name: str) -> bool:
+        """Delete a ResourceClaim (the driver then frees the device); False when it was already gone."""
+        try:
+            self._json(
+                f"delete resourceclaim/{name}",
+                lambda **kw: self.resource.delete_namespaced_resource_claim(name, namespace, **kw),
+            )
+        except ClusterApiError as exc:
+            if exc.is_not_found:
+                return False
+            raise
+        return True
 
     # --- plumbing ------------------------------------------------------------------------------
 

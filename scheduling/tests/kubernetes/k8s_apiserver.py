@@ -37,6 +37,8 @@ _RESOURCES = [
     ("v1/persistentvolumeclaims", "PersistentVolumeClaim", True),
     ("v1/services", "Service", True),
     ("v1/nodes", "Node", False),
+    ("resource.k8s.io/v1/resourceslices", "ResourceSlice", False),
+    ("resource.k8s.io/v1/resourceclaims", "ResourceClaim", True),
 ]
 BINDING_PATH = re.compile(r"^/api/v1/namespaces/[^/]+/pods/[^/]+/binding$")
 

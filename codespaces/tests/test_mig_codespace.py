@@ -1,0 +1,138 @@
+"""A codespace with a MIG profile on a `mig` pool: create → stop → start → delete on the simulated backend,
+the instance's card and position recorded, its GPU-equivalent counted against the quota and released."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from codespaces import services
+from codespaces.choices import CodespaceState as S
+from codespaces.models import Codespace
+from codespaces.tests.test_services import run_status_sync
+from portal.errors import InvalidInput
+from quotas import usage
+from quotas.models import QuotaGroup
+from scheduling.models import PlacementGpu
+
+pytestmark = pytest.mark.django_db
+
+MIG_1G = services.SizeRequest(gpu_mode="mig", mig_profile="1g.10gb", gpu_count=0)
+
+
+@pytest.fixture
+def mig_pool(gpu_pool: QuotaGroup) -> QuotaGroup:
+    QuotaGroup.objects.filter(pk=gpu_pool.pk).update(
+        sharing_mode="mig", mig_profiles=["1g.10gb", "3g.40gb"]
+    )
+    gpu_pool.refresh_from_db()
+    return gpu_pool
+
+
+def _instances() -> list[tuple[str, int, str, int | None, int]]:
+    return [
+        (s.gpu.node.name, s.gpu.index, s.mig_profile, s.mig_start, s.gpu_milli)
+        for s in PlacementGpu.objects.filter(placement__released_at__isnull=True)
+        .select_related("gpu__node")
+        .order_by("pk")
+    ]
+
+
+def _gpu_used_milli(quota: Any) -> int:
+    """GPU milli the quota's active workloads are charged (quotas.usage)."""
+    return sum(
+        u.resources.gpu_milli
+        for u in usage.live_usage(quota.group_id)
+        if u.quota_id == quota.pk and u.active
+    )
+
+
+def test_a_1g_codespace_runs_stops_starts_and_is_deleted(
+    mig_pool: Any,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    capture = django_capture_on_commit_callbacks
+    with capture(execute=True):
+        codespace = services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", name="bob-mig", size=MIG_1G
+        )
+    run_status_sync(capture)
+    codespace.refresh_from_db()
+    assert codespace.state == S.RUNNING
+    assert (codespace.gpu_mode, codespace.mig_profile) == ("mig", "1g.10gb")
+    assert codespace.size_label == "MIG 1g.10gb (hard isolation) · 2 CPU · 8 GiB RAM"
+    # one 1g instance on the first H100 card; it counts 1/7 of a GPU (rounded down) against the quota
+    assert _instances() == [("h100-a", 0, "1g.10gb", 6, 142)]
+    assert _gpu_used_milli(quota_a) == 142
+
+    with capture(execute=True):
+        services.stop_codespace(codespace, actor=bob)
+    codespace.refresh_from_db()
+    assert codespace.state == S.STOPPED
+    assert _instances() == []
+    assert _gpu_used_milli(quota_a) == 0
+
+    with capture(execute=True):
+        services.start_codespace(codespace, actor=bob)
+    run_status_sync(capture)
+    codespace.refresh_from_db()
+    assert codespace.state == S.RUNNING
+    assert _instances() == [("h100-a", 0, "1g.10gb", 6, 142)]
+    assert _gpu_used_milli(quota_a) == 142
+
+    with capture(execute=True):
+        services.delete_codespace(codespace, actor=bob)
+    codespace.refresh_from_db()
+    assert codespace.state == S.DELETED
+    assert _instances() == []
+    assert _gpu_used_milli(quota_a) == 0
+
+
+def test_a_mig_size_names_a_profile_of_the_pool(
+    mig_pool: Any, bob: Any, team_a: Any, quota_a: Any, template: Any
+) -> None:
+    two = services.SizeRequest(gpu_mode="mig", mig_profile="2g.20gb")
+    with pytest.raises(InvalidInput) as info:
+        services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", name="bob-mig", size=two
+        )
+    assert info.value.fields == {"mig_profile": ["Pool gpu: This pool offers 1g.10gb, 3g.40gb."]}
+    bad = services.SizeRequest(gpu_mode="mig", mig_profile="x" * 200)
+    with pytest.raises(InvalidInput) as info:
+        services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", name="bob-mig", size=bad
+        )
+    assert list(info.value.fields) == ["mig_profile"]
+    assert not Codespace.objects.exists()
+
+
+def test_a_slice_pool_refuses_a_mig_size(
+    bob: Any, team_a: Any, quota_a: Any, template: Any
+) -> None:
+    with pytest.raises(InvalidInput) as info:
+        services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", name="bob-mig", size=MIG_1G
+        )
+    assert info.value.fields == {
+        "mig_profile": ["Pool gpu: This pool does not offer MIG instances."]
+    }
+
+
+def test_the_picker_offers_the_pools_mig_profiles_with_where_they_start(
+    mig_pool: Any, quota_a: Any, template: Any
+) -> None:
+    options = services.picker_data(template, quota_a).mig_options
+    assert [(o.profile, o.starts_now, o.node) for o in options] == [
+        ("1g.10gb", True, "h100-a"),
+        ("3g.40gb", True, "h100-a"),
+    ]
+    assert options[0].sentence == "1g.10gb: hard isolation, starts now on h100-a"
+
+
+def test_the_picker_offers_no_mig_profile_in_a_slice_pool(quota_a: Any, template: Any) -> None:
+    assert services.picker_data(template, quota_a).mig_options == []
