@@ -83,3 +83,11 @@ def test_the_page_is_for_operators_only_and_shows_both_runs_side_by_side(
     assert 'id="allocation-figure"' in page
     wrong = client.get("/cluster/what-if/" + query.replace("A100", "H100")).content.decode()
     assert '<span class="error" data-testid="error-add_model">One of: A100.</span>' in wrong
+
+
+def test_the_cluster_page_links_operators_to_the_planner(operator: Any, alice: Any) -> None:
+    client = Client()
+    client.force_login(operator)
+    assert 'href="/cluster/what-if/"' in client.get("/cluster/").content.decode()
+    client.force_login(alice)
+    assert 'href="/cluster/what-if/"' not in client.get("/cluster/").content.decode()
