@@ -53,6 +53,14 @@ from scheduling.telemetry.models import (
     WorkloadSample,
 )
 from scheduling.telemetry.rollups import rollup_hour
+from scheduling.telemetry.sample_rows import (
+    PoolWaits,
+    QuotaIds,
+    Window,
+    pool_row,
+    quota_figures_row,
+    quota_usage_row,
+)
 
 SAMPLE_MINUTES = (10, 30, 50)
 
@@ -63,9 +71,9 @@ def _held(workload_id: int, profile: str, hour: datetime) -> bool:
         return True
     if profile == "training":
         block = int(hour.timestamp()) // (6 * 3600)
-        return synthetic._unit("train", workload_id, block) < 0.7
+        return synthetic.unit_draw("train", workload_id, block) < 0.7
     working = hour.weekday() < 5 and 8 <= hour.hour < 20
-    return working or synthetic._unit("dev", workload_id, int(hour.timestamp()) // 3600) < 0.15
+    return working or synthetic.unit_draw("dev", workload_id, int(hour.timestamp()) // 3600) < 0.15
 
 
 @dataclass
@@ -201,6 +209,7 @@ def _backfill_hour(
     pool_rows: list[PoolSample],
 ) -> None:
     """Append the synthetic rows of one hour (see the module docstring)."""
+    window = Window.hour(hour)
 
     quota_alloc: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     pool_alloc: dict[int, dict[str, object]] = defaultdict(
@@ -253,14 +262,10 @@ def _backfill_hour(
         quota = quotas[quota_id]
         allocated_by_quota[quota_id] += alloc
         quota_rows.append(
-            QuotaSample(
-                resolution=Resolution.HOUR,
-                ts=hour,
-                minutes=60,
-                group_id=quota.group_id,
-                quota_id=quota_id,
-                tenant_id=quota.tenant_id,
-                gpu_model=model,
+            quota_usage_row(
+                window,
+                QuotaIds.of(quota),
+                model,
                 allocated_milli=alloc,
                 used_milli=round(used, 3),
                 idle_milli=idle,
@@ -270,47 +275,45 @@ def _backfill_hour(
         minimum, maximum, runtime, _borrowed = figures.get(quota.pk, (0.0, 0.0, 0.0, 0.0))
         borrowed = max(0.0, allocated_by_quota.get(quota.pk, 0.0) / 60 - minimum)
         quota_rows.append(
-            QuotaSample(
-                resolution=Resolution.HOUR,
-                ts=hour,
-                minutes=60,
-                group_id=quota.group_id,
-                quota_id=quota.pk,
-                tenant_id=quota.tenant_id,
-                gpu_model="",
-                min_milli=minimum * 60,
-                max_milli=maximum * 60,
-                runtime_milli=runtime * 60,
-                borrowed_milli=borrowed * 60,
-                pending=round(2 * synthetic._unit("pending", quota.pk, hour.timestamp()), 1) * 60,
+            quota_figures_row(
+                window,
+                QuotaIds.of(quota),
+                {
+                    "min_milli": minimum * 60,
+                    "max_milli": maximum * 60,
+                    "runtime_milli": runtime * 60,
+                    "borrowed_milli": borrowed * 60,
+                    "pending": round(
+                        2 * synthetic.unit_draw("pending", quota.pk, hour.timestamp()), 1
+                    )
+                    * 60,
+                },
             )
         )
     for group in groups:
         capacity = healthy_by_group.get(group.pk, 0)
         pool = pool_alloc[group.pk]
-        p50 = 30 + 90 * synthetic._unit("p50", group.pk, hour.timestamp())
-        p95 = p50 * (3 + 7 * synthetic._unit("p95", group.pk, hour.timestamp()))
+        p50 = 30 + 90 * synthetic.unit_draw("p50", group.pk, hour.timestamp())
+        p95 = p50 * (3 + 7 * synthetic.unit_draw("p95", group.pk, hour.timestamp()))
         pool_rows.append(
-            PoolSample(
-                resolution=Resolution.HOUR,
-                ts=hour,
-                minutes=60,
-                group_id=group.pk,
-                capacity_gpus=capacity * 60,
-                capacity_milli=capacity * GPU_MILLI * 60,
-                allocated_gpus=len(pool["gpus"]) * 60,  # type: ignore[arg-type]
-                allocated_milli=float(pool["milli"]) * 60,  # type: ignore[arg-type]
-                sm_utilization=(float(pool["util"]) / capacity * 60) if capacity else 0.0,  # type: ignore[arg-type]
-                pending=sum(
-                    round(2 * synthetic._unit("pending", q.pk, hour.timestamp()), 1) * 60
-                    for q in quotas.values()
-                    if q.group_id == group.pk
-                ),
-                codespace_cards_unsliced=int(pool["unsliced"]) * 60,  # type: ignore[call-overload]
-                codespace_cards_occupied=len(pool["occupied"]) * 60,  # type: ignore[arg-type]
-                wait_p50_seconds=round(p50, 1),
-                wait_p95_seconds=round(p95, 1),
-                placed_count=0,
+            pool_row(
+                window,
+                group.pk,
+                {
+                    "capacity_gpus": capacity * 60,
+                    "capacity_milli": capacity * GPU_MILLI * 60,
+                    "allocated_gpus": len(pool["gpus"]) * 60,  # type: ignore[arg-type]
+                    "allocated_milli": float(pool["milli"]) * 60,  # type: ignore[arg-type]
+                    "sm_utilization": (float(pool["util"]) / capacity * 60) if capacity else 0.0,  # type: ignore[arg-type]
+                    "pending": sum(
+                        round(2 * synthetic.unit_draw("pending", q.pk, hour.timestamp()), 1) * 60
+                        for q in quotas.values()
+                        if q.group_id == group.pk
+                    ),
+                    "codespace_cards_unsliced": int(pool["unsliced"]) * 60,  # type: ignore[call-overload]
+                    "codespace_cards_occupied": len(pool["occupied"]) * 60,  # type: ignore[arg-type]
+                },
+                PoolWaits(round(p50, 1), round(p95, 1), 0),
             )
         )
 

@@ -39,12 +39,19 @@ from scheduling.telemetry.models import (
     WorkloadSample,
 )
 from scheduling.telemetry.prometheus import PrometheusMetrics
+from scheduling.telemetry.sample_rows import (
+    PoolWaits,
+    QuotaIds,
+    Window,
+    pool_row,
+    quota_figures_row,
+    quota_usage_row,
+)
 from scheduling.telemetry.samples import (
     GPU_MILLI,
     MetricsSource,
     MinuteMetrics,
     Share,
-    percentile,
     wait_seconds,
 )
 
@@ -350,38 +357,31 @@ def _quota_rows(
         if synthetic.is_idle(row.sm_utilization):
             acc[2] += row.allocated_milli
     quota_by_id = {q.pk: q for q in quotas}
+    window = Window.minute(minute)
     out = []
     for quota in quotas:
         if quota.group_id in failed:
             continue
         minimum, maximum, runtime, borrowed = figures.get(quota.pk, (0.0, 0.0, 0.0, 0.0))
         out.append(
-            QuotaSample(
-                resolution=Resolution.MINUTE,
-                ts=minute,
-                minutes=1,
-                group_id=quota.group_id,
-                quota_id=quota.pk,
-                tenant_id=quota.tenant_id,
-                gpu_model="",
-                min_milli=minimum,
-                max_milli=maximum,
-                runtime_milli=runtime,
-                borrowed_milli=borrowed,
-                pending=pending_by_quota.get(quota.pk, 0),
+            quota_figures_row(
+                window,
+                QuotaIds.of(quota),
+                {
+                    "min_milli": minimum,
+                    "max_milli": maximum,
+                    "runtime_milli": runtime,
+                    "borrowed_milli": borrowed,
+                    "pending": pending_by_quota.get(quota.pk, 0),
+                },
             )
         )
     for (quota_id, model), (alloc, used, idle) in sorted(by_model.items()):
-        quota = quota_by_id[quota_id]
         out.append(
-            QuotaSample(
-                resolution=Resolution.MINUTE,
-                ts=minute,
-                minutes=1,
-                group_id=quota.group_id,
-                quota_id=quota_id,
-                tenant_id=quota.tenant_id,
-                gpu_model=model or "unknown",
+            quota_usage_row(
+                window,
+                QuotaIds.of(quota_by_id[quota_id]),
+                model,
                 allocated_milli=alloc,
                 used_milli=round(used, 3),
                 idle_milli=idle,
@@ -408,7 +408,7 @@ def _pool_rows(
         gpus_by_node[gpu.node_id].append(gpu)
     out: list[PoolSample] = []
 
-    def pool_row(group: QuotaGroup) -> None:
+    def add_pool_row(group: QuotaGroup) -> None:
         member_ids = {n.pk for n in nodes if node_in_group(n, group)}
         healthy = [
             g
@@ -430,24 +430,21 @@ def _pool_rows(
             if share.gpu_milli < GPU_MILLI:
                 unsliced += 1
                 occupied.add(share.gpu_id)
-        waits = inputs.waits.get(group.pk, [])
         out.append(
-            PoolSample(
-                resolution=Resolution.MINUTE,
-                ts=minute,
-                minutes=1,
-                group_id=group.pk,
-                capacity_gpus=len(healthy),
-                capacity_milli=len(healthy) * GPU_MILLI,
-                allocated_gpus=allocated_gpus,
-                allocated_milli=allocated_milli,
-                sm_utilization=round(statistics.fmean(utils), 3) if utils else 0.0,
-                pending=sum(pending_by_quota.get(q, 0) for q in group_quota_ids),
-                codespace_cards_unsliced=unsliced,
-                codespace_cards_occupied=len(occupied),
-                wait_p50_seconds=percentile(waits, 50),
-                wait_p95_seconds=percentile(waits, 95),
-                placed_count=len(waits),
+            pool_row(
+                Window.minute(minute),
+                group.pk,
+                {
+                    "capacity_gpus": len(healthy),
+                    "capacity_milli": len(healthy) * GPU_MILLI,
+                    "allocated_gpus": allocated_gpus,
+                    "allocated_milli": allocated_milli,
+                    "sm_utilization": round(statistics.fmean(utils), 3) if utils else 0.0,
+                    "pending": sum(pending_by_quota.get(q, 0) for q in group_quota_ids),
+                    "codespace_cards_unsliced": unsliced,
+                    "codespace_cards_occupied": len(occupied),
+                },
+                PoolWaits.of(inputs.waits.get(group.pk, [])),
                 cycle_ms=cycle_ms.get(group.pk),
             )
         )
@@ -455,5 +452,5 @@ def _pool_rows(
     # Built from what was read (no database access): only the reads are guarded per group.
     for group in inputs.groups:
         if group.pk not in failed:
-            pool_row(group)
+            add_pool_row(group)
     return out

@@ -22,32 +22,20 @@ from scheduling.telemetry.models import (
     WorkloadHourly,
     WorkloadSample,
 )
-from scheduling.telemetry.samples import percentile, wait_seconds
+from scheduling.telemetry.sample_rows import (
+    POOL_SUMS,
+    QUOTA_SUMS,
+    PoolWaits,
+    QuotaIds,
+    Window,
+    pool_row,
+    quota_sum_row,
+)
+from scheduling.telemetry.samples import wait_seconds
 from scheduling.telemetry.synthetic import IDLE_THRESHOLD_PERCENT
 
 RAW_RETENTION = timedelta(hours=48)
 HOURLY_RETENTION = timedelta(days=400)
-
-_QUOTA_SUMS = (
-    "allocated_milli",
-    "used_milli",
-    "idle_milli",
-    "min_milli",
-    "max_milli",
-    "runtime_milli",
-    "borrowed_milli",
-    "pending",
-)
-_POOL_SUMS = (
-    "capacity_gpus",
-    "capacity_milli",
-    "allocated_gpus",
-    "allocated_milli",
-    "sm_utilization",
-    "pending",
-    "codespace_cards_unsliced",
-    "codespace_cards_occupied",
-)
 
 
 @transaction.atomic
@@ -91,18 +79,14 @@ def rollup_hour(hour: datetime) -> int:
     quota_rows = (
         QuotaSample.objects.filter(resolution=Resolution.MINUTE, ts__gte=hour, ts__lt=end)
         .values("group_id", "quota_id", "tenant_id", "gpu_model")
-        .annotate(minutes_sum=Sum("minutes"), **{f"s_{f}": Sum(f) for f in _QUOTA_SUMS})
+        .annotate(minutes_sum=Sum("minutes"), **{f"s_{f}": Sum(f) for f in QUOTA_SUMS})
     )
     quota_hourly = [
-        QuotaSample(
-            resolution=Resolution.HOUR,
-            ts=hour,
-            minutes=r["minutes_sum"],
-            group_id=r["group_id"],
-            quota_id=r["quota_id"],
-            tenant_id=r["tenant_id"],
-            gpu_model=r["gpu_model"],
-            **{f: float(r[f"s_{f}"] or 0) for f in _QUOTA_SUMS},
+        quota_sum_row(
+            Window.hour(hour, r["minutes_sum"]),
+            QuotaIds(r["group_id"], r["quota_id"], r["tenant_id"]),
+            r["gpu_model"],
+            {f: float(r[f"s_{f}"] or 0) for f in QUOTA_SUMS},
         )
         for r in quota_rows
     ]
@@ -113,22 +97,18 @@ def rollup_hour(hour: datetime) -> int:
     pool_rows = (
         PoolSample.objects.filter(resolution=Resolution.MINUTE, ts__gte=hour, ts__lt=end)
         .values("group_id")
-        .annotate(minutes_sum=Sum("minutes"), **{f"s_{f}": Sum(f) for f in _POOL_SUMS})
+        .annotate(minutes_sum=Sum("minutes"), **{f"s_{f}": Sum(f) for f in POOL_SUMS})
     )
     pool_hourly = []
     for r in pool_rows:
         quota_ids = Quota.objects.filter(group_id=r["group_id"]).values_list("pk", flat=True)
         waits = wait_seconds(quota_ids, hour, end)
         pool_hourly.append(
-            PoolSample(
-                resolution=Resolution.HOUR,
-                ts=hour,
-                minutes=r["minutes_sum"],
-                group_id=r["group_id"],
-                wait_p50_seconds=percentile(waits, 50),
-                wait_p95_seconds=percentile(waits, 95),
-                placed_count=len(waits),
-                **{f: float(r[f"s_{f}"] or 0) for f in _POOL_SUMS},
+            pool_row(
+                Window.hour(hour, r["minutes_sum"]),
+                r["group_id"],
+                {f: float(r[f"s_{f}"] or 0) for f in POOL_SUMS},
+                PoolWaits.of(waits),
             )
         )
     PoolSample.objects.bulk_create(pool_hourly)

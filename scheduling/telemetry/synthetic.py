@@ -23,7 +23,7 @@ IDLE_THRESHOLD_PERCENT = 5.0
 """Below this SM utilization a minute counts as idle (idle allocated GPU-hours, last activity)."""
 
 
-def _unit(*parts: object) -> float:
+def unit_draw(*parts: object) -> float:
     """A deterministic number in [0, 1) from the parts (blake2b, stable across processes)."""
     digest = hashlib.blake2b("|".join(str(p) for p in parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64
@@ -36,7 +36,7 @@ def _minute_number(at: datetime) -> int:
 def utilization(workload_id: int, profile: str, at: datetime) -> float:
     """SM utilization (percent of the allocation, one decimal) of a workload in the minute of `at`."""
     minute = _minute_number(at)
-    noise = _unit("u", workload_id, minute)
+    noise = unit_draw("u", workload_id, minute)
     if profile == "training":
         value = 80.0 + 18.0 * noise
     elif profile == "inference":
@@ -45,7 +45,7 @@ def utilization(workload_id: int, profile: str, at: datetime) -> float:
         value = base + 15.0 * noise
     else:
         window = minute // BURST_WINDOW_MINUTES
-        if _unit("burst", workload_id, window) < BURST_PROBABILITY:
+        if unit_draw("burst", workload_id, window) < BURST_PROBABILITY:
             value = 40.0 + 50.0 * noise
         else:
             value = 3.0 * noise
@@ -54,7 +54,7 @@ def utilization(workload_id: int, profile: str, at: datetime) -> float:
 
 def memory_used_mib(workload_id: int, profile: str, at: datetime, allocated_mib: int) -> int:
     """GPU memory used (MiB) by a workload in the minute of `at`, out of `allocated_mib`."""
-    noise = _unit("m", workload_id, _minute_number(at))
+    noise = unit_draw("m", workload_id, _minute_number(at))
     low, span = {"training": (0.85, 0.10), "inference": (0.60, 0.15)}.get(profile, (0.30, 0.30))
     return int(allocated_mib * (low + span * noise))
 
