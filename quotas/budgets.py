@@ -15,16 +15,15 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from portal.choices import MembershipRole, OperatorActionKind, OperatorTargetKind
+from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.errors import Forbidden, InvalidInput
-from portal.models import Membership
 from portal.operator_log import ActionImpact, clean_reason, record_operator_action
 from portal.periodic import ItemFailures, run_each
 from portal.scoping import is_operator
+from quotas.history import notify_team_admins, record_quota_change
 from quotas.models import (
     MAX_BUDGET_GPU_HOURS,
     BudgetAlert,
@@ -35,8 +34,6 @@ from quotas.models import (
     ChangeAction,
     GpuHourBudget,
     Quota,
-    QuotaChange,
-    QuotaNotice,
 )
 from quotas.time_inputs import period_bounds, quota_budget_states
 
@@ -115,18 +112,8 @@ def budget_fields(budget: GpuHourBudget) -> dict[str, Any]:
 def _audit_budget(
     quota: Quota, actor: Any, action: str, before: Any, after: Any, note: str = ""
 ) -> None:
-    QuotaChange.objects.create(
-        group=quota.group,
-        quota=quota,
-        subject="budget",
-        subject_name=f"{quota.group.name}/{quota.name}",
-        tenant=quota.tenant,
-        action=action,
-        actor=actor if getattr(actor, "is_authenticated", False) else None,
-        before=before,
-        after=after,
-        version=quota.version,
-        note=note[:500],
+    record_quota_change(
+        quota, subject="budget", action=action, actor=actor, before=before, after=after, note=note
     )
 
 
@@ -192,36 +179,6 @@ def top_up_budget(
 
 
 # ------------------------------------------------------------------------------------------ notices
-
-
-def team_admins(quota: Quota) -> list[Any]:
-    """The tenant admins of the quota's tenant, by username."""
-    return [
-        m.user
-        for m in Membership.objects.filter(
-            tenant_id=quota.tenant_id, role=MembershipRole.TENANT_ADMIN
-        )
-        .select_related("user")
-        .order_by("user__username")
-    ]
-
-
-def notify_team_admins(quota: Quota, kind: str, message: str) -> QuotaNotice:
-    """Record a notice for the quota's team admins and mail those with an address (after commit)."""
-    admins = team_admins(quota)
-    notice = QuotaNotice.objects.create(
-        quota=quota,
-        kind=kind,
-        message=message[:1000],
-        recipients=[u.get_username() for u in admins],
-    )
-    addresses = [u.email for u in admins if u.email]
-    if addresses:
-        subject = f"[Tessera] quota {quota.group.name}/{quota.name}: {kind.replace('_', ' ')}"
-        transaction.on_commit(
-            lambda: send_mail(subject, message, None, addresses, fail_silently=True)
-        )
-    return notice
 
 
 @dataclass

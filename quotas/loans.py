@@ -35,7 +35,7 @@ from portal.errors import Conflict, Forbidden, InvalidInput
 from portal.operator_log import ActionImpact, clean_reason, record_operator_action
 from portal.periodic import ItemFailures, run_each
 from portal.scoping import admin_tenant_ids_for, is_operator
-from quotas.budgets import notify_team_admins
+from quotas.history import notify_group_changed, notify_team_admins, record_quota_change
 from quotas.models import (
     LOAN_TRANSITIONS,
     MAX_LOAN_DAYS,
@@ -43,11 +43,9 @@ from quotas.models import (
     ChangeAction,
     LoanState,
     Quota,
-    QuotaChange,
     QuotaLoan,
 )
 from quotas.resources import Side
-from quotas.services import notify_group_changed
 from quotas.time_inputs import lent_gpus
 
 logger = logging.getLogger(__name__)
@@ -93,20 +91,17 @@ def _audit(loan: QuotaLoan, actor: Any, note: str) -> None:
         "ends_at": loan.ends_at.isoformat(),
     }
     for quota in (loan.borrower, loan.lender):
-        QuotaChange.objects.create(
-            group=loan.group,
-            quota=quota,
+        record_quota_change(
+            quota,
             subject="loan",
-            subject_name=f"{loan.group.name}/{quota.name}",
-            tenant=quota.tenant,
             action=ChangeAction.UPDATED
             if loan.state != LoanState.REQUESTED
             else ChangeAction.CREATED,
-            actor=actor if getattr(actor, "is_authenticated", False) else None,
+            actor=actor,
             before=None,
             after=after,
             version=loan.version,
-            note=note[:500],
+            note=note,
         )
 
 

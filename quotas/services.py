@@ -4,14 +4,15 @@ Every write runs in one transaction that locks the group row, then the quota row
 two edits of sibling quotas cannot both pass the "sum of mins ≤ capacity" check), compares the caller's
 `expected_version` with the row (stale → 412 `PreconditionFailed`, via portal.api.concurrency), validates
 (`InvalidInput` with `fields`, nothing written), writes with compare-and-set on `version`, and records a
-QuotaChange row (who, when, before, after, note, warnings). Callers registered with
-`register_quota_change_observer` are told the group id after commit (scheduling re-runs the group's cycle).
+QuotaChange row (who, when, before, after, note, warnings) through `quotas.history`. Callers registered
+with `quotas.history.register_quota_change_observer` are told the group id after commit (scheduling
+re-runs the group's cycle).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -30,6 +31,7 @@ from portal.operator_log import clean_reason, record_operator_action
 from portal.transactions import retry_transaction
 from quotas.delete_preview import group_delete_impact, quota_delete_impact, workloads_referencing
 from quotas.fairness import MAX_HALF_LIFE_HOURS
+from quotas.history import record_change
 from quotas.lock_objects import lock_group_selectors
 from quotas.models import (
     EDITABLE_GROUP_FIELDS,
@@ -57,27 +59,8 @@ from quotas.usage import (
 
 T = TypeVar("T")
 
-_observers: list[Callable[[int], None]] = []
-
 MAX_AMOUNT = 10**15
 """Upper bound of any min, max or weight (a million GPUs in milli; far below the 64-bit column limit)."""
-
-
-def register_quota_change_observer(callback: Callable[[int], None]) -> None:
-    """`callback(group_id)` runs after commit whenever a quota or group of that group changed."""
-    if callback not in _observers:
-        _observers.append(callback)
-
-
-def _notify(group_id: int) -> None:
-    for callback in list(_observers):
-        transaction.on_commit(lambda cb=callback: cb(group_id))  # type: ignore[misc]
-
-
-def notify_group_changed(group_id: int) -> None:
-    """Tell the change observers (after commit) that something the group's snapshot reads changed
-    (a loan approved or expired: scheduling re-runs the group's cycle)."""
-    _notify(group_id)
 
 
 @dataclass(frozen=True)
@@ -283,9 +266,9 @@ def _audit(
     note: str = "",
     warnings: Sequence[str] = (),
 ) -> QuotaChange:
-    """The one ending of every quota and group change, inside its transaction: the history row (who,
-    why, before and after, the version, the warnings shown) and, after commit, the change observers of
-    the group (none for a deleted group: nothing is left to schedule)."""
+    """The one ending of every quota and group change, inside its transaction (`quotas.history`): the
+    history row (who, why, before and after, the version, the warnings shown) and, after commit, the
+    change observers of the group (none for a deleted group: nothing is left to schedule)."""
     deleted = action == ChangeAction.DELETED
     if isinstance(subject, Quota):
         group: QuotaGroup | None = subject.group
@@ -306,19 +289,17 @@ def _audit(
             "subject_name": subject.name,
             "tenant": None,
         }
-    change = QuotaChange.objects.create(
+    return record_change(
         action=action,
-        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        actor=actor,
         before=before,
         after=None if deleted else subject.snapshot_fields(),
         version=subject.version,
-        note=(note or "")[:500],
-        warnings=list(warnings),
+        note=note,
+        warnings=warnings,
+        reschedule=True,
         **names,
     )
-    if group is not None:
-        _notify(group.pk)
-    return change
 
 
 # ---------------------------------------------------------------------------------------------- quotas

@@ -13,8 +13,8 @@ from django.db.models import F
 
 from portal.errors import Forbidden, InvalidInput
 from portal.scoping import is_operator
-from quotas.models import ChangeAction, Quota, QuotaChange
-from quotas.services import notify_group_changed
+from quotas.history import record_quota_change
+from quotas.models import ChangeAction, Quota
 
 MAX_GPUS_PER_USER = 10_000
 
@@ -55,17 +55,13 @@ def set_user_cap(quota: Quota | int, max_gpus_per_user: Any, *, actor: Any) -> Q
     before = locked.max_gpus_per_user
     Quota.objects.filter(pk=quota_id).update(max_gpus_per_user=cap, version=F("version") + 1)
     locked.refresh_from_db()
-    QuotaChange.objects.create(
-        group=locked.group,
-        quota=locked,
+    record_quota_change(
+        locked,
         subject="user_cap",
-        subject_name=f"{locked.group.name}/{locked.name}",
-        tenant=locked.tenant,
         action=ChangeAction.UPDATED,
-        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        actor=actor,
         before={"max_gpus_per_user": before},
         after={"max_gpus_per_user": cap},
-        version=locked.version,
+        reschedule=True,
     )
-    notify_group_changed(int(locked.group_id))
     return locked

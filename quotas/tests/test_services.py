@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from portal.errors import Conflict, InvalidInput, PreconditionFailed
-from quotas import services
+from quotas import history, services
 from quotas.models import Quota, QuotaChange, QuotaGroup
 from quotas.resources import Resources
 from quotas.tests.factories import QuotaFactory, QuotaGroupFactory, make_node, make_workload
@@ -240,12 +240,12 @@ def test_what_if_for_a_new_quota(group, team_a, team_b):
 
 def test_observer_is_told_after_commit(group, team_a, django_capture_on_commit_callbacks):
     seen: list[int] = []
-    services.register_quota_change_observer(seen.append)
+    history.register_quota_change_observer(seen.append)
     try:
         with django_capture_on_commit_callbacks(execute=True):
             services.create_quota(group=group, tenant=team_a)
     finally:
-        services._observers.remove(seen.append)
+        history.unregister_quota_change_observer(seen.append)
     assert seen == [group.pk]
 
 
