@@ -10,6 +10,9 @@ teams, under which idle policy. Thin: parse the form and preset rows, call one s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -27,6 +30,7 @@ from codespaces.forms import (
     preset_values,
 )
 from codespaces.models import CodespaceTemplate
+from portal.confirmation import Confirmation, confirm_then_act
 from portal.errors import DomainError, PreconditionFailed
 from portal.forms import show_domain_error, stale_edit_message
 from portal.models import Tenant
@@ -99,20 +103,23 @@ def template_delete(request: HttpRequest, pk: int) -> HttpResponse:
     require_operator(request.user)
     template = get_object_or_404(CodespaceTemplate, pk=pk)
     form = ReasonForm(request.POST if request.method == "POST" else None)
-    if request.method == "POST" and form.is_valid():
-        services.retire_template(template, actor=request.user, reason=form.cleaned_data["reason"])
-        messages.success(
-            request,
+
+    def retire(cleaned: Mapping[str, Any]) -> str:
+        services.retire_template(template, actor=request.user, reason=cleaned["reason"])
+        return (
             f"Template {template.name} deleted (retired): it is no longer offered; its codespaces "
-            "keep working.",
+            "keep working."
         )
-        return redirect("codespaces:templates")
-    context = {
-        "title": f"Delete template {template.name}?",
-        "impact": template_retire_impact(template),
-        "form": form,
-        "button": "Delete template",
-        "danger": True,
-        "cancel_url": reverse("codespaces:templates"),
-    }
-    return render(request, "portal/confirm.html", context, status=400 if form.is_bound else 200)
+
+    return confirm_then_act(
+        request,
+        form,
+        Confirmation(
+            title=f"Delete template {template.name}?",
+            impact=lambda: template_retire_impact(template),
+            button="Delete template",
+            cancel_url=reverse("codespaces:templates"),
+        ),
+        retire,
+        done_url=reverse("codespaces:templates"),
+    )

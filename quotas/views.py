@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django import forms
@@ -22,6 +23,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.api.errors import error_body
+from portal.confirmation import Confirmation, confirm_then_act
 from portal.errors import DomainError, InvalidInput, PreconditionFailed
 from portal.forms import show_domain_error, stale_edit_message
 from portal.numbers import parse_int
@@ -544,29 +546,30 @@ def quota_delete(request: HttpRequest, pk: int) -> HttpResponse:
     form = QuotaDeleteForm(
         request.POST if request.method == "POST" else None, initial={"version": quota.version}
     )
-    if request.method == "POST" and form.is_valid():
-        group_pk = quota.group_id
-        try:
-            services.delete_quota(
-                quota,
-                expected_version=form.cleaned_data.get("version") or quota.version,
-                actor=request.user,
-                note=form.cleaned_data.get("note", ""),
-            )
-        except DomainError as error:
-            messages.error(request, error.message)
-            return redirect("quotas:quota", pk=pk)
-        messages.success(request, f"Quota {quota.name} deleted.")
-        return redirect("quotas:group", pk=group_pk)
-    context = {
-        "title": f"Delete quota {quota.name}?",
-        "impact": quota_delete_impact(quota),
-        "form": form,
-        "button": "Delete quota",
-        "danger": True,
-        "cancel_url": reverse("quotas:quota", kwargs={"pk": quota.pk}),
-    }
-    return render(request, "portal/confirm.html", context, status=400 if form.is_bound else 200)
+
+    def delete(cleaned: Mapping[str, Any]) -> str:
+        services.delete_quota(
+            quota,
+            expected_version=cleaned.get("version") or quota.version,
+            actor=request.user,
+            note=cleaned.get("note", ""),
+        )
+        return f"Quota {quota.name} deleted."
+
+    quota_url = reverse("quotas:quota", kwargs={"pk": quota.pk})
+    return confirm_then_act(
+        request,
+        form,
+        Confirmation(
+            title=f"Delete quota {quota.name}?",
+            impact=lambda: quota_delete_impact(quota),
+            button="Delete quota",
+            cancel_url=quota_url,
+        ),
+        delete,
+        done_url=reverse("quotas:group", kwargs={"pk": quota.group_id}),
+        refused_url=quota_url,
+    )
 
 
 @login_required
@@ -579,25 +582,27 @@ def group_delete(request: HttpRequest, pk: int) -> HttpResponse:
     form = GroupDeleteForm(
         request.POST if request.method == "POST" else None, initial={"version": group.version}
     )
-    if request.method == "POST" and form.is_valid():
-        try:
-            services.delete_group(
-                group,
-                expected_version=form.cleaned_data.get("version") or group.version,
-                actor=request.user,
-                reason=form.cleaned_data.get("reason", ""),
-            )
-        except DomainError as error:
-            messages.error(request, error.message)
-            return redirect("quotas:group", pk=pk)
-        messages.success(request, f"Group {group.name} deleted.")
-        return redirect("quotas:index")
-    context = {
-        "title": f"Delete group {group.name}?",
-        "impact": group_delete_impact(group),
-        "form": form,
-        "button": "Delete group",
-        "danger": True,
-        "cancel_url": reverse("quotas:group", kwargs={"pk": group.pk}),
-    }
-    return render(request, "portal/confirm.html", context, status=400 if form.is_bound else 200)
+
+    def delete(cleaned: Mapping[str, Any]) -> str:
+        services.delete_group(
+            group,
+            expected_version=cleaned.get("version") or group.version,
+            actor=request.user,
+            reason=cleaned.get("reason", ""),
+        )
+        return f"Group {group.name} deleted."
+
+    group_url = reverse("quotas:group", kwargs={"pk": group.pk})
+    return confirm_then_act(
+        request,
+        form,
+        Confirmation(
+            title=f"Delete group {group.name}?",
+            impact=lambda: group_delete_impact(group),
+            button="Delete group",
+            cancel_url=group_url,
+        ),
+        delete,
+        done_url=reverse("quotas:index"),
+        refused_url=group_url,
+    )
