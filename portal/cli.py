@@ -29,6 +29,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -497,50 +498,157 @@ def cmd_budget(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _fairness_parsers(sub: Any, quotas: Any, common: argparse.ArgumentParser) -> None:
-    """`quota fairness`, `loan ...` and `budget ...` (fairness over time, docs/quotas.md)."""
-    fairness = quotas.add_parser("fairness", parents=[common], help="fair share, budgets, loans")
-    fairness.add_argument("id", type=int)
-    fairness.set_defaults(func=cmd_quota_fairness)
-    cap = quotas.add_parser("user-cap", parents=[common], help="most GPUs per person (operators)")
-    cap.add_argument("id", type=int)
-    cap.add_argument("--max-gpus", type=int, help="omit to clear the cap")
-    cap.set_defaults(func=cmd_quota_user_cap)
+@dataclass(frozen=True)
+class Arg:
+    """One argparse argument: its name or flags and `add_argument`'s keyword options."""
 
-    loan = sub.add_parser("loan", help="quota loans: GPUs of min from a sibling quota for a window")
-    loans = loan.add_subparsers(dest="action", required=True)
-    loan_list = loans.add_parser("list", parents=[common])
-    loan_list.add_argument("--state")
-    ask = loans.add_parser("request", parents=[common])
-    ask.add_argument("--borrower", type=int, required=True, help="your quota id")
-    ask.add_argument("--lender", type=int, required=True, help="the sibling quota id")
-    ask.add_argument("--gpus", type=int, required=True)
-    ask.add_argument("--starts-at", required=True, help="ISO 8601, e.g. 2026-12-07T09:00:00Z")
-    ask.add_argument("--ends-at", required=True)
-    ask.add_argument("--reason", default="")
-    for action in ("approve", "decline", "cancel"):
-        decision = loans.add_parser(action, parents=[common])
-        decision.add_argument("id", type=int)
-        decision.add_argument("--note", default="")
-    loan.set_defaults(func=cmd_loan)
+    flags: tuple[str, ...]
+    options: dict[str, Any]
 
-    budget = sub.add_parser("budget", help="GPU-hour budgets (operators write)")
-    budgets = budget.add_subparsers(dest="action", required=True)
-    budget_list = budgets.add_parser("list", parents=[common])
-    budget_list.add_argument("--quota", type=int)
-    add = budgets.add_parser("add", parents=[common])
-    add.add_argument("--quota", type=int, required=True)
-    add.add_argument("--gpu-hours", required=True)
-    add.add_argument("--period", choices=("week", "month"), default="week")
-    add.add_argument("--window", choices=("calendar", "rolling"), default="calendar")
-    add.add_argument("--gpu-model", default="")
-    add.add_argument("--weighting", choices=("hours", "price"), default="hours")
-    add.add_argument("--hard", action="store_true")
-    top_up = budgets.add_parser("top-up", parents=[common])
-    top_up.add_argument("id", type=int)
-    top_up.add_argument("--gpu-hours", required=True)
-    top_up.add_argument("--reason", required=True)
-    budget.set_defaults(func=cmd_budget)
+
+def arg(*flags: str, **options: Any) -> Arg:
+    return Arg(flags, options)
+
+
+@dataclass(frozen=True)
+class Verb:
+    """One subcommand of a command (`tessera loan approve ...`): its name, arguments and help."""
+
+    name: str
+    args: tuple[Arg, ...] = ()
+    help: str | None = None
+    func: Any = None
+    """What runs it when not the command's own function."""
+
+
+def verbs(names: Sequence[str], *args: Arg) -> tuple[Verb, ...]:
+    """Several subcommands that take the same arguments."""
+    return tuple(Verb(name, args) for name in names)
+
+
+def add_command(
+    sub: Any,
+    name: str,
+    help: str,
+    table: Sequence[Verb],
+    func: Any,
+    common: argparse.ArgumentParser,
+) -> None:
+    """`tessera NAME VERB ...` for every verb of `table`, each with the common flags (`--json`);
+    `func(args)` runs it (`args.action` is the verb) unless the verb names its own."""
+    command = sub.add_parser(name, help=help)
+    actions = command.add_subparsers(dest="action", required=True)
+    for verb in table:
+        parser = actions.add_parser(verb.name, parents=[common], help=verb.help)
+        for argument in verb.args:
+            parser.add_argument(*argument.flags, **argument.options)
+        if verb.func is not None:
+            parser.set_defaults(func=verb.func)
+    command.set_defaults(func=func)
+
+
+KEY_VALUE = arg("--set", action="append", default=[], metavar="KEY=VALUE")
+
+CODESPACE_VERBS = (
+    Verb("list", (arg("--state"), arg("--tenant", help="tenant slug"))),
+    Verb(
+        "create",
+        (
+            arg("name"),
+            arg("--template", required=True),
+            arg("--preset"),
+            arg("--tenant", help="tenant slug (default: your only tenant)"),
+            arg("--quota", type=int),
+            KEY_VALUE,
+        ),
+    ),
+    *verbs(("show", "stop", "start"), arg("id")),
+    Verb(
+        "delete",
+        (
+            arg("id"),
+            arg("--reason", default="", help="why (required to delete another user's codespace)"),
+        ),
+    ),
+    Verb("eta", (arg("id"),), help="when a queued codespace is likely to start, and why"),
+)
+
+JOB_VERBS = (
+    Verb(
+        "submit",
+        (
+            arg("name"),
+            arg("--pods", type=int, required=True),
+            arg("--min-available", type=int),
+            arg("--cpu-milli", type=int, required=True),
+            arg("--memory-mib", type=int, required=True),
+            arg("--gpus-per-pod", type=int, default=0),
+            arg("--gpu-milli", type=int),
+            arg("--gpu-memory-mib", type=int),
+            arg("--image", default=""),
+            arg("--timeout-seconds", type=int, default=600),
+            arg("--priority", type=int, default=0),
+            arg("--not-preemptible", action="store_true"),
+            arg("--tenant"),
+            arg("--quota", type=int),
+            KEY_VALUE,
+        ),
+    ),
+    *verbs(("show", "cancel"), arg("id")),
+    Verb("eta", (arg("id"),), help="when each waiting pod is likely to start, and why"),
+)
+
+QUOTA_VERBS = (
+    Verb("show", (arg("--tenant", help="tenant slug"),)),
+    Verb(
+        "fairness",
+        (arg("id", type=int),),
+        help="fair share, budgets, loans",
+        func=cmd_quota_fairness,
+    ),
+    Verb(
+        "user-cap",
+        (arg("id", type=int), arg("--max-gpus", type=int, help="omit to clear the cap")),
+        help="most GPUs per person (operators)",
+        func=cmd_quota_user_cap,
+    ),
+)
+
+LOAN_VERBS = (
+    Verb("list", (arg("--state"),)),
+    Verb(
+        "request",
+        (
+            arg("--borrower", type=int, required=True, help="your quota id"),
+            arg("--lender", type=int, required=True, help="the sibling quota id"),
+            arg("--gpus", type=int, required=True),
+            arg("--starts-at", required=True, help="ISO 8601, e.g. 2026-12-07T09:00:00Z"),
+            arg("--ends-at", required=True),
+            arg("--reason", default=""),
+        ),
+    ),
+    *verbs(("approve", "decline", "cancel"), arg("id", type=int), arg("--note", default="")),
+)
+
+BUDGET_VERBS = (
+    Verb("list", (arg("--quota", type=int),)),
+    Verb(
+        "add",
+        (
+            arg("--quota", type=int, required=True),
+            arg("--gpu-hours", required=True),
+            arg("--period", choices=("week", "month"), default="week"),
+            arg("--window", choices=("calendar", "rolling"), default="calendar"),
+            arg("--gpu-model", default=""),
+            arg("--weighting", choices=("hours", "price"), default="hours"),
+            arg("--hard", action="store_true"),
+        ),
+    ),
+    Verb(
+        "top-up",
+        (arg("id", type=int), arg("--gpu-hours", required=True), arg("--reason", required=True)),
+    ),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -558,61 +666,22 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("--token", help="a personal API token (default: prompt, or stdin)")
     login.set_defaults(func=cmd_login)
 
-    codespace = sub.add_parser("codespace", help="GPU-slice dev environments")
-    cs = codespace.add_subparsers(dest="action", required=True)
-    cs_list = cs.add_parser("list", parents=[common])
-    cs_list.add_argument("--state")
-    cs_list.add_argument("--tenant", help="tenant slug")
-    cs_create = cs.add_parser("create", parents=[common])
-    cs_create.add_argument("name")
-    cs_create.add_argument("--template", required=True)
-    cs_create.add_argument("--preset")
-    cs_create.add_argument("--tenant", help="tenant slug (default: your only tenant)")
-    cs_create.add_argument("--quota", type=int)
-    cs_create.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    for action in ("show", "stop", "start"):
-        cs.add_parser(action, parents=[common]).add_argument("id")
-    cs_delete = cs.add_parser("delete", parents=[common])
-    cs_delete.add_argument("id")
-    cs_delete.add_argument(
-        "--reason", default="", help="why (required to delete another user's codespace)"
+    add_command(
+        sub, "codespace", "GPU-slice dev environments", CODESPACE_VERBS, cmd_codespace, common
     )
-    cs.add_parser(
-        "eta", parents=[common], help="when a queued codespace is likely to start, and why"
-    ).add_argument("id")
-    codespace.set_defaults(func=cmd_codespace)
-
-    job = sub.add_parser("job", help="gang jobs (N pods, all or nothing)")
-    jobs = job.add_subparsers(dest="action", required=True)
-    submit = jobs.add_parser("submit", parents=[common])
-    submit.add_argument("name")
-    submit.add_argument("--pods", type=int, required=True)
-    submit.add_argument("--min-available", type=int)
-    submit.add_argument("--cpu-milli", type=int, required=True)
-    submit.add_argument("--memory-mib", type=int, required=True)
-    submit.add_argument("--gpus-per-pod", type=int, default=0)
-    submit.add_argument("--gpu-milli", type=int)
-    submit.add_argument("--gpu-memory-mib", type=int)
-    submit.add_argument("--image", default="")
-    submit.add_argument("--timeout-seconds", type=int, default=600)
-    submit.add_argument("--priority", type=int, default=0)
-    submit.add_argument("--not-preemptible", action="store_true")
-    submit.add_argument("--tenant")
-    submit.add_argument("--quota", type=int)
-    submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    for action in ("show", "cancel"):
-        jobs.add_parser(action, parents=[common]).add_argument("id")
-    jobs.add_parser(
-        "eta", parents=[common], help="when each waiting pod is likely to start, and why"
-    ).add_argument("id")
-    job.set_defaults(func=cmd_job)
-
-    quota = sub.add_parser("quota", help="quotas of your tenants")
-    quotas = quota.add_subparsers(dest="action", required=True)
-    show = quotas.add_parser("show", parents=[common])
-    show.add_argument("--tenant", help="tenant slug")
-    quota.set_defaults(func=cmd_quota)
-    _fairness_parsers(sub, quotas, common)
+    add_command(sub, "job", "gang jobs (N pods, all or nothing)", JOB_VERBS, cmd_job, common)
+    add_command(sub, "quota", "quotas of your tenants", QUOTA_VERBS, cmd_quota, common)
+    add_command(
+        sub,
+        "loan",
+        "quota loans: GPUs of min from a sibling quota for a window",
+        LOAN_VERBS,
+        cmd_loan,
+        common,
+    )
+    add_command(
+        sub, "budget", "GPU-hour budgets (operators write)", BUDGET_VERBS, cmd_budget, common
+    )
     return parser
 
 
