@@ -4,14 +4,17 @@ code reads (nodes, GPUs, workloads). The builders only create rows for tests; th
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import factory
 from django.utils import timezone
 
+from portal.models import Tenant
 from portal.tests.factories import TenantFactory
 from quotas.models import Quota, QuotaGroup
+from scheduling.telemetry.models import QuotaSample, Resolution
 
 _uuid = itertools.count(1)
 
@@ -121,4 +124,71 @@ def make_gang(quota: Quota, name: str, *, min_available: int) -> Any:
 
     return Gang.objects.create(
         name=name, tenant=quota.tenant, quota=quota, min_available=min_available
+    )
+
+
+NO_GPU_SIDE_LIMIT = {
+    "gpu_max_gpu_memory_mib": 10**7,
+    "gpu_max_cpu_milli": 10**6,
+    "gpu_max_memory_mib": 10**8,
+}
+"""GPU-side maxima no test workload reaches (GPU memory, CPU and memory), so only GPUs count."""
+
+
+@dataclass(frozen=True)
+class TwoTeamsAndALender:
+    group: QuotaGroup
+    a: Quota
+    b: Quota
+    lender: Quota
+
+
+def two_teams_and_a_lender(
+    *,
+    half_life: int | None,
+    team_a: Tenant | None = None,
+    team_b: Tenant | None = None,
+    lender_slug: str = "lab",
+    gpus: int = 8,
+    **lender_fields: Any,
+) -> TwoTeamsAndALender:
+    """The fairness-over-time pool (its nodes are the caller's): group `training` (pool=training) with
+    a fair-share half-life of `half_life` hours (None: off); `team-a` and `team-b` with no min and a max
+    of `gpus` GPUs; a lender (`lender_slug`) with a min of `gpus` GPUs (plus `lender_fields`); all of
+    weight 1, each quota named after its tenant."""
+    group = QuotaGroupFactory(name="training", fair_share_half_life_hours=half_life)
+    teams = (team_a or TenantFactory(slug="team-a"), team_b or TenantFactory(slug="team-b"))
+    a, b = (
+        QuotaFactory(
+            group=group,
+            tenant=tenant,
+            gpu_max_gpu_milli=gpus * 1000,
+            shared_weight=1,
+            **NO_GPU_SIDE_LIMIT,
+        )
+        for tenant in teams
+    )
+    lender = QuotaFactory(
+        group=group,
+        tenant=TenantFactory(slug=lender_slug),
+        gpu_min_gpu_milli=gpus * 1000,
+        gpu_max_gpu_milli=gpus * 1000,
+        shared_weight=1,
+        **{**NO_GPU_SIDE_LIMIT, **lender_fields},
+    )
+    return TwoTeamsAndALender(group, a, b, lender)
+
+
+def record_gpu_hours(quota: Quota, hour: datetime, gpu_hours: float, model: str = "H100") -> Any:
+    """One telemetry hour row: `quota` held `gpu_hours` GPU-hours of `model` in the hour from `hour`
+    (what fair share over time and GPU-hour budgets read)."""
+    return QuotaSample.objects.create(
+        resolution=Resolution.HOUR,
+        ts=hour,
+        minutes=60,
+        group=quota.group,
+        quota=quota,
+        tenant=quota.tenant,
+        gpu_model=model,
+        allocated_milli=gpu_hours * 1000 * 60,
     )

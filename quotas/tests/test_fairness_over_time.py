@@ -14,7 +14,7 @@ from django.core import mail
 from portal.choices import MembershipRole
 from portal.errors import Conflict, Forbidden, InvalidInput
 from portal.models import OperatorAction
-from portal.tests.factories import MembershipFactory, TenantFactory, UserFactory
+from portal.tests.factories import MembershipFactory, UserFactory
 from quotas import budgets, loans
 from quotas.models import (
     BudgetAlert,
@@ -26,59 +26,27 @@ from quotas.models import (
     QuotaNotice,
 )
 from quotas.resources import Side
-from quotas.tests.factories import QuotaFactory, QuotaGroupFactory, make_node
+from quotas.tests.factories import make_node, record_gpu_hours, two_teams_and_a_lender
 from quotas.usage import group_snapshot, group_specs
 
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)  # Wednesday noon
-BIG = {"gpu_max_gpu_memory_mib": 10**7, "gpu_max_cpu_milli": 10**6, "gpu_max_memory_mib": 10**8}
-
-
-def record_usage(quota: Any, hour: datetime, gpu_hours: float, model: str = "H100") -> None:
-    from scheduling.telemetry.models import QuotaSample
-
-    QuotaSample.objects.create(
-        resolution="hour",
-        ts=hour,
-        minutes=60,
-        group=quota.group,
-        quota=quota,
-        tenant=quota.tenant,
-        gpu_model=model,
-        allocated_milli=gpu_hours * 1000 * 60,
-    )
 
 
 @pytest.fixture
 def pool(team_a: Any, team_b: Any) -> dict[str, Any]:
     """Group `training` (8 H100, fair share half-life one week): team-a and team-b with no min,
     `lab` with a min of 8 GPUs; alice admins team-a, dora admins team-b, lea admins lab."""
-    group = QuotaGroupFactory(name="training", fair_share_half_life_hours=168)
     make_node("g1", pool="training", gpu_count=8)
-    lab_tenant = TenantFactory(slug="lab")
-    quotas = {
-        "a": QuotaFactory(
-            group=group, tenant=team_a, gpu_max_gpu_milli=8000, shared_weight=1, **BIG
-        ),
-        "b": QuotaFactory(
-            group=group, tenant=team_b, gpu_max_gpu_milli=8000, shared_weight=1, **BIG
-        ),
-        "lab": QuotaFactory(
-            group=group,
-            tenant=lab_tenant,
-            gpu_min_gpu_milli=8000,
-            gpu_max_gpu_milli=8000,
-            gpu_min_cpu_milli=64000,
-            shared_weight=1,
-            **BIG,
-        ),
-    }
+    teams = two_teams_and_a_lender(
+        half_life=168, team_a=team_a, team_b=team_b, gpu_min_cpu_milli=64000
+    )
     users = {}
-    for name, tenant in (("alice", team_a), ("dora", team_b), ("lea", lab_tenant)):
+    for name, quota in (("alice", teams.a), ("dora", teams.b), ("lea", teams.lender)):
         users[name] = UserFactory(username=name)
-        MembershipFactory(user=users[name], tenant=tenant, role=MembershipRole.TENANT_ADMIN)
-    return {"group": group, **quotas, **users}
+        MembershipFactory(user=users[name], tenant=quota.tenant, role=MembershipRole.TENANT_ADMIN)
+    return {"group": teams.group, "a": teams.a, "b": teams.b, "lab": teams.lender, **users}
 
 
 # ------------------------------------------------------------------------------- decayed fair share
@@ -88,7 +56,7 @@ def test_three_times_its_share_a_week_ago_shows_on_the_quota_page_and_in_the_api
     pool: dict[str, Any], client: Any, api_as: Any
 ) -> None:
     with time_machine.travel(NOW, tick=False):
-        record_usage(pool["a"], NOW - timedelta(hours=168, minutes=30), 400.0)
+        record_gpu_hours(pool["a"], NOW - timedelta(hours=168, minutes=30), 400.0)
         fair = group_specs(pool["group"], NOW)
         by_name = {s.name: s.fair_share for s in fair}
         assert by_name["team-a"] is not None
@@ -116,7 +84,7 @@ def test_the_runtime_shares_give_the_idle_min_to_the_under_share_team(
             make_workload(quota, state="pending", gpu_count=1, gpu_memory_mib=1024)
     with time_machine.travel(NOW, tick=False):
         before = group_snapshot(pool["group"])
-        record_usage(pool["a"], NOW - timedelta(hours=168, minutes=30), 400.0)
+        record_gpu_hours(pool["a"], NOW - timedelta(hours=168, minutes=30), 400.0)
         after = group_snapshot(pool["group"])
     runtime = {q.name: q.side(Side.GPU).runtime.gpu_milli for q in before.ordered()}
     assert runtime == {"lab": 0, "team-a": 4000, "team-b": 4000}
@@ -151,7 +119,9 @@ def test_operators_top_up_a_budget_and_it_is_in_the_activity_log(
             pool["a"], {"period": "week", "limit_gpu_hours": "100"}, actor=operator
         )
         for hour in range(48):
-            record_usage(pool["a"], datetime(2026, 11, 30, tzinfo=UTC) + timedelta(hours=hour), 2.5)
+            record_gpu_hours(
+                pool["a"], datetime(2026, 11, 30, tzinfo=UTC) + timedelta(hours=hour), 2.5
+            )
         assert group_specs(pool["group"], NOW)[1].budget.exhausted  # team-a: 120 of 100
         budgets.top_up_budget(budget, "50", actor=operator, reason="paper deadline")
         state = {s.name: s.budget for s in group_specs(pool["group"], NOW)}["team-a"]
@@ -191,10 +161,10 @@ def test_team_admins_are_told_at_80_and_100_percent_once_per_period(
 ) -> None:
     with time_machine.travel(NOW, tick=False):
         budgets.create_budget(pool["a"], {"limit_gpu_hours": "100"}, actor=operator)
-        record_usage(pool["a"], datetime(2026, 11, 30, 8, tzinfo=UTC), 85.0)
+        record_gpu_hours(pool["a"], datetime(2026, 11, 30, 8, tzinfo=UTC), 85.0)
         first = budgets.check_budget_alerts(NOW)
         again = budgets.check_budget_alerts(NOW)
-        record_usage(pool["a"], datetime(2026, 12, 1, 8, tzinfo=UTC), 15.0)
+        record_gpu_hours(pool["a"], datetime(2026, 12, 1, 8, tzinfo=UTC), 15.0)
         full = budgets.check_budget_alerts(NOW)
     assert (first.sent, again.sent, full.sent) == (1, 0, 1)
     notices = list(QuotaNotice.objects.filter(quota=pool["a"]).order_by("id"))
@@ -212,7 +182,7 @@ def test_budget_notices_are_mailed_to_team_admins_with_an_address(
 ) -> None:
     with time_machine.travel(NOW, tick=False), django_capture_on_commit_callbacks(execute=True):
         budgets.create_budget(pool["a"], {"limit_gpu_hours": "10"}, actor=operator)
-        record_usage(pool["a"], datetime(2026, 11, 30, 8, tzinfo=UTC), 10.0)
+        record_gpu_hours(pool["a"], datetime(2026, 11, 30, 8, tzinfo=UTC), 10.0)
         budgets.check_budget_alerts(NOW)
     assert [m.to for m in mail.outbox] == [["alice@example.com"], ["alice@example.com"]]
 

@@ -10,30 +10,16 @@ import pytest
 import time_machine
 
 from quotas.models import GpuHourBudget
+from quotas.tests.factories import record_gpu_hours, two_teams_and_a_lender
 from scheduling import services
 from scheduling.choices import WorkloadState
 from scheduling.models import Workload
 from scheduling.services.cycle import run_cycle
-from scheduling.telemetry.models import QuotaSample
 from scheduling.tests.factories import make_group, make_quota, small_cluster
 
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)  # Wednesday noon
-
-
-def record_usage(quota: Any, hour: datetime, gpu_hours: float, model: str = "A100") -> None:
-    """One telemetry hour row: `gpu_hours` GPU-hours held by `quota` in the hour starting at `hour`."""
-    QuotaSample.objects.create(
-        resolution="hour",
-        ts=hour,
-        minutes=60,
-        group=quota.group,
-        quota=quota,
-        tenant=quota.tenant,
-        gpu_model=model,
-        allocated_milli=gpu_hours * 1000 * 60,
-    )
 
 
 def submit(quota: Any, count: int, prefix: str) -> list[Workload]:
@@ -61,23 +47,14 @@ def active(workloads: list[Workload]) -> int:
     return sum(s in (WorkloadState.PLACED, WorkloadState.RUNNING) for s in states(workloads))
 
 
-def two_teams_and_a_lender(half_life: int | None) -> tuple[Any, Any, Any]:
-    small_cluster(gpu_nodes=2, gpus_per_node=4)  # 8 A100
-    group = make_group()
-    group.fair_share_half_life_hours = half_life
-    group.save()
-    a = make_quota(group, name="team-a", shared_weight=1)
-    b = make_quota(group, name="team-b", shared_weight=1)
-    lender = make_quota(group, name="lender", gpu_min_milli=8000, shared_weight=1)
-    return a, b, lender
-
-
 @time_machine.travel(NOW, tick=False)
 def test_the_team_that_used_three_times_its_share_last_week_borrows_only_after_the_other() -> None:
-    a, b, _ = two_teams_and_a_lender(half_life=168)
+    small_cluster(gpu_nodes=2, gpus_per_node=4)  # 8 A100
+    teams = two_teams_and_a_lender(half_life=168)
+    a, b = teams.a, teams.b
     # team-a held 400 GPU-hours one half-life (a week) ago: 200 decayed; the group's total is 200,
     # the fair share of each of the three equal weights 66.7, so team-a is at 300 %.
-    record_usage(a, NOW - timedelta(hours=168, minutes=30), 400.0)
+    record_gpu_hours(a, NOW - timedelta(hours=168, minutes=30), 400.0)
     first_a = submit(a, 8, "a")  # team-a asked first
     first_b = submit(b, 8, "b")
     run_cycle(a.group_id)
@@ -89,8 +66,10 @@ def test_the_team_that_used_three_times_its_share_last_week_borrows_only_after_t
 
 @time_machine.travel(NOW, tick=False)
 def test_with_fair_share_off_the_same_history_changes_nothing() -> None:
-    a, b, _ = two_teams_and_a_lender(half_life=None)
-    record_usage(a, NOW - timedelta(hours=168, minutes=30), 400.0)
+    small_cluster(gpu_nodes=2, gpus_per_node=4)  # 8 A100
+    teams = two_teams_and_a_lender(half_life=None)
+    a, b = teams.a, teams.b
+    record_gpu_hours(a, NOW - timedelta(hours=168, minutes=30), 400.0)
     first_a, first_b = submit(a, 8, "a"), submit(b, 8, "b")
     run_cycle(a.group_id)
     assert (active(first_a), active(first_b)) == (4, 4)
@@ -105,8 +84,10 @@ def test_a_budget_exhausted_mid_week_stops_borrowing_with_the_reason_and_numbers
     # Monday and Tuesday: 2 x 24 h on 2.5 GPUs = 120 GPU-hours of a 100 GPU-hour weekly budget
     monday = datetime(2026, 11, 30, tzinfo=UTC)
     for hour in range(48):
-        record_usage(a, monday + timedelta(hours=hour), 2.5)
-    record_usage(a, monday - timedelta(hours=1), 50.0)  # Sunday: last week's period, not counted
+        record_gpu_hours(a, monday + timedelta(hours=hour), 2.5)
+    record_gpu_hours(
+        a, monday - timedelta(hours=1), 50.0
+    )  # Sunday: last week's period, not counted
     wanted = submit(a, 4, "a")
     run_cycle(group.pk)
     assert states(wanted).count(WorkloadState.PENDING) == 2  # the 2 within min started
