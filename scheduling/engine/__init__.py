@@ -7,7 +7,7 @@ from .explain import explain
 from .filters import feasible_mask, validate
 from .fragmentation import FragModel, typical_pods
 from .placer import place_one
-from .planner import plan_placements
+from .planner import order_requests, plan_placements, queue_key
 from .policies import POLICIES, Policy, PolicyFactory
 from .state import ClusterState
 from .types import (
@@ -45,8 +45,10 @@ __all__ = [
     "UnplacedReason",
     "explain",
     "feasible_mask",
+    "order_requests",
     "place_one",
     "plan_placements",
+    "queue_key",
     "typical_pods",
     "validate",
 ]

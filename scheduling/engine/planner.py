@@ -29,9 +29,24 @@ from .types import (
 )
 
 
-def _order(requests: Sequence[PlacementRequest]) -> list[PlacementRequest]:
-    """Priority descending, then input order (stable)."""
-    return sorted(requests, key=lambda r: -r.priority)
+def queue_key(priority: int, *then: object) -> tuple[object, ...]:
+    """The sort key of a request in a queue: the highest ``priority`` first, then ``then`` ascending
+    (the service's cycle and the replay: fair-share ratio, share ratio, submission, id). The planner,
+    the cycle's decide step and the replay all order by it, so the three cannot drift apart.
+
+    Args:
+        priority: the request's priority (higher first).
+        then: the tie-breakers, in order, each ascending.
+
+    Returns:
+        A tuple to sort on (ascending).
+    """
+    return (-priority, *then)
+
+
+def order_requests(requests: Sequence[PlacementRequest]) -> list[PlacementRequest]:
+    """Priority descending, then input order (a stable sort on :func:`queue_key`)."""
+    return sorted(requests, key=lambda r: queue_key(r.priority))
 
 
 def _shape(r: PlacementRequest) -> tuple[object, ...]:
@@ -174,7 +189,7 @@ def plan_in_place(
         for rid in g.request_ids:
             if rid in by_id:
                 gang_of[rid] = g
-    ordered = _order(requests)
+    ordered = order_requests(requests)
     members_of: dict[int, list[PlacementRequest]] = {}
     for r in ordered:
         owner = gang_of.get(r.request_id)

@@ -45,7 +45,7 @@ from scheduling.engine import (
     typical_pods,
 )
 from scheduling.engine.mig import MigCard, MigInstance, MigRequest, plan_mig, request_order
-from scheduling.engine.planner import plan_in_place
+from scheduling.engine.planner import plan_in_place, queue_key
 from scheduling.engine.types import UnplacedReason
 
 
@@ -369,8 +369,8 @@ def _order(session: AdmissionSession, unit: Unit) -> tuple[Any, ...]:
     """Sort key: (highest priority of the unit, its quota's decayed fair-share ratio (0 when the group
     has fair share off), its quota's share ratio on its side now, oldest, id)."""
     head = unit.head
-    return (
-        -max(m.usage.priority for m in unit.members),
+    return queue_key(
+        max(m.usage.priority for m in unit.members),
         session.fair_share_ratio(head.usage.quota_id),
         session.share_ratio(head.usage.quota_id, head.usage.side),
         head.submitted_at,

@@ -31,6 +31,7 @@ from scheduling.engine import (
     ClusterState,
     PlacementRequest,
     place_one,
+    queue_key,
     typical_pods,
     validate,
 )
@@ -203,10 +204,10 @@ class _Replay:
         for key in candidates:
             i = self.classes[key][0]
             t = self.requests[i]
-            heap.append((-t.request.priority, ratio[key], t.submit, i, key))
+            heap.append((queue_key(t.request.priority, ratio[key], t.submit, i), i, key))
         heapq.heapify(heap)
         while heap:
-            *_, i, key = heapq.heappop(heap)
+            _, i, key = heapq.heappop(heap)
             t = self.requests[i]
             self.attempts += 1
             if self._over_quota(t):
@@ -229,7 +230,9 @@ class _Replay:
             if members:
                 j = members[0]
                 nxt = self.requests[j]
-                heapq.heappush(heap, (-nxt.request.priority, ratio[key], nxt.submit, j, key))
+                heapq.heappush(
+                    heap, (queue_key(nxt.request.priority, ratio[key], nxt.submit, j), j, key)
+                )
             else:
                 del self.classes[key]
 
@@ -240,8 +243,8 @@ class _Replay:
             r = self._ratio(str(key[0])) if key[0] in self.caps else 0.0
             for i in members:
                 t = self.requests[i]
-                keys.append((-t.request.priority, r, t.submit, i))
-        return tuple(k[-1] for k in sorted(keys))
+                keys.append((queue_key(t.request.priority, r, t.submit, i), i))
+        return tuple(i for _, i in sorted(keys))
 
     def run(
         self, horizon: int | None, observer: Callable[[CycleView], None] | None

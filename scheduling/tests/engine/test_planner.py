@@ -7,7 +7,9 @@ from scheduling.engine import (
     ReservationPolicy,
     TopologyPolicy,
     UnplacedReason,
+    order_requests,
     plan_placements,
+    queue_key,
 )
 
 from .builders import cluster, node, placed, reasons, req
@@ -131,3 +133,23 @@ def test_same_input_same_plan_for_every_policy() -> None:
             for _ in range(2)
         ]
         assert plans[0] == plans[1], policy
+
+
+def test_the_queue_key_puts_higher_priority_first_then_each_tie_breaker_ascending() -> None:
+    keys = {
+        "low, old": queue_key(0, 0.1, 5, "a"),
+        "high, over share": queue_key(3, 0.9, 9, "b"),
+        "high, under share": queue_key(3, 0.2, 9, "c"),
+        "high, under share, older": queue_key(3, 0.2, 1, "d"),
+    }
+    assert sorted(keys, key=keys.__getitem__) == [
+        "high, under share, older",
+        "high, under share",
+        "high, over share",
+        "low, old",
+    ]
+
+
+def test_the_planner_orders_by_the_queue_key_keeping_input_order_on_ties() -> None:
+    requests = [req("a"), req("b", priority=2), req("c"), req("d", priority=2)]
+    assert [r.request_id for r in order_requests(requests)] == ["b", "d", "a", "c"]
