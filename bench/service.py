@@ -226,11 +226,11 @@ def _queue(quota: Any, specs: list[dict[str, Any]], prefix: str) -> None:
     """Insert PENDING workloads without triggering cycles (as if they piled up while no worker ran):
     one bulk insert of rows validated like submit_workload's."""
     from scheduling.models import Workload
-    from scheduling.services.workloads import _validate_resources
+    from scheduling.services.workloads import validate_resources
 
     rows = []
     for i, spec in enumerate(specs):
-        res = _validate_resources(
+        res = validate_resources(
             cpu_milli=spec["cpu_milli"],
             memory_mib=spec["memory_mib"],
             gpu_count=spec.get("gpu_count", 0),

@@ -66,10 +66,10 @@ class QuotaAdminForm(forms.ModelForm):
                 expected = self.cleaned_data.get("expected_version")
                 if expected is not None and expected != current.version:
                     raise version_conflict(current.version)
-                proposed = services._unsaved_quota(current, values)
+                proposed = services.unsaved_quota(current, values)
                 group = current.group
             else:
-                proposed = services._unsaved_quota(None, values)
+                proposed = services.unsaved_quota(None, values)
                 group = self.cleaned_data["group"]
                 proposed.name = self.cleaned_data.get("name") or self.cleaned_data["tenant"].slug
                 proposed.tenant = self.cleaned_data["tenant"]

@@ -140,7 +140,9 @@ def _summary(errors: dict[str, list[str]]) -> str:
     return f"{name}: {messages[0]}{more}"
 
 
-def _unsaved_quota(base: Quota | None, values: dict[str, Any]) -> Quota:
+def unsaved_quota(base: Quota | None, values: dict[str, Any]) -> Quota:
+    """An unsaved Quota: `base`'s editable fields and identity (none for a new quota) with `values`
+    (already cleaned) applied; what validation and the what-if preview judge. Nothing written."""
     quota = Quota()
     if base is not None:
         for name in EDITABLE_QUOTA_FIELDS:
@@ -338,7 +340,7 @@ def create_quota(
             ]
         if errors:
             raise InvalidInput(_summary(errors), fields=errors)
-        quota = _unsaved_quota(None, cleaned)
+        quota = unsaved_quota(None, cleaned)
         quota.group = group
         quota.tenant = tenant
         quota.name = name
@@ -383,7 +385,7 @@ def update_quota(
         locked = _lock_quota(quota_id)
         _check_version(locked.version, expected_version)
         before = locked.snapshot_fields()
-        proposed = _unsaved_quota(locked, cleaned)
+        proposed = unsaved_quota(locked, cleaned)
         warnings = validate_quota(group, proposed)
         updated = Quota.objects.filter(pk=quota_id, version=locked.version).update(
             **cleaned, version=F("version") + 1, updated_at=timezone.now()
@@ -769,7 +771,7 @@ def what_if(
     """
     cleaned = clean_quota_values(proposed)
     snapshot = group_snapshot(group)
-    candidate = _unsaved_quota(quota, cleaned)
+    candidate = unsaved_quota(quota, cleaned)
     if quota is None:
         if tenant is None:
             raise InvalidInput("Choose a tenant.", fields={"tenant": ["Choose a tenant."]})

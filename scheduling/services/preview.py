@@ -14,7 +14,7 @@ from scheduling.models import Workload
 from scheduling.services.charge import PoolCards
 from scheduling.services.mig_cards import mig_cards
 from scheduling.services.snapshot import GroupCluster, snapshot_for_group, workload_request
-from scheduling.services.workloads import _validate_resources, fit_to_pool
+from scheduling.services.workloads import fit_to_pool, validate_resources
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def preview_request(quota: Quota, **resources: Any) -> Preview:
     gpu_milli, gpu_memory_mib, gpu_models, node_labels, topology, priority, preemptible) start now in
     `quota`? Raises InvalidInput for malformed resources. Read-only."""
     preemptible = bool(resources.pop("preemptible", True))
-    res = _validate_resources(
+    res = validate_resources(
         cpu_milli=resources.get("cpu_milli"),
         memory_mib=resources.get("memory_mib"),
         gpu_count=resources.get("gpu_count", 0),

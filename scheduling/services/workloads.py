@@ -119,7 +119,7 @@ def backend_name(w: Workload) -> str:
 
 
 # ------------------------------------------------------------------------------------------ validation
-def _validate_resources(
+def validate_resources(
     *,
     cpu_milli: Any,
     memory_mib: Any,
@@ -133,6 +133,8 @@ def _validate_resources(
     profile: Any,
     mig_profile: Any = "",
 ) -> dict[str, Any]:
+    """The request's resources checked and normalised (the submit path, the preview and the bench
+    share it): InvalidInput naming every bad field, nothing written."""
     errors: dict[str, list[str]] = {}
 
     def as_int(name: str, value: Any, lo: int, hi: int) -> int:
@@ -210,7 +212,7 @@ def _validate_resources(
 
 
 def fit_to_pool(res: dict[str, Any], cards: PoolCards, group: QuotaGroup) -> dict[str, Any]:
-    """The pool-dependent part of a validated request (`_validate_resources`), in place: a slice is
+    """The pool-dependent part of a validated request (`validate_resources`), in place: a slice is
     restricted to GPU models that can be shared (scheduling.services.slicing), a whole card gets the
     memory it is charged while pending (scheduling.services.charge); the pool's sharing mode decides
     whether it may ask for a slice at all (quotas.sharing). Raises InvalidInput."""
@@ -318,7 +320,7 @@ def submit_workload(
         )
     _check_name(name)
     _check_quota(tenant, quota)
-    res = _validate_resources(
+    res = validate_resources(
         cpu_milli=cpu_milli,
         memory_mib=memory_mib,
         gpu_count=gpu_count,
@@ -403,7 +405,7 @@ def submit_gang(
         try:
             specs.append(
                 fit_to_pool(
-                    _validate_resources(
+                    validate_resources(
                         cpu_milli=m.get("cpu_milli"),
                         memory_mib=m.get("memory_mib"),
                         gpu_count=m.get("gpu_count", 0),

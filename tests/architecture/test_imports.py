@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("portal", "quotas", "scheduling", "codespaces", "dashboards")
 
 
-def _production_files() -> Iterator[Path]:
+def production_files() -> Iterator[Path]:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).parts
@@ -23,7 +23,7 @@ def _production_files() -> Iterator[Path]:
             yield path
 
 
-def _module_of(path: Path) -> str:
+def module_of(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -68,9 +68,9 @@ def function_level_imports_of_other_apps(source: str, module: str, filename: str
 def test_no_function_imports_another_app() -> None:
     found = [
         line
-        for path in _production_files()
+        for path in production_files()
         for line in function_level_imports_of_other_apps(
-            path.read_text(), _module_of(path), str(path.relative_to(ROOT))
+            path.read_text(), module_of(path), str(path.relative_to(ROOT))
         )
     ]
     assert found == [], "import these at module level (or invert the dependency):\n" + "\n".join(
