@@ -27,7 +27,7 @@ from portal.errors import Conflict, InvalidInput
 from portal.labels import node_label_errors
 from portal.models import Tenant, dns_label_validator
 from portal.numbers import parse_int
-from portal.operator_log import clean_reason, record_operator_action
+from portal.operator_log import ActionImpact, clean_reason, record_operator_action
 from portal.transactions import retry_transaction
 from quotas.delete_preview import group_delete_impact, quota_delete_impact, workloads_referencing
 from quotas.fairness import MAX_HALF_LIFE_HOURS
@@ -304,6 +304,37 @@ def _audit(
     )
 
 
+def _delete_audited(
+    locked: Quota | QuotaGroup,
+    *,
+    actor: Any,
+    note: str,
+    action: str,
+    target_kind: str,
+    target_name: str,
+    impact: ActionImpact,
+) -> None:
+    """Delete a locked quota or group, audited twice in its transaction: its history row (it keeps its
+    name) and the operators' activity log (the confirmation's impact sentence and the reason)."""
+    _audit(
+        action=ChangeAction.DELETED,
+        subject=locked,
+        actor=actor,
+        before=locked.snapshot_fields(),
+        note=note,
+    )
+    record_operator_action(
+        actor=actor,
+        action=action,
+        target_kind=target_kind,
+        target_id=locked.pk,
+        target_name=target_name,
+        impact=impact,
+        reason=note,
+    )
+    locked.delete()
+
+
 # ---------------------------------------------------------------------------------------------- quotas
 
 
@@ -425,23 +456,15 @@ def delete_quota(
                 "finished); set its max to 0 to stop new work instead.",
                 code="quota_in_use",
             )
-        _audit(
-            action=ChangeAction.DELETED,
-            subject=locked,
+        _delete_audited(
+            locked,
             actor=actor,
-            before=locked.snapshot_fields(),
             note=note,
-        )
-        record_operator_action(
-            actor=actor,
             action=OperatorActionKind.QUOTA_DELETE,
             target_kind=OperatorTargetKind.QUOTA,
-            target_id=locked.pk,
             target_name=f"{locked.group.name}/{locked.name}",
             impact=quota_delete_impact(locked),
-            reason=note,
         )
-        locked.delete()
 
 
 # ---------------------------------------------------------------------------------------------- groups
@@ -709,23 +732,16 @@ def delete_group(
                 f"Group {locked.name} still has {count} quota(s); delete them first.",
                 code="group_in_use",
             )
-        _audit(
-            action=ChangeAction.DELETED,
-            subject=locked,
+        # the scheduling shard row goes with it (on_delete=CASCADE on its side)
+        _delete_audited(
+            locked,
             actor=actor,
-            before=locked.snapshot_fields(),
             note=reason,
-        )
-        record_operator_action(
-            actor=actor,
             action=OperatorActionKind.QUOTA_GROUP_DELETE,
             target_kind=OperatorTargetKind.QUOTA_GROUP,
-            target_id=locked.pk,
             target_name=locked.name,
             impact=group_delete_impact(locked),
-            reason=reason,
         )
-        locked.delete()  # the scheduling shard row goes with it (on_delete=CASCADE on its side)
 
 
 # --------------------------------------------------------------------------------------------- what-if
