@@ -43,9 +43,11 @@ def test_waiting_requests_get_the_range_between_early_and_late_ends_of_the_work_
     ]
     out = estimate_starts(state, running, waiting, TRAIN, 150, ReplayOptions(policy="firstfit"))
     w1, w2 = out["w1"], out["w2"]
-    # r0 ends 130 s (early) or 770 s (late) from now; w2 then waits for w1's own 190 s / 910 s
+    # r0 ends 130 s (early) or 770 s (late) from now; w2 then waits for w1's own run: r0, still
+    # running after 150 s, counts as a run of at least 150 s, so w1's run is the Kaplan-Meier 10 % /
+    # 90 % quantile of 100..1000 and ">= 150": 200 s / 1000 s
     assert (w1.earliest, w1.latest, w1.position) == (280, 920, 1)
-    assert (w2.earliest, w2.latest, w2.position) == (470, 1830, 2)
+    assert (w2.earliest, w2.latest, w2.position) == (480, 1920, 2)
     assert w1.reason.startswith("0 ahead in the queue; ")
     assert w2.reason.startswith("1 ahead in the queue; ")
     assert "GPU" in w1.reason
