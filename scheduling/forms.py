@@ -10,8 +10,10 @@ from portal.errors import DomainError, InvalidInput
 from portal.forms import UnitField
 from portal.operator_log import clean_reason
 from quotas.models import Quota, QuotaGroup
+from quotas.sharing import MAX_MIG_PROFILES, MAX_TIMESLICE_REPLICAS, SharingMode
 from scheduling.engine import POLICIES
 from scheduling.limits import MAX_REASON_LENGTH
+from scheduling.services.trace_upload import MAX_TRACE_BYTES
 
 
 class JobForm(forms.Form):
@@ -101,3 +103,56 @@ class WhatIfForm(forms.Form):
         required=False,
         label="Placement policy",
     )
+    sharing_mode = forms.ChoiceField(
+        choices=[("", "as it is"), *SharingMode.choices],
+        required=False,
+        label="Sharing mode of the pool",
+    )
+    mig_profiles = forms.CharField(
+        max_length=200,
+        required=False,
+        label="MIG profiles (mig mode)",
+        help_text="Comma-separated, e.g. 1g.10gb, 3g.40gb",
+    )
+    timeslice_replicas = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_TIMESLICE_REPLICAS,
+        initial=1,
+        required=False,
+        label="Replicas per GPU (timeslice mode)",
+    )
+    team_gpus = forms.CharField(
+        max_length=4000,
+        required=False,
+        label="GPU caps per team",
+        help_text="team=GPUs, comma-separated, e.g. vision=8, nlp=4",
+    )
+    trace = forms.FileField(
+        required=False,
+        label="Or an uploaded trace (openb pod-list CSV)",
+        help_text=f"At most {MAX_TRACE_BYTES // 1_000_000} MB; replaces the recorded demand.",
+    )
+
+    def clean_mig_profiles(self) -> tuple[str, ...]:
+        raw = self.cleaned_data.get("mig_profiles") or ""
+        profiles = tuple(p.strip() for p in raw.split(",") if p.strip())
+        if len(profiles) > MAX_MIG_PROFILES:
+            raise forms.ValidationError(f"At most {MAX_MIG_PROFILES} profiles.")
+        return profiles
+
+    def clean_team_gpus(self) -> dict[str, int]:
+        raw = self.cleaned_data.get("team_gpus") or ""
+        caps: dict[str, int] = {}
+        for part in (p.strip() for p in raw.split(",")):
+            if not part:
+                continue
+            team, sep, gpus = part.partition("=")
+            team = team.strip()
+            if not sep or not team or len(team) > 64 or not gpus.strip().isdigit():
+                raise forms.ValidationError(f"{part[:40]!r}: write team=GPUs, e.g. vision=8.")
+            if int(gpus) > 100_000:
+                raise forms.ValidationError(f"{team[:40]}: at most 100000 GPUs.")
+            caps[team] = int(gpus)
+        if len(caps) > 200:
+            raise forms.ValidationError("At most 200 teams.")
+        return caps

@@ -50,6 +50,7 @@ from scheduling.services.operator_impact import (
     node_action_impact,
 )
 from scheduling.services.start_estimates import estimate_for, estimates_for
+from scheduling.services.trace_upload import MAX_TRACE_BYTES, parse_trace
 from scheduling.services.whatif import WhatIfChange, run_whatif
 from scheduling.telemetry.health import node_health
 from scheduling.telemetry.services import gpu_use_by_workload
@@ -356,9 +357,13 @@ def _seconds_text(seconds: float) -> str:
 
 @login_required
 def what_if(request: HttpRequest) -> HttpResponse:
-    """Operators: replay a pool's recorded demand as it is and with a change, side by side."""
+    """Operators: replay a pool's recorded demand (or an uploaded trace, POST) as it is and with a
+    change, side by side."""
     require_operator(request.user)
-    form = WhatIfForm(request.GET if "group" in request.GET else None)
+    if request.method == "POST":
+        form = WhatIfForm(request.POST, request.FILES)
+    else:
+        form = WhatIfForm(request.GET if "group" in request.GET else None)
     context: dict[str, Any] = {"form": form, "report": None}
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
@@ -368,9 +373,15 @@ def what_if(request: HttpRequest) -> HttpResponse:
             remove_model=data["remove_model"],
             remove_count=data["remove_count"],
             policy=data["policy"],
+            team_gpus=data["team_gpus"],
+            sharing_mode=data["sharing_mode"],
+            mig_profiles=data["mig_profiles"],
+            timeslice_replicas=data["timeslice_replicas"] or 1,
         )
         try:
-            report = run_whatif(data["group"], data["days"], change)
+            upload = data.get("trace")
+            trace = None if upload is None else parse_trace(upload.read(MAX_TRACE_BYTES + 1))
+            report = run_whatif(data["group"], data["days"], change, trace=trace)
         except InvalidInput as exc:
             for name, reasons in exc.fields.items():
                 form.add_error(name if name in form.fields else None, reasons)

@@ -8,14 +8,17 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from portal.errors import Forbidden, InvalidInput
 from portal.scoping import is_operator
 from quotas.models import QuotaGroup
+from quotas.sharing import MAX_MIG_PROFILES, MAX_TIMESLICE_REPLICAS, SharingMode
 from scheduling.engine import POLICIES
 from scheduling.services.demand import MAX_DAYS
+from scheduling.services.trace_upload import MAX_TRACE_BYTES, parse_trace
 from scheduling.services.whatif import MAX_NODES_CHANGED, WhatIfChange, run_whatif
 
 
@@ -31,6 +34,27 @@ class WhatIfRequestSerializer(serializers.Serializer):
         child=serializers.IntegerField(min_value=0, max_value=100_000),
         default=dict,
         help_text="Tenant slug -> GPUs it may hold at once.",
+    )
+
+    sharing_mode = serializers.ChoiceField(
+        choices=SharingMode.choices,
+        required=False,
+        help_text="The pool's sharing mode to try (absent = as it is).",
+    )
+    mig_profiles = serializers.ListField(
+        child=serializers.CharField(max_length=16),
+        max_length=MAX_MIG_PROFILES,
+        default=list,
+        help_text="With sharing_mode=mig: the profiles the cards offer (1g.10gb, ...).",
+    )
+    timeslice_replicas = serializers.IntegerField(
+        min_value=1, max_value=MAX_TIMESLICE_REPLICAS, default=1
+    )
+    trace = serializers.FileField(
+        required=False,
+        max_length=255,
+        help_text="Instead of the recorded demand: a CSV in the openb pod-list format (multipart; "
+        f"at most {MAX_TRACE_BYTES // 1_000_000} MB).",
     )
 
     def validate_team_gpus(self, value: dict[str, int]) -> dict[str, int]:
@@ -55,6 +79,8 @@ class WhatIfRunSerializer(serializers.Serializer):
     never_started = serializers.IntegerField(source="summary.never_started")
     queue_mean = serializers.FloatField(source="summary.queue_mean")
     waits = WaitsSerializer(source="summary.waits")
+    sharing = serializers.CharField(help_text="The pool's sharing mode in this run.")
+    refused = serializers.IntegerField(help_text="Requests the sharing mode would refuse.")
     team_waits_p95 = serializers.DictField(child=serializers.FloatField())
     team_never_started = serializers.DictField(child=serializers.IntegerField())
     hours = serializers.ListField(child=serializers.FloatField())
@@ -63,6 +89,7 @@ class WhatIfRunSerializer(serializers.Serializer):
 
 
 class WhatIfReportSerializer(serializers.Serializer):
+    demand = serializers.ChoiceField(choices=["recorded", "uploaded"], source="source")
     days = serializers.IntegerField()
     requests = serializers.IntegerField()
     recorded_waits_p95 = serializers.FloatField()
@@ -71,7 +98,10 @@ class WhatIfReportSerializer(serializers.Serializer):
 
 
 class WhatIfViewSet(viewsets.ViewSet):
-    """Operators: `POST` a change to a pool and get both replays of its recorded demand."""
+    """Operators: `POST` a change to a pool and get both replays of its recorded demand (or of an
+    uploaded openb trace, multipart)."""
+
+    parser_classes = (JSONParser, MultiPartParser, FormParser)
 
     @extend_schema(request=WhatIfRequestSerializer, responses={200: WhatIfReportSerializer})
     def create(self, request: Request, **kwargs: Any) -> Response:
@@ -84,8 +114,11 @@ class WhatIfViewSet(viewsets.ViewSet):
         group = QuotaGroup.objects.filter(pk=data["group"]).first()
         if group is None:
             raise InvalidInput("group: no such node pool.", fields={"group": ["Unknown id."]})
-        change = WhatIfChange(
-            **{k: data[k] for k in (f.name for f in dataclasses.fields(WhatIfChange))}
-        )
-        report = run_whatif(group, data["days"], change)
+        values: dict[str, Any] = {
+            f.name: data[f.name] for f in dataclasses.fields(WhatIfChange) if f.name in data
+        }
+        values["mig_profiles"] = tuple(values.get("mig_profiles", ()))
+        upload = data.get("trace")
+        trace = None if upload is None else parse_trace(upload.read(MAX_TRACE_BYTES + 1))
+        report = run_whatif(group, data["days"], WhatIfChange(**values), trace=trace)
         return Response(WhatIfReportSerializer(report).data)

@@ -1,14 +1,16 @@
 """When will a waiting workload start? A range with the reason, for every pending workload of a group.
 
 Read the group's engine snapshot (the cycle's, with the placed work applied), its pending workloads in queue
-order and the recorded run times of its finished workloads (per kind and quota: a codespace template's and
-a team's history look alike there), then let `scheduling.simulation.estimate_starts` replay forward with
-no further arrivals, once with everything ending early and once late. The result is cached per group for
+order and the recorded run times of its finished workloads, then let `scheduling.simulation.estimate_starts`
+replay forward with no further arrivals, once with everything ending early and once late. Run times are
+looked up per template (a workload's kind, image and size: a codespace template or a job's pods), else per
+team (kind and quota), else per kind, the first with enough history; work still running counts as a run at
+least as long as it has run so far. The forward replay checks every quota's GPU max at each step and
+starts a gang's members together. The result is cached per group for
 `TESSERA_START_ESTIMATE_CACHE_SECONDS` and keyed by the shard's version and the queue, so a page or an API
 call costs one forward replay per group at most every few seconds.
 
-Limits (said in `docs/scheduling.md`): gangs are estimated member by member, quotas are not re-checked in
-the forward replay (the cycle's order already reflects them), and work submitted later is not foreseen.
+Limit (said in `docs/scheduling.md`): work submitted later is not foreseen.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from scheduling.simulation import (
     ReplayOptions,
     Running,
     RunningWork,
+    TeamQuota,
     TimedRequest,
     estimate_starts,
 )
@@ -95,8 +98,23 @@ def _epoch(moment: datetime) -> int:
     return int(moment.timestamp())
 
 
-def _group_key(kind: str, quota_id: int) -> str:
-    return f"{kind}:{quota_id}"
+#: The fields of a workload its duration groups are read from (see :func:`duration_groups`).
+GROUP_FIELDS = ("kind", "quota_id", "image", "cpu_milli", "memory_mib", "gpu_count", "gpu_milli")
+
+
+def duration_groups(
+    kind: str,
+    quota_id: int,
+    image: str,
+    cpu_milli: int,
+    memory_mib: int,
+    gpu_count: int,
+    gpu_milli: int,
+) -> tuple[str, str, str]:
+    """A workload's duration groups, most specific first: its template (kind, image and size, what a
+    codespace template or a job's pods share), its team (kind and quota), its kind."""
+    shape = f"{cpu_milli}/{memory_mib}/{gpu_count}x{gpu_milli}"
+    return (f"template:{kind}:{image}:{shape}", f"team:{kind}:{quota_id}", f"kind:{kind}")
 
 
 def _durations(group: QuotaGroup) -> DurationModel:
@@ -105,15 +123,22 @@ def _durations(group: QuotaGroup) -> DurationModel:
             quota__group=group, started_at__isnull=False, finished_at__isnull=False
         )
         .order_by("-finished_at")
-        .values_list("kind", "quota_id", "started_at", "finished_at")[:HISTORY]
+        .values_list(*GROUP_FIELDS, "started_at", "finished_at")[:HISTORY]
     )
     groups: dict[str, list[int]] = {}
-    for kind, quota_id, started, finished in rows:
+    for *fields, started, finished in rows:
         if started is None or finished is None:  # excluded by the filter; the type does not know
             continue
         seconds = max(1, int((finished - started).total_seconds()))
-        groups.setdefault(_group_key(kind, quota_id), []).append(seconds)
+        for key in duration_groups(*fields):
+            groups.setdefault(key, []).append(seconds)
     return DurationModel({k: tuple(v) for k, v in groups.items()})
+
+
+def _quotas(group: QuotaGroup) -> tuple[TeamQuota, ...]:
+    """Every quota of the group as the replay's cap: its GPU-side max of GPU compute."""
+    rows = Quota.objects.filter(group=group).order_by("pk").values_list("pk", "gpu_max_gpu_milli")
+    return tuple(TeamQuota(str(pk), int(limit)) for pk, limit in rows)
 
 
 def compute_group_estimates(group: QuotaGroup, now: datetime) -> dict[int, StartEstimate]:
@@ -130,28 +155,34 @@ def compute_group_estimates(group: QuotaGroup, now: datetime) -> dict[int, Start
     clock = _epoch(now)
     running = []
     rows = Workload.objects.filter(pk__in=list(cluster.applied)).values_list(
-        "pk", "kind", "quota_id", "started_at", "placed_at", "submitted_at"
+        "pk", *GROUP_FIELDS, "started_at", "placed_at", "submitted_at"
     )
-    for pk, kind, quota_id, started, placed, submitted in rows:
+    for pk, *fields, started, placed, submitted in rows:
         since = started or placed or submitted
         running.append(
             RunningWork(
-                Running(cluster.applied[pk], end=clock, team=str(quota_id)),
+                Running(cluster.applied[pk], end=clock, team=str(fields[1])),
                 started=min(clock, _epoch(since)),
-                group=_group_key(kind, quota_id),
+                group=duration_groups(*fields),
             )
         )
     waiting = [
         (
             TimedRequest(
-                workload_request(w), min(clock, _epoch(w.submitted_at)), 0, str(w.quota_id)
+                workload_request(w),
+                min(clock, _epoch(w.submitted_at)),
+                0,
+                str(w.quota_id),
+                gang="" if w.gang_id is None else str(w.gang_id),
             ),
-            _group_key(w.kind, w.quota_id),
+            duration_groups(*(getattr(w, name) for name in GROUP_FIELDS)),
         )
         for w in pending
     ]
     typical = typical_pods([*cluster.recent, *(t.request for t, _ in waiting)])
-    options = ReplayOptions(policy=settings.TESSERA_PLACEMENT_POLICY, typical=typical)
+    options = ReplayOptions(
+        policy=settings.TESSERA_PLACEMENT_POLICY, typical=typical, quotas=_quotas(group)
+    )
     out = estimate_starts(cluster.state, running, waiting, durations, clock, options)
 
     def moment(seconds: int | None) -> datetime | None:

@@ -3,14 +3,20 @@ replay forward twice (running work and queued work ending early, then late) and 
 request the range between its two start times, with the reason it waits now.
 
 Durations come from recorded history (:class:`DurationModel`): per group (a template, a team, a request
-shape: the caller chooses the key), the durations of work that already ended. The remaining time of work
-that has run ``e`` seconds is a quantile of the recorded durations longer than ``e``, minus ``e``.
+shape: the caller chooses the keys), the durations of work that already ended. A request names its groups
+from the most specific to the least (``("template:7", "team:3")``); the first one with at least
+:data:`MIN_SAMPLES` recorded durations is used, else every recorded duration together. The remaining time
+of work that has run ``e`` seconds is a quantile of the recorded durations longer than ``e``, minus ``e``.
+Work still running counts too: each running request is a duration at least as long as it has run so far
+(a censored observation, Kaplan-Meier), so the long runs, which are the ones still running when the history
+is read, are not missing from it. Quotas (``options.quotas``) and gangs (:attr:`TimedRequest.gang`: all
+members start together) are checked at every step of both replays, as the service's cycle does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -23,39 +29,112 @@ from .types import ReplayOptions, TimedRequest
 LOW_QUANTILE, HIGH_QUANTILE = 0.1, 0.9
 #: How far forward a forecast looks (seconds): a request not started by then has no upper bound.
 LOOKAHEAD = 30 * 86400
+#: Recorded durations a group needs before its own history is used instead of a broader one.
+MIN_SAMPLES = 5
+
+#: The duration groups of a request, most specific first (a single key is one group).
+Groups = str | Sequence[str]
 
 
 @dataclass(frozen=True)
 class DurationModel:
-    """Recorded durations (seconds) per group; ``fallback`` is every group's durations together."""
+    """Recorded durations (seconds) per group, and the run times so far of work still running.
+
+    ``groups``: durations of work that ended, per group key. ``running``: per group key, how long the
+    work of that group that is still running has run (each a lower bound of its duration: without them
+    the long runs, which are the ones still running, would be missing from the history and every
+    estimate would be too early). The fallback for a request whose groups have no history is every
+    group's durations together.
+    """
 
     groups: Mapping[str, Sequence[int]]
+    running: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    _cache: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
-    def _samples(self, group: str) -> np.ndarray:
-        samples = self.groups.get(group)
-        if not samples:
-            samples = [d for values in self.groups.values() for d in values]
-        return np.sort(np.asarray(samples, np.int64))
+    def with_running(self, work: Sequence[tuple[Groups, int]]) -> DurationModel:
+        """This model with the run times so far (``elapsed``) of work still running added under each of
+        its group keys."""
+        running = {k: list(v) for k, v in self.running.items()}
+        for group, elapsed in work:
+            for key in _keys(group):
+                running.setdefault(key, []).append(elapsed)
+        return DurationModel(self.groups, {k: tuple(v) for k, v in running.items()})
 
-    def remaining(self, group: str, elapsed: int, quantile: float) -> int:
+    def _samples(self, group: Groups) -> tuple[np.ndarray, np.ndarray]:
+        """(times, ended) sorted by time, the ended ones first among equal times: the chosen group's
+        durations (``ended`` true) and the run times of its work still running (false)."""
+        keys = _keys(group)
+        hit = self._cache.get(keys)
+        if hit is not None:
+            return hit
+        ended: Sequence[int] = ()
+        censored: Sequence[int] = ()
+        for key in keys:  # the first with enough history, else the one with the most
+            found = self.groups.get(key) or ()
+            if len(found) > len(ended):
+                ended, censored = found, self.running.get(key) or ()
+            if len(found) >= MIN_SAMPLES:
+                break
+        if not ended:
+            ended = [d for values in self.groups.values() for d in values]
+            censored = [d for values in self.running.values() for d in values]
+        times = np.concatenate(
+            [np.asarray(ended, np.int64).reshape(-1), np.asarray(censored, np.int64).reshape(-1)]
+        )
+        flags = np.concatenate([np.ones(len(ended), bool), np.zeros(len(censored), bool)])
+        order = np.lexsort((~flags, times))
+        out = (times[order], flags[order])
+        self._cache[keys] = out
+        return out
+
+    def remaining(self, group: Groups, elapsed: int, quantile: float) -> int:
         """Seconds left for work of ``group`` that has run ``elapsed`` seconds, at ``quantile``.
 
-        With no recorded duration longer than ``elapsed``: as long again as it has run (at the high
-        quantile) or one second (at the low one)."""
-        samples = self._samples(group)
-        longer = samples[samples > elapsed]
-        if longer.size == 0:
-            return max(1, elapsed) if quantile >= 0.5 else 1
-        return max(1, int(np.quantile(longer, quantile)) - elapsed)
+        ``group``: one key, or keys from the most specific to the least; the first with at least
+        :data:`MIN_SAMPLES` recorded durations is used, else the one with the most, else (none has
+        any) every recorded duration together. The quantile is that of the durations longer than
+        ``elapsed``: the plain (interpolated) quantile of the recorded ones when no work still running
+        has run longer than ``elapsed`` and the shortest of them, else the Kaplan-Meier estimate that counts each running one as
+        a duration at least as long as its run so far. With no such quantile (no recorded duration
+        longer than ``elapsed``, or too much of the history still running): at the high quantile as
+        long again as it has run or as the longest run seen, whichever is later; at the low one, one
+        second."""
+        times, flags = self._samples(group)
+        first = int(np.searchsorted(times, elapsed, side="right"))
+        times, flags = times[first:], flags[first:]
+        if not flags.any():
+            return (
+                max(1, elapsed, int(times[-1]) - elapsed if times.size else 0)
+                if (quantile >= 0.5)
+                else 1
+            )
+        # runs still going that are shorter than every recorded duration left do not change the
+        # Kaplan-Meier estimate: drop them, so that it is the plain quantile whenever it can be
+        first_ended = int(np.argmax(flags))
+        times, flags = times[first_ended:], flags[first_ended:]
+        if flags.all():
+            return max(1, int(np.quantile(times, quantile)) - elapsed)
+        at_risk = times.size - np.arange(times.size)
+        survival = np.cumprod(np.where(flags, 1.0 - 1.0 / at_risk, 1.0))
+        reached = np.flatnonzero(flags & (1.0 - survival >= quantile - 1e-12))
+        if reached.size == 0:
+            return max(1, elapsed, int(times[-1]) - elapsed) if quantile >= 0.5 else 1
+        return max(1, int(times[reached[0]]) - elapsed)
+
+
+def _keys(group: Groups) -> tuple[str, ...]:
+    return (group,) if isinstance(group, str) else tuple(group)
 
 
 @dataclass(frozen=True, slots=True)
 class RunningWork:
-    """Placed work: the running entry as the replay takes it, when it started, its duration group."""
+    """Placed work: the running entry as the replay takes it, when it started, its duration groups."""
 
     running: Running
     started: int
-    group: str
+    group: Groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +152,7 @@ class StartEstimate:
 def estimate_starts(
     state: ClusterState,
     running: Sequence[RunningWork],
-    waiting: Sequence[tuple[TimedRequest, str]],
+    waiting: Sequence[tuple[TimedRequest, Groups]],
     durations: DurationModel,
     now: int,
     options: ReplayOptions = ReplayOptions(),  # noqa: B008 (frozen value)
@@ -82,8 +161,8 @@ def estimate_starts(
 
     Args:
         state: the cluster now, with ``running`` applied (never mutated).
-        running: the placed work and its duration group.
-        waiting: the queue, each request with its duration group, submitted at or before ``now``.
+        running: the placed work and its duration groups.
+        waiting: the queue, each request with its duration groups, submitted at or before ``now``.
         durations: the recorded durations.
         now: the current time.
         options: the service's policy, seed, quotas and node priority.
@@ -93,6 +172,7 @@ def estimate_starts(
     """
     bounds: list[dict[str, int | None]] = []
     horizon = now + LOOKAHEAD
+    durations = durations.with_running([(w.group, now - w.started) for w in running])
     for q in (LOW_QUANTILE, HIGH_QUANTILE):
         work = [
             replace(w.running, end=now + durations.remaining(w.group, now - w.started, q))

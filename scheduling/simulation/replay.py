@@ -13,6 +13,10 @@ in classes of identical requests (team, priority, shape), each in arrival order;
 head only when the class is new, when its team freed quota (if quota refused it) or when a node freed in
 this event could hold it (if capacity refused it). A cycle therefore costs one attempt per class that can
 have changed, not one per waiting request, and the outcome is the one of trying every request in order.
+
+A gang's members form one class of their own, tried as a whole: once all its members have arrived, its
+team's quota is checked for their total and they are placed one after the other; if one does not fit,
+the ones placed in this attempt are released and the gang waits (capacity), else they all start now.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from scheduling.engine import (
 from .types import IntArray, Outcome, ReplayOptions, ReplayResult, TimedRequest
 
 ClassKey = tuple[object, ...]
-CAPACITY, QUOTA = "capacity", "quota"
+CAPACITY, QUOTA, INCOMPLETE = "capacity", "quota", "incomplete"
 
 
 def shape_key(r: PlacementRequest) -> tuple[object, ...]:
@@ -136,6 +140,10 @@ class _Replay:
         self.running: dict[int, tuple[int, int]] = {}
         self.placements = 0
         self.attempts = 0
+        self.gang_size: dict[str, int] = {}
+        for t in requests:
+            if t.gang:
+                self.gang_size[t.gang] = self.gang_size.get(t.gang, 0) + 1
         for k, work in enumerate(running):
             heapq.heappush(self.departures, (work.end, k, -1 - k))
             self._charge(work.team, work.assignment.gpu_milli * len(work.assignment.gpu_indices))
@@ -156,6 +164,8 @@ class _Replay:
     # ---------------------------------------------------------------- events
     def _class(self, i: int) -> ClassKey:
         t = self.requests[i]
+        if t.gang:
+            return (t.team, -t.request.priority, "gang", t.gang)
         return (t.team, -t.request.priority, *shape_key(t.request))
 
     def _release(self) -> tuple[set[int], set[str], list[int]]:
@@ -191,9 +201,46 @@ class _Replay:
             elif why == QUOTA and key[0] in freed_teams:
                 out.append(key)
             elif why == CAPACITY and nodes.size:
-                if may_fit(self.state, self.requests[members[0]].request, nodes):
+                heads = members if self._is_gang(key) else (members[0],)
+                if any(may_fit(self.state, self.requests[i].request, nodes) for i in heads):
                     out.append(key)
         return out
+
+    @staticmethod
+    def _is_gang(key: ClassKey) -> bool:
+        return len(key) == 4 and key[2] == "gang"
+
+    def _try_gang(self, now: int, key: ClassKey) -> str | None:
+        """Start every member of the gang ``key`` now, or none; returns why not (None: started)."""
+        members = self.classes[key]
+        if len(members) < self.gang_size[str(key[3])]:
+            return INCOMPLETE
+        team = self.requests[members[0]].team
+        cap = self.caps.get(team)
+        total = sum(self.requests[i].request.total_gpu_milli for i in members)
+        if cap is not None and self.used[team] + total > cap:
+            return QUOTA
+        placed: list[tuple[int, Assignment]] = []
+        for i in members:
+            a = place_one(self.state, self.requests[i].request, self.policy, self.prio)
+            if a is None:
+                for _, done in placed:
+                    self.state.release(done)
+                return CAPACITY
+            placed.append((i, a))
+        for i, a in placed:
+            self._start(now, i, a)
+        return None
+
+    def _start(self, now: int, i: int, a: Assignment) -> None:
+        t = self.requests[i]
+        self.placements += 1
+        self.start[i], self.node[i] = now, a.node
+        end = now + max(1, t.duration)
+        self.assignments[i] = a
+        self.running[i] = (now, end)
+        heapq.heappush(self.departures, (end, len(self.initial) + i, i))
+        self._charge(t.team, t.request.total_gpu_milli)
 
     def _cycle(self, now: int, candidates: list[ClassKey]) -> None:
         """Try the candidate classes' heads in the service's order until each class fails or empties."""
@@ -210,6 +257,14 @@ class _Replay:
             _, i, key = heapq.heappop(heap)
             t = self.requests[i]
             self.attempts += 1
+            if self._is_gang(key):
+                why = self._try_gang(now, key)
+                if why is None:
+                    self.failed.pop(key, None)
+                    del self.classes[key]
+                else:
+                    self.failed[key] = why
+                continue
             if self._over_quota(t):
                 self.failed[key] = QUOTA
                 continue
@@ -218,15 +273,9 @@ class _Replay:
                 self.failed[key] = CAPACITY
                 continue
             self.failed.pop(key, None)
-            self.placements += 1
             members = self.classes[key]
             members.popleft()
-            self.start[i], self.node[i] = now, a.node
-            end = now + max(1, t.duration)
-            self.assignments[i] = a
-            self.running[i] = (now, end)
-            heapq.heappush(self.departures, (end, len(self.initial) + i, i))
-            self._charge(t.team, t.request.total_gpu_milli)
+            self._start(now, i, a)
             if members:
                 j = members[0]
                 nxt = self.requests[j]
@@ -277,7 +326,10 @@ class _Replay:
                 freed_nodes, freed_teams, ended = self._release()
             while k < len(order) and self.requests[order[k]].submit == now:
                 i = order[k]
-                self.classes.setdefault(self._class(i), deque()).append(i)
+                key = self._class(i)
+                self.classes.setdefault(key, deque()).append(i)
+                if self._is_gang(key):
+                    self.failed.pop(key, None)  # one more member: try the gang again
                 k += 1
             self._cycle(now, self._candidates(freed_nodes, freed_teams))
             waiting = sum(len(m) for m in self.classes.values())

@@ -21,7 +21,10 @@ class TimedRequest:
     """A request that arrives at ``submit`` and, once started, runs for ``duration`` seconds.
 
     ``team`` is the quota it counts against ('' = none); ``real_start`` is when it started in the
-    recorded history, if it did (used to measure forecasts, never by the replay itself).
+    recorded history, if it did (used to measure forecasts, never by the replay itself). ``gang``
+    ('' = none) names the gang it belongs to: the replay starts a gang's members together, once every
+    member of that gang in the replay's input has arrived, all or none (its team's quota is checked
+    for the gang's total), as the service's cycle does.
     """
 
     request: PlacementRequest
@@ -29,6 +32,7 @@ class TimedRequest:
     duration: int
     team: str = ""
     real_start: int | None = None
+    gang: str = ""
 
     @property
     def request_id(self) -> str:

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 HISTORY = (1200, 1800, 2400, 3000)
 
 
-def submit(quota: Any, name: str) -> Workload:
+def submit(quota: Any, name: str, image: str = "") -> Workload:
     return services.submit_workload(
         tenant=quota.tenant,
         quota=quota,
@@ -35,6 +35,17 @@ def submit(quota: Any, name: str) -> Workload:
         memory_mib=1024,
         gpu_count=1,
         gpu_milli=1000,
+        image=image,
+    )
+
+
+def finished(quota: Any, name: str, seconds: int, image: str = "") -> None:
+    done = submit(quota, name, image)
+    start = timezone.now() - timedelta(days=1)
+    Workload.objects.filter(pk=done.pk).update(
+        state=WorkloadState.SUCCEEDED,
+        started_at=start,
+        finished_at=start + timedelta(seconds=seconds),
     )
 
 
@@ -122,3 +133,48 @@ def test_the_api_and_the_workload_page_show_the_range_and_the_reason(
     client.force_login(alice)
     page = client.get(f"/cluster/workloads/{waiting.pk}/").content.decode()
     assert '<span data-testid="start-estimate">likely in 13–37 min</span>' in page
+
+
+def test_a_pod_of_a_quota_at_its_max_waits_for_its_own_work_not_for_a_free_gpu() -> None:
+    # given two GPUs, quota a capped at one GPU and holding it for 10 min so far, and a's history
+    small_cluster(gpu_nodes=1, gpus_per_node=2)
+    group = make_group()
+    quota = make_quota(group, gpu_max_milli=1000)
+    now = timezone.now()
+    running = submit(quota, "running")
+    services.run_cycle(group.pk)
+    Workload.objects.filter(pk=running.pk).update(started_at=now - timedelta(minutes=10))
+    for k, seconds in enumerate(HISTORY):
+        finished(quota, f"done-{k}", seconds)
+    waiting = submit(quota, "waiting")
+    services.run_cycle(group.pk)
+    waiting.refresh_from_db()
+    assert waiting.state == WorkloadState.PENDING  # the free GPU is past a's max
+    # when the forecast checks a's max going forward, the pod starts when a's running pod ends
+    # (13-37 min, as with one GPU), not now on the free GPU
+    estimate = compute_group_estimates(group, now)[waiting.pk]
+    assert (estimate.earliest, estimate.latest) == (
+        now + timedelta(seconds=780),
+        now + timedelta(seconds=2220),
+    )
+
+
+def test_the_run_times_of_the_same_template_come_before_the_teams() -> None:
+    # given one GPU held for 10 min by a pod of image "train", whose five recorded runs took 2 h each,
+    # while the team's other pods ("notebook") ran 20-50 min
+    small_cluster(gpu_nodes=1, gpus_per_node=1)
+    quota = make_quota(make_group())
+    now = timezone.now()
+    running = submit(quota, "running", image="train")
+    services.run_cycle(quota.group_id)
+    Workload.objects.filter(pk=running.pk).update(started_at=now - timedelta(minutes=10))
+    for k in range(5):
+        finished(quota, f"train-{k}", 7200, image="train")
+    for k, seconds in enumerate(HISTORY):
+        finished(quota, f"notebook-{k}", seconds, image="notebook")
+    waiting = submit(quota, "waiting", image="notebook")
+    services.run_cycle(quota.group_id)
+    # then the running pod is expected to end 110 min from now (its template's 2 h), not in 13-37 min
+    estimate = compute_group_estimates(quota.group, now)[waiting.pk]
+    in_110_min = now + timedelta(seconds=6600)
+    assert (estimate.earliest, estimate.latest) == (in_110_min, in_110_min)

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+#: `TESSERA_SHARED_DIR` overrides it (a git worktree's parent is not the checkout's).
+SHARED = Path(
+    os.environ.get("TESSERA_SHARED_DIR") or Path(__file__).resolve().parents[2].parent / "shared"
+)
 TRACE_DIR = SHARED / "traces" / "openb"
 TOOL = SHARED / "tools" / "openb_workload.py"
 NODE_LIST = TRACE_DIR / "openb_node_list_gpu_node.csv"

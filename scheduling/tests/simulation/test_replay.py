@@ -132,3 +132,41 @@ def test_a_cycle_tries_each_waiting_class_once_not_each_waiting_request() -> Non
     # slice: the 4 later slices join a class that failed with nothing freed since, so they are not tried
     assert result.attempts == 1 + 1 + 1
     assert summarize(result, reqs).never_started == 205
+
+
+def test_a_gang_starts_all_its_members_together_once_they_all_fit() -> None:
+    # given two GPUs, one held until 100 s, and a two-pod gang whose members arrive at 1 s and 2 s
+    reqs = [
+        TimedRequest(whole("held"), 0, 100),
+        TimedRequest(whole("g-0"), 1, 50, gang="g"),
+        TimedRequest(whole("g-1"), 2, 50, gang="g"),
+        TimedRequest(piece("small", 500), 3, 20),
+    ]
+    result = replay(cluster(node("n1", 2)), reqs, ReplayOptions(policy="firstfit", horizon=500))
+    # then no member takes the free GPU alone: a later small request uses it meanwhile, and both
+    # members start when the held GPU and the small request's are free
+    assert starts(result) == {"held": 0, "g-0": 100, "g-1": 100, "small": 3}
+    assert result.outcomes[1].node == result.outcomes[2].node == "n1"
+
+
+def test_a_gang_that_would_pass_its_team_quota_waits_for_the_quota_as_a_whole() -> None:
+    reqs = [
+        TimedRequest(whole("a-solo"), 0, 100, team="a"),
+        TimedRequest(whole("g-0"), 1, 10, team="a", gang="g"),
+        TimedRequest(whole("g-1"), 1, 10, team="a", gang="g"),
+    ]
+    options = ReplayOptions(policy="firstfit", quotas=(TeamQuota("a", 2000),), horizon=500)
+    result = replay(cluster(node("n1", 3)), reqs, options)
+    # three free GPUs, but the gang's 2 GPUs plus a-solo's 1 pass team a's cap of 2 until 100 s
+    assert starts(result) == {"a-solo": 0, "g-0": 100, "g-1": 100}
+
+
+def test_a_gang_missing_a_member_never_starts_partly() -> None:
+    reqs = [
+        TimedRequest(whole("g-0"), 0, 10, gang="g"),
+        TimedRequest(whole("g-1", gpus=9), 0, 10, gang="g"),
+    ]
+    result = replay(cluster(node("n1", 2)), reqs, ReplayOptions(policy="firstfit", horizon=100))
+    # g-1 can never fit (9 GPUs on a 2-GPU node): g-0 does not start alone either
+    assert starts(result) == {"g-0": None, "g-1": None}
+    assert result.allocated_gpu_milli.tolist() == [0]
