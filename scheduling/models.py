@@ -225,6 +225,13 @@ class PlacementGpu(models.Model):
     mig_start = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text="Memory-slice position of the MIG instance (0-7)"
     )
+    allocated_device = models.CharField(
+        max_length=320,
+        blank=True,
+        default="",
+        db_default="",  # the cycle's bulk INSERT (PostgreSQL) does not name it
+        help_text="The device the cluster allocated for this share, driver/pool/device (dra mode)",
+    )
 
     class Meta:
         constraints = [

@@ -14,7 +14,9 @@ from codespaces.tests.test_services import run_status_sync
 from portal.errors import InvalidInput
 from quotas import usage
 from quotas.models import QuotaGroup
-from scheduling.models import PlacementGpu
+from scheduling.backends.base import ObservedPhase, StatusReport
+from scheduling.models import Placement, PlacementGpu
+from scheduling.services import reconcile
 
 pytestmark = pytest.mark.django_db
 
@@ -136,3 +138,35 @@ def test_the_picker_offers_the_pools_mig_profiles_with_where_they_start(
 
 def test_the_picker_offers_no_mig_profile_in_a_slice_pool(quota_a: Any, template: Any) -> None:
     assert services.picker_data(template, quota_a).mig_options == []
+
+
+def test_the_backend_is_told_the_instance_and_the_allocated_device_is_recorded(
+    mig_pool: Any,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    capture = django_capture_on_commit_callbacks
+    with capture(execute=True):
+        codespace = services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", name="bob-mig", size=MIG_1G
+        )
+    codespace.refresh_from_db()
+    placement = Placement.objects.get(workload_id=codespace.workload_id, released_at__isnull=True)
+    # what a backend gets: the card, and the MIG instance on it (a dra claim pins both)
+    (gpu,) = reconcile.materialize_request(placement.workload, placement).gpus
+    assert (gpu.index, gpu.gpu_milli, gpu.mig_profile, gpu.mig_start) == (0, 142, "1g.10gb", 6)
+
+    # when the cluster reports the device it allocated, the placement's share records it
+    device = "gpu.nvidia.com/h100-a/gpu-0-mig-1g-10gb-6"
+    report = StatusReport(
+        codespace.workload_id, ObservedPhase.PENDING, allocated_devices=((0, device),)
+    )
+    reconcile.apply_status_reports([report])
+    reconcile.apply_status_reports([report])  # the same report again changes nothing
+    assert list(
+        PlacementGpu.objects.filter(placement=placement).values_list("allocated_device", flat=True)
+    ) == [device]
+    assert reconcile.record_allocations([report]) == 0

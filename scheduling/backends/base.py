@@ -41,6 +41,9 @@ class GpuBinding:
     uuid: str
     gpu_milli: int  # 1000 = the whole card
     gpu_memory_mib: int
+    # A MIG instance (profile and memory-slice start) on this card, as the engine placed it.
+    mig_profile: str = ""
+    mig_start: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,9 @@ class StatusReport:
     phase: ObservedPhase
     message: str = ""
     node_name: str = ""
+    # Devices the cluster allocated, per GPU index of the placement: (index, "driver/pool/device").
+    # Empty when the backend allocates nothing itself (HAMi, simulated) or has not allocated yet.
+    allocated_devices: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

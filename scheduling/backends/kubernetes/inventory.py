@@ -65,7 +65,7 @@ def node_to_inventory(
         if gpus:
             break
     cordoned_uuids = {u.strip() for u in annotations.get(c.HAMI_DEVICE_CORDON, "").split(",")}
-    ready = _is_ready(node)
+    ready = node_is_ready(node)
     gpus = [_with_health(g, ready and g.uuid not in cordoned_uuids) for g in gpus]
     model = normalize_model(
         labels.get(c.GFD_PRODUCT, "")
@@ -167,7 +167,7 @@ def _with_health(gpu: GpuInventory, healthy: bool) -> GpuInventory:
     )
 
 
-def _is_ready(node: JsonDict) -> bool:
+def node_is_ready(node: JsonDict) -> bool:
     for cond in node.get("status", {}).get("conditions") or []:
         if cond.get("type") == "Ready":
             return cond.get("status") == "True"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from scheduling.backends.base import MaterializeRequest, WorkloadKind
 from scheduling.backends.kubernetes import constants as c
-from scheduling.backends.kubernetes import koordinator
+from scheduling.backends.kubernetes import dra, koordinator
 from scheduling.backends.kubernetes.config import KubeConfig
 from scheduling.backends.kubernetes.hami import encode_container_devices, gpu_cores_percent
 from scheduling.backends.kubernetes.interface import ClusterApiError, JsonDict
@@ -31,11 +31,13 @@ class ManifestError(ClusterApiError):
 
 @dataclass(frozen=True, slots=True)
 class WorkloadObjects:
-    """Everything one workload needs; `home_pvc` and `service` exist for codespaces only."""
+    """Everything one workload needs; `home_pvc` and `service` exist for codespaces only, `claim`
+    (the placement's ResourceClaim) for GPU workloads in dra mode only."""
 
     pod: JsonDict
     home_pvc: JsonDict | None
     service: JsonDict | None
+    claim: JsonDict | None = None
 
 
 def home_pvc_name(name: str) -> str:
@@ -100,10 +102,12 @@ def workload_labels(request: MaterializeRequest) -> dict[str, str]:
 def build_objects(request: MaterializeRequest, config: KubeConfig, *, now: int) -> WorkloadObjects:
     """All objects for a request. `now` (Unix seconds) stamps HAMi's vgpu-time/bind-time."""
     is_codespace = request.kind == WorkloadKind.CODESPACE
+    with_claim = config.mode == c.Mode.DRA and bool(request.gpus)
     return WorkloadObjects(
         pod=build_pod(request, config, now=now),
         home_pvc=build_home_pvc(request, config) if is_codespace else None,
         service=build_service(request, config) if is_codespace else None,
+        claim=dra.build_claim(request, config, workload_labels(request)) if with_claim else None,
     )
 
 
@@ -164,6 +168,7 @@ def build_pod(request: MaterializeRequest, config: KubeConfig, *, now: int) -> J
             c.Mode.HAMI_DELEGATE: _hami_delegate,
             c.Mode.HAMI_BIND: _hami_bind,
             c.Mode.KOORDINATOR: _koordinator,
+            c.Mode.DRA: _dra,
         }[config.mode]
         mode_parts(request, config, metadata, spec, container, now)
     else:
@@ -323,6 +328,22 @@ def _koordinator(
     if request.gang_name:
         metadata["annotations"].update(_gang(request, config))
     spec["schedulerName"] = config.koord_scheduler_name
+
+
+def _dra(
+    request: MaterializeRequest,
+    config: KubeConfig,
+    metadata: JsonDict,
+    spec: JsonDict,
+    container: JsonDict,
+    now: int,
+) -> None:
+    """DRA: the default scheduler, pinned to the planned node, allocates the placement's claim (whose
+    selectors pin the devices); the pod consumes it. No GPU extended resources."""
+    if any(gpu.mig_profile for gpu in request.gpus) and len(request.gpus) > 1:
+        raise ManifestError(f"{request.name}: a MIG pod holds one instance")
+    spec["affinity"] = _node_affinity(request.node_name)
+    dra.pod_claim_parts(request, spec, container)
 
 
 def _gang(request: MaterializeRequest, config: KubeConfig) -> dict[str, str]:
