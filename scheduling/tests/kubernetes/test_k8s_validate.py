@@ -81,7 +81,7 @@ def test_plain_deploy_manifests_validate(version):
             kubernetes_validate.validate(doc, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{label} is invalid for {version}: {exc.message} at {list(exc.path)}")
-    assert len(docs) == 18  # 17 + the alerting rules' ConfigMap
+    assert len(docs) == 22  # 17 + the alerting rules' ConfigMap + optional/rbac-dra.yaml's 4
 
 
 @pytest.mark.parametrize(
@@ -157,6 +157,20 @@ def test_plain_rbac_is_least_privilege():
     ]
     assert rules[("Role", "tessera-binding")] == [
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]}
+    ]
+    assert rules[("ClusterRole", "tessera-dra-slices")] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["get", "list"],
+        }
+    ]
+    assert rules[("Role", "tessera-dra-claims")] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims"],
+            "verbs": ["get", "list", "create", "delete"],
+        }
     ]
     all_verbs = {
         verb for rule_list in rules.values() for rule in rule_list for verb in rule["verbs"]
