@@ -52,6 +52,12 @@ class Gpu(models.Model):
     numa_node = models.PositiveSmallIntegerField(default=0)
     nvlink_group = models.PositiveSmallIntegerField(default=0)
     healthy = models.BooleanField(default=True)
+    mig_layout = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="A static MIG layout the operator fixed, as inventory reports it: [[profile, start], "
+        "...]; empty = Tessera owns the layout (dynamic MIG)",
+    )
 
     class Meta:
         ordering = ["node__name", "index"]

@@ -14,9 +14,12 @@ from codespaces.tests.test_services import run_status_sync
 from portal.errors import InvalidInput
 from quotas import usage
 from quotas.models import QuotaGroup
-from scheduling.backends.base import ObservedPhase, StatusReport
-from scheduling.models import Placement, PlacementGpu
+from scheduling.backends.base import GpuInventory, NodeInventory, ObservedPhase, StatusReport
+from scheduling.engine.mig import MigInstance, MigLayoutMode
+from scheduling.inventory import sync_inventory_rows
+from scheduling.models import Gpu, Node, Placement, PlacementGpu
 from scheduling.services import reconcile
+from scheduling.services.mig_cards import mig_cards, static_instances
 
 pytestmark = pytest.mark.django_db
 
@@ -170,3 +173,61 @@ def test_the_backend_is_told_the_instance_and_the_allocated_device_is_recorded(
         PlacementGpu.objects.filter(placement=placement).values_list("allocated_device", flat=True)
     ) == [device]
     assert reconcile.record_allocations([report]) == 0
+
+
+def test_a_static_layout_from_inventory_is_honoured_by_the_cycle(
+    mig_pool: Any,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # given inventory reports the operator's static layouts on h100-a (as the mixed strategy does)
+    node = Node.objects.get(name="h100-a")
+    uuids = dict(node.gpus.values_list("index", "uuid"))
+    layouts = [(("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5)), (("7g.80gb", 0),)]
+    sync_inventory_rows(
+        [
+            NodeInventory(
+                name="h100-a",
+                cpu_milli=node.cpu_milli,
+                memory_mib=node.memory_mib,
+                gpu_model=node.gpu_model,
+                labels=tuple(node.labels.items()),
+                gpus=tuple(
+                    GpuInventory(i, uuids[i], "H100", 80 * 1024, mig_layout=layout)
+                    for i, layout in enumerate(layouts)
+                ),
+            )
+        ]
+    )
+    assert [g.mig_layout for g in Gpu.objects.filter(node=node).order_by("index")] == [
+        [["3g.40gb", 0], ["1g.10gb", 4], ["1g.10gb", 5]],
+        [["7g.80gb", 0]],
+    ]
+    cards = mig_cards(mig_pool, ["h100-a"])
+    assert [(c.mode, [(i.profile, i.start) for i in c.instances]) for c in cards] == [
+        (MigLayoutMode.STATIC, [("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5)]),
+        (MigLayoutMode.STATIC, [("7g.80gb", 0)]),
+    ]
+    # when bob asks for a 1g.10gb: he gets the layout's first free 1g instance (a dynamic card would
+    # have created one at position 6), and the next reading shows it in use
+    capture = django_capture_on_commit_callbacks
+    with capture(execute=True):
+        services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", name="bob-mig", size=MIG_1G
+        )
+    assert _instances() == [("h100-a", 0, "1g.10gb", 4, 142)]
+    (card0, _card1) = mig_cards(mig_pool, ["h100-a"])
+    assert [(i.start, i.in_use) for i in card0.instances] == [(0, False), (4, True), (5, False)]
+
+
+def test_a_malformed_stored_layout_entry_is_skipped() -> None:
+    held = [MigInstance("1g.10gb", 4, in_use=True)]
+    layout = [["1g.10gb", 4], "junk", ["1g.10gb"], [3, 1], ["1g.10gb", 5]]
+    assert static_instances(layout, held) == (
+        MigInstance("1g.10gb", 4, in_use=True),
+        MigInstance("1g.10gb", 5, in_use=False),
+    )
+    assert static_instances({"not": "a list"}, held) == ()

@@ -108,6 +108,9 @@ class GpuInventory:
     numa_node: int = 0
     nvlink_group: int = 0
     healthy: bool = True
+    # A static MIG layout (the operator's; Tessera never changes it): (profile, start) per instance.
+    # Empty: no MIG, or a layout Tessera owns (dynamic MIG).
+    mig_layout: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,10 @@ from scheduling.backends.kubernetes.inventory import (
 )
 from scheduling.backends.kubernetes.mig import (
     RESOURCE_API,
+    DraMigDevice,
     device_class_quota_milli,
     mig_devices,
+    static_layout_of,
 )
 from scheduling.backends.kubernetes.quantity import bytes_to_mib
 from scheduling.engine.mig_profiles import MEMORY_SLICES, mig_geometry
@@ -179,7 +181,9 @@ def slice_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, li
     """Node name -> its cards as ``driver``'s slices publish them, in index order. A card is a plain GPU
     device (attribute ``type`` absent or ``gpu``) or the parent of ``mig`` devices (one card per
     ``parentUUID``, its memory from the MIG geometry); the same UUID is one card even when the driver
-    publishes both. A blocking taint on any of a card's devices makes the card unhealthy."""
+    publishes both. A blocking taint on any of a card's devices makes the card unhealthy. A card whose
+    MIG devices do not overlap is a static layout (the instances that exist, `mig.static_layout_of`);
+    one publishing every possible placement is dynamic (empty ``mig_layout``)."""
     mine = [s for s in slices if (s.get("spec") or {}).get("driver") == driver]
     cards: dict[tuple[str, str], GpuInventory] = {}
     for resource_slice in mine:
@@ -208,20 +212,24 @@ def slice_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, li
         for d in (s.get("spec") or {}).get("devices") or []
         if _attribute(d, "type") == "mig" and _tainted(d)
     }
+    parents: dict[tuple[str, str], list[DraMigDevice]] = {}
     for device in mig_devices(mine):
-        key = (device.node, device.parent_uuid)
-        geometry = mig_geometry(device.product)
-        if geometry is None or device.card_index < 0:
-            continue
+        if mig_geometry(device.product) is not None and device.card_index >= 0:
+            parents.setdefault((device.node, device.parent_uuid), []).append(device)
+    for key, devices in parents.items():
+        first = devices[0]
+        geometry = mig_geometry(first.product)
+        assert geometry is not None
         known = cards.get(key)
         cards[key] = GpuInventory(
-            index=device.card_index,
-            uuid=device.parent_uuid,
-            model=known.model if known else normalize_model(device.product),
+            index=first.card_index,
+            uuid=first.parent_uuid,
+            model=known.model if known else normalize_model(first.product),
             memory_mib=known.memory_mib
             if known and known.memory_mib
             else geometry.memory_gib * 1024,
             healthy=(known.healthy if known else True) and key not in tainted_parents,
+            mig_layout=static_layout_of(devices),
         )
     by_node: dict[str, list[GpuInventory]] = {}
     for (node, _uuid), gpu in sorted(cards.items(), key=lambda kv: (kv[0][0], kv[1].index)):
