@@ -231,3 +231,82 @@ def test_a_malformed_stored_layout_entry_is_skipped() -> None:
         MigInstance("1g.10gb", 5, in_use=False),
     )
     assert static_instances({"not": "a list"}, held) == ()
+
+
+def _mig_preset(**overrides: Any) -> dict[str, Any]:
+    return {
+        "name": "mig-1g",
+        "label": "MIG 1g.10gb",
+        "gpu_mode": "mig",
+        "mig_profile": "1g.10gb",
+        "cpu_milli": 2000,
+        "memory_mib": 8192,
+        **overrides,
+    }
+
+
+def test_a_template_preset_names_a_mig_profile_and_codespaces_start_from_it(
+    mig_pool: Any,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    presets = [
+        {**p, "position": i}
+        for i, p in enumerate(
+            template.presets.values(
+                "name",
+                "label",
+                "gpu_mode",
+                "gpu_count",
+                "gpu_percent",
+                "gpu_memory_gib",
+                "gpu_model",
+                "mig_profile",
+                "cpu_milli",
+                "memory_mib",
+            )
+        )
+    ]
+    services.update_template(
+        template, expected_version=template.version, presets=[*presets, _mig_preset()]
+    )
+    # the picker offers it on the MIG pool, with where it starts
+    option = next(
+        o for o in services.picker_data(template, quota_a).options if o.preset.name == "mig-1g"
+    )
+    assert (option.starts_now, option.node) == (True, "h100-a")
+    with django_capture_on_commit_callbacks(execute=True):
+        codespace = services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", preset="mig-1g", name="bob-mig"
+        )
+    codespace.refresh_from_db()
+    assert (codespace.gpu_mode, codespace.mig_profile) == ("mig", "1g.10gb")
+    assert _instances() == [("h100-a", 0, "1g.10gb", 6, 142)]
+
+
+def test_a_mig_preset_is_refused_in_a_slice_pool_and_a_bad_profile_is_a_preset_error(
+    quota_a: Any, template: Any
+) -> None:
+    with pytest.raises(InvalidInput) as bad:
+        services.create_template(
+            name="mig-only", display_name="MIG", presets=[_mig_preset(mig_profile="9g.1tb" * 10)]
+        )
+    long_name = "9g.1tb" * 10
+    assert bad.value.fields["presets"] == [
+        f"Preset 1: a MIG preset names a profile such as 1g.10gb (got {long_name[:40]!r})."
+    ]
+    with pytest.raises(InvalidInput) as mixed:
+        services.create_template(
+            name="mixed",
+            display_name="Mixed",
+            presets=[_mig_preset(gpu_mode="slice", gpu_percent=25, gpu_memory_gib=10)],
+        )
+    assert mixed.value.fields["presets"] == ["Preset 1: only a MIG preset names a MIG profile."]
+    services.update_template(template, expected_version=template.version, presets=[_mig_preset()])
+    # the gpu pool shares by slices: the preset is listed as refused, with the pool's reason
+    (option,) = services.picker_data(template, quota_a).options
+    assert not option.starts_now
+    assert option.refused == "mig_profile: Pool gpu: This pool does not offer MIG instances."
