@@ -14,6 +14,7 @@ from scheduling import services
 from scheduling.choices import WorkloadState
 from scheduling.inventory import sync_inventory_rows
 from scheduling.models import Node, PlacementGpu, Workload
+from scheduling.telemetry import fragmentation as frag
 from scheduling.tests.factories import gpu_node, make_quota
 
 pytestmark = pytest.mark.django_db
@@ -189,3 +190,48 @@ def test_a_mig_gang_is_placed_all_together_or_not_at_all(mig_quota: Any) -> None
         (0, "7g.80gb"),
         (1, "7g.80gb"),
     ]
+
+
+def test_the_fragmentation_map_of_a_mig_pool_counts_instances_of_its_profiles(
+    mig_quota: Any,
+) -> None:
+    group = mig_quota.group
+    assert [p.key for p in frag.presets_for(group)] == [
+        "mig-1g.10gb",
+        "mig-3g.40gb",
+        "mig-4g.40gb",
+        "mig-7g.80gb",
+    ]
+    with pytest.raises(InvalidInput) as custom:
+        frag.preset(None, 250, 20480, group=group)
+    assert list(custom.value.fields) == ["gpu_percent"]
+    with pytest.raises(InvalidInput) as slice_key:
+        frag.preset("quarter", group=group)
+    assert list(slice_key.value.fields) == ["preset"]
+    # two empty H100s: 7 more 1g each, and nothing is fragmented
+    one_g = frag.preset("mig-1g.10gb", group=group)
+    empty = frag.fragmentation_map(group, one_g)
+    assert (empty.fits, empty.fragmented_milli) == ({"h100-01": 14}, 0.0)
+    # a 1g on each card (two cycles, packing puts the second beside the first otherwise)
+    _submit(mig_quota, "a", mig_profile="1g.10gb")
+    services.run_cycle(group.pk)
+    _submit(mig_quota, "b", mig_profile="7g.80gb")
+    services.run_cycle(group.pk)
+    taken = frag.fragmentation_map(group, frag.preset("mig-7g.80gb", group=group))
+    # card 1 is full (7g), card 0 holds a 1g: no 7g fits anywhere; card 0's 6/7 free are fragmented
+    assert taken.fits == {"h100-01": 0}
+    assert taken.fragmented_milli == round(6 * 1000 / 7, 1)
+    assert frag.fragmentation_map(group, one_g).fits == {"h100-01": 6}
+
+
+def test_the_fragmentation_page_offers_a_mig_pools_profiles(mig_quota: Any, operator: Any) -> None:
+    client = Client()
+    client.force_login(operator)
+    html = client.get("/dashboards/fragmentation/?pool=isolated").content.decode()
+    assert '<option value="mig-1g.10gb"' in html
+    assert 'value="quarter"' not in html
+    data = client.get("/dashboards/fragmentation/data/?pool=isolated&preset=mig-3g.40gb").json()
+    assert (data["summary"]["preset"], data["summary"]["fits_total"]) == ("MIG 3g.40gb", 4)
+    refused = client.get("/dashboards/fragmentation/data/?pool=isolated&gpu_percent=30")
+    assert refused.status_code == 400
+    assert list(refused.json()["error"]["fields"]) == ["gpu_percent"]
