@@ -89,7 +89,8 @@ class KubernetesBackend:
             raise ClusterApiError(
                 f"pod {request.name} was {stale}; deleted it, retry to recreate", status=409
             )
-        if self.config.mode == c.Mode.HAMI_BIND and request.gpus:
+        is_mig = any(g.mig_profile for g in request.gpus)  # static MIG: the default scheduler binds
+        if self.config.mode == c.Mode.HAMI_BIND and request.gpus and not is_mig:
             bind_with_lock(
                 self.gateway, self.config.namespace, request.name, request.node_name, now=_utcnow
             )

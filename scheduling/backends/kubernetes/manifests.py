@@ -17,6 +17,7 @@ from scheduling.backends.kubernetes import dra, koordinator
 from scheduling.backends.kubernetes.config import KubeConfig
 from scheduling.backends.kubernetes.hami import encode_container_devices, gpu_cores_percent
 from scheduling.backends.kubernetes.interface import ClusterApiError, JsonDict
+from scheduling.backends.kubernetes.mig import static_mig_limits
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
@@ -163,7 +164,9 @@ def build_pod(request: MaterializeRequest, config: KubeConfig, *, now: int) -> J
         metadata["annotations"][c.GANG_MIN_AVAILABLE_ANNOTATION] = str(request.gang_min_available)
     spec = _base_pod_spec(request, config)
     container = spec["containers"][0]
-    if request.gpus:
+    if request.gpus and config.mode != c.Mode.DRA and any(g.mig_profile for g in request.gpus):
+        _static_mig(request, spec, container)
+    elif request.gpus:
         mode_parts = {
             c.Mode.HAMI_DELEGATE: _hami_delegate,
             c.Mode.HAMI_BIND: _hami_bind,
@@ -328,6 +331,22 @@ def _koordinator(
     if request.gang_name:
         metadata["annotations"].update(_gang(request, config))
     spec["schedulerName"] = config.koord_scheduler_name
+
+
+def _static_mig(request: MaterializeRequest, spec: JsonDict, container: JsonDict) -> None:
+    """Static MIG outside dra mode: the NVIDIA device plugin (mixed strategy) hands out one instance of
+    the profile on the planned node, through the default scheduler (HAMi and Koordinator do not place
+    MIG instances). The device plugin picks which instance of that profile; the engine planned one of the
+    node's free instances of it, so the counts agree."""
+    (gpu,) = request.gpus if len(request.gpus) == 1 else (None,)
+    if gpu is None:
+        raise ManifestError(f"{request.name}: a MIG pod holds one instance")
+    try:
+        limits = static_mig_limits(gpu.mig_profile)
+    except ValueError as exc:
+        raise ManifestError(f"{request.name}: {exc}") from exc
+    container["resources"]["limits"].update(limits)
+    spec["affinity"] = _node_affinity(request.node_name)
 
 
 def _dra(

@@ -3,10 +3,17 @@ layouts, a driver's non-overlapping MIG devices are a static card, and the cycle
 
 from __future__ import annotations
 
+import kubernetes_validate
+import pytest
+from k8s_builders import GPU_A, NOW, codespace, config
+
+from scheduling.backends.base import GpuBinding
 from scheduling.backends.kubernetes import constants as c
+from scheduling.backends.kubernetes.backend import KubernetesBackend
 from scheduling.backends.kubernetes.dra import slice_gpus
 from scheduling.backends.kubernetes.fake import FakeCluster
 from scheduling.backends.kubernetes.inventory import nodes_to_inventory
+from scheduling.backends.kubernetes.manifests import build_objects, intended_node
 from scheduling.backends.kubernetes.mig import mig_devices, static_layout_of, static_layouts
 from tests.kubernetes import dra
 
@@ -80,3 +87,27 @@ def test_overlapping_or_invalid_positions_are_not_a_static_layout() -> None:
     two_g_at_1 = [d for d in devices if (d.profile, d.start) in {("1g.10gb", 1), ("2g.20gb", 0)}]
     assert static_layout_of(two_g_at_1) == ()  # 2g at 0 spans slice 1 too
     assert static_layout_of([]) == ()
+
+
+@pytest.mark.parametrize("mode", c.DEVICE_PLUGIN_MODES)
+def test_a_mig_placement_outside_dra_asks_the_device_plugin_for_one_instance(mode: c.Mode) -> None:
+    mig = GpuBinding(0, GPU_A, 142, 10240, mig_profile="1g.10gb", mig_start=6)
+    request = codespace(node_name="h100-m", gpus=(mig,))
+    pod = build_objects(request, config(mode), now=NOW).pod
+
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {
+        "cpu": "4000m",
+        "memory": "16384Mi",
+        "nvidia.com/mig-1g.10gb": "1",
+    }
+    assert "schedulerName" not in pod["spec"]  # the default scheduler, pinned to the planned node
+    assert intended_node(pod) == "h100-m"
+    assert not [
+        k for k in pod["metadata"]["annotations"] if k.startswith(("hami.io", "nvidia.com"))
+    ]
+    kubernetes_validate.validate(pod, "1.33", strict=True)
+    # hami-bind does not bind it itself: the default scheduler does
+    fake = FakeCluster()
+    KubernetesBackend(fake, config(mode), clock=lambda: NOW).materialize(request)
+    assert "bind_pod" not in fake.calls
