@@ -248,12 +248,9 @@ class PresetForm(forms.Form):
 
     name = forms.SlugField(max_length=63)
     label = forms.CharField(max_length=120, help_text='What developers read, e.g. "1/4 H100"')
-    # A preset has no MIG profile: MIG instances are chosen as a custom size on a MIG pool.
-    gpu_mode = forms.ChoiceField(
-        choices=[c for c in GpuMode.choices if c[0] != GpuMode.MIG],
-        initial=GpuMode.SLICE,
-        label="GPU",
-    )
+    # A MIG preset names its profile; the picker offers it where the pool shares by MIG (elsewhere it is
+    # listed as refused, with the reason).
+    gpu_mode = forms.ChoiceField(choices=GpuMode.choices, initial=GpuMode.SLICE, label="GPU")
     gpu_percent = forms.IntegerField(
         required=False, min_value=0, max_value=100, label="Compute (%)"
     )
@@ -261,6 +258,9 @@ class PresetForm(forms.Form):
         required=False, min_value=0, max_value=1024, label="GPU memory (GiB)"
     )
     gpu_count = forms.IntegerField(required=False, min_value=0, max_value=16, label="Cards")
+    mig_profile = forms.CharField(
+        required=False, max_length=16, label="MIG profile", help_text="e.g. 1g.10gb (MIG presets)"
+    )
     gpu_model = forms.CharField(required=False, max_length=63, label="Model")
     cpu_cores = _cores(initial=2, label="CPU cores")
     memory_gib = forms.IntegerField(
@@ -276,6 +276,7 @@ class PresetForm(forms.Form):
             "gpu_percent": data.get("gpu_percent") or 0,
             "gpu_memory_gib": data.get("gpu_memory_gib") or 0,
             "gpu_count": data.get("gpu_count") or 0,
+            "mig_profile": data.get("mig_profile") or "",
             "gpu_model": data.get("gpu_model") or "",
             "cpu_milli": units.cores_to_milli(data["cpu_cores"]),
             "memory_mib": units.gib_to_mib(data["memory_gib"]),
@@ -290,6 +291,7 @@ class PresetForm(forms.Form):
             "gpu_percent": preset.gpu_percent,
             "gpu_memory_gib": preset.gpu_memory_gib,
             "gpu_count": preset.gpu_count,
+            "mig_profile": preset.mig_profile,
             "gpu_model": preset.gpu_model,
             "cpu_cores": units.milli_to_cores(preset.cpu_milli),
             "memory_gib": preset.memory_mib // MIB_PER_GIB,

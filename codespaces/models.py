@@ -151,6 +151,9 @@ class TemplatePreset(models.Model):
     gpu_model = models.CharField(
         max_length=63, blank=True, help_text="Preferred model; blank = any"
     )
+    mig_profile = models.CharField(
+        max_length=16, blank=True, default="", help_text="A MIG preset's profile, e.g. 1g.10gb"
+    )
     cpu_milli = models.PositiveIntegerField(default=2000)
     memory_mib = models.PositiveIntegerField(default=8192)
     position = models.PositiveSmallIntegerField(default=0)

@@ -276,8 +276,8 @@ def fragmentation(request: HttpRequest) -> HttpResponse:
         "dashboards/fragmentation.html",
         reverse("dashboards:fragmentation-data"),
         pools=QuotaGroup.objects.order_by("name"),
-        chosen_pool=_chosen_pool(request),
-        presets=frag.PRESETS,
+        chosen_pool=(pool := _chosen_pool(request)),
+        presets=frag.presets_for(pool),
     )
 
 
@@ -290,6 +290,7 @@ def fragmentation_data(request: HttpRequest) -> Payload:
         request.GET.get("preset") or None,
         _amount_or_none(request.GET.get("gpu_percent"), "gpu_percent", "percent", 100, minimum=0.1),
         _amount_or_none(request.GET.get("gpu_memory_gib"), "gpu_memory_gib", "gib", 1024),
+        group=pool,
     )
     version = Shard.objects.filter(group=pool).values_list("version", flat=True).first()
     # no shard yet: nothing tells when the map changes, so no cache

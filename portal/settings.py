@@ -387,7 +387,12 @@ TESSERA_KUBECONFIG = env_str("TESSERA_KUBECONFIG", "")
 TESSERA_KUBE_CONTEXT = env_str("TESSERA_KUBE_CONTEXT", "")
 TESSERA_KUBE_NAMESPACE = env_str("TESSERA_KUBE_NAMESPACE", "tessera-workloads")
 TESSERA_KUBE_MODE = env_choice(
-    "TESSERA_KUBE_MODE", "hami-delegate", ("hami-delegate", "hami-bind", "koordinator")
+    "TESSERA_KUBE_MODE", "hami-delegate", ("hami-delegate", "hami-bind", "koordinator", "dra")
+)
+# dra mode: the DRA driver (attribute domain of the claims' CEL selectors) and DeviceClass -> quota unit
+TESSERA_KUBE_DRA_DRIVER = env_str("TESSERA_KUBE_DRA_DRIVER", "gpu.nvidia.com")
+TESSERA_KUBE_DRA_DEVICE_CLASSES = env_str(
+    "TESSERA_KUBE_DRA_DEVICE_CLASSES", "gpu.nvidia.com=gpu,mig.nvidia.com=mig"
 )
 TESSERA_KUBE_STORAGE_CLASS = env_str("TESSERA_KUBE_STORAGE_CLASS", "")
 TESSERA_KUBE_RUNTIME_CLASS = env_str("TESSERA_KUBE_RUNTIME_CLASS", "")

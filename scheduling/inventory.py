@@ -219,6 +219,7 @@ def sync_inventory_rows(
                             numa_node=g.numa_node,
                             nvlink_group=g.nvlink_group,
                             healthy=g.healthy,
+                            mig_layout=[list(i) for i in g.mig_layout],
                         )
                     )
                     created_gpus += 1
@@ -228,6 +229,7 @@ def sync_inventory_rows(
                     "memory_mib": g.memory_mib,
                     "numa_node": g.numa_node,
                     "nvlink_group": g.nvlink_group,
+                    "mig_layout": [list(i) for i in g.mig_layout],
                 }
                 gchanged = [k for k, v in gfields.items() if getattr(row, k) != v]
                 if gchanged:

@@ -52,6 +52,12 @@ class Gpu(models.Model):
     numa_node = models.PositiveSmallIntegerField(default=0)
     nvlink_group = models.PositiveSmallIntegerField(default=0)
     healthy = models.BooleanField(default=True)
+    mig_layout = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="A static MIG layout the operator fixed, as inventory reports it: [[profile, start], "
+        "...]; empty = Tessera owns the layout (dynamic MIG)",
+    )
 
     class Meta:
         ordering = ["node__name", "index"]
@@ -224,6 +230,13 @@ class PlacementGpu(models.Model):
     mig_profile = models.CharField(max_length=16, blank=True, default="")
     mig_start = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text="Memory-slice position of the MIG instance (0-7)"
+    )
+    allocated_device = models.CharField(
+        max_length=320,
+        blank=True,
+        default="",
+        db_default="",  # the cycle's bulk INSERT (PostgreSQL) does not name it
+        help_text="The device the cluster allocated for this share, driver/pool/device (dra mode)",
     )
 
     class Meta:

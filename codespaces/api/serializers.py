@@ -39,6 +39,7 @@ class TemplatePresetSerializer(serializers.ModelSerializer):
             "gpu_percent",
             "gpu_memory_gib",
             "gpu_model",
+            "mig_profile",
             "cpu_milli",
             "memory_mib",
             "position",

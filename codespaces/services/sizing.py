@@ -114,6 +114,7 @@ class SizeRequest:
             gpu_model=preset.gpu_model,
             cpu_milli=preset.cpu_milli,
             memory_mib=preset.memory_mib,
+            mig_profile=preset.mig_profile if preset.gpu_mode == GpuMode.MIG else "",
         )
 
 

@@ -23,6 +23,7 @@ from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.errors import InvalidInput
 from portal.models import Tenant
 from portal.operator_log import clean_reason, record_operator_action
+from quotas.sharing import MIG_PROFILE_PATTERN
 
 # --- Templates (operators) -----------------------------------------------------------------------
 
@@ -72,6 +73,16 @@ def _check_template(template: CodespaceTemplate, presets: list[dict[str, Any]] |
             errors.add("presets", f"Preset {index + 1}: a slice needs at least 1 GiB GPU memory.")
         if "gpu_count" in broken:
             errors.add("presets", f"Preset {index + 1}: whole cards need a count of at least 1.")
+        profile = preset.get("mig_profile", "")
+        is_mig = preset.get("gpu_mode") == GpuMode.MIG
+        if is_mig and not (isinstance(profile, str) and MIG_PROFILE_PATTERN.match(profile)):
+            errors.add(
+                "presets",
+                f"Preset {index + 1}: a MIG preset names a profile such as 1g.10gb "
+                f"(got {str(profile)[:40]!r}).",
+            )
+        elif not is_mig and profile:
+            errors.add("presets", f"Preset {index + 1}: only a MIG preset names a MIG profile.")
     try:
         template.full_clean(exclude=["allowed_tenants"], validate_unique=True)
     except ValidationError as exc:

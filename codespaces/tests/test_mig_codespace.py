@@ -14,7 +14,12 @@ from codespaces.tests.test_services import run_status_sync
 from portal.errors import InvalidInput
 from quotas import usage
 from quotas.models import QuotaGroup
-from scheduling.models import PlacementGpu
+from scheduling.backends.base import GpuInventory, NodeInventory, ObservedPhase, StatusReport
+from scheduling.engine.mig import MigInstance, MigLayoutMode
+from scheduling.inventory import sync_inventory_rows
+from scheduling.models import Gpu, Node, Placement, PlacementGpu
+from scheduling.services import reconcile
+from scheduling.services.mig_cards import mig_cards, static_instances
 
 pytestmark = pytest.mark.django_db
 
@@ -136,3 +141,172 @@ def test_the_picker_offers_the_pools_mig_profiles_with_where_they_start(
 
 def test_the_picker_offers_no_mig_profile_in_a_slice_pool(quota_a: Any, template: Any) -> None:
     assert services.picker_data(template, quota_a).mig_options == []
+
+
+def test_the_backend_is_told_the_instance_and_the_allocated_device_is_recorded(
+    mig_pool: Any,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    capture = django_capture_on_commit_callbacks
+    with capture(execute=True):
+        codespace = services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", name="bob-mig", size=MIG_1G
+        )
+    codespace.refresh_from_db()
+    placement = Placement.objects.get(workload_id=codespace.workload_id, released_at__isnull=True)
+    # what a backend gets: the card, and the MIG instance on it (a dra claim pins both)
+    (gpu,) = reconcile.materialize_request(placement.workload, placement).gpus
+    assert (gpu.index, gpu.gpu_milli, gpu.mig_profile, gpu.mig_start) == (0, 142, "1g.10gb", 6)
+
+    # when the cluster reports the device it allocated, the placement's share records it
+    device = "gpu.nvidia.com/h100-a/gpu-0-mig-1g-10gb-6"
+    report = StatusReport(
+        codespace.workload_id, ObservedPhase.PENDING, allocated_devices=((0, device),)
+    )
+    reconcile.apply_status_reports([report])
+    reconcile.apply_status_reports([report])  # the same report again changes nothing
+    assert list(
+        PlacementGpu.objects.filter(placement=placement).values_list("allocated_device", flat=True)
+    ) == [device]
+    assert reconcile.record_allocations([report]) == 0
+
+
+def test_a_static_layout_from_inventory_is_honoured_by_the_cycle(
+    mig_pool: Any,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    # given inventory reports the operator's static layouts on h100-a (as the mixed strategy does)
+    node = Node.objects.get(name="h100-a")
+    uuids = dict(node.gpus.values_list("index", "uuid"))
+    layouts = [(("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5)), (("7g.80gb", 0),)]
+    sync_inventory_rows(
+        [
+            NodeInventory(
+                name="h100-a",
+                cpu_milli=node.cpu_milli,
+                memory_mib=node.memory_mib,
+                gpu_model=node.gpu_model,
+                labels=tuple(node.labels.items()),
+                gpus=tuple(
+                    GpuInventory(i, uuids[i], "H100", 80 * 1024, mig_layout=layout)
+                    for i, layout in enumerate(layouts)
+                ),
+            )
+        ]
+    )
+    assert [g.mig_layout for g in Gpu.objects.filter(node=node).order_by("index")] == [
+        [["3g.40gb", 0], ["1g.10gb", 4], ["1g.10gb", 5]],
+        [["7g.80gb", 0]],
+    ]
+    cards = mig_cards(mig_pool, ["h100-a"])
+    assert [(c.mode, [(i.profile, i.start) for i in c.instances]) for c in cards] == [
+        (MigLayoutMode.STATIC, [("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5)]),
+        (MigLayoutMode.STATIC, [("7g.80gb", 0)]),
+    ]
+    # when bob asks for a 1g.10gb: he gets the layout's first free 1g instance (a dynamic card would
+    # have created one at position 6), and the next reading shows it in use
+    capture = django_capture_on_commit_callbacks
+    with capture(execute=True):
+        services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", name="bob-mig", size=MIG_1G
+        )
+    assert _instances() == [("h100-a", 0, "1g.10gb", 4, 142)]
+    (card0, _card1) = mig_cards(mig_pool, ["h100-a"])
+    assert [(i.start, i.in_use) for i in card0.instances] == [(0, False), (4, True), (5, False)]
+
+
+def test_a_malformed_stored_layout_entry_is_skipped() -> None:
+    held = [MigInstance("1g.10gb", 4, in_use=True)]
+    layout = [["1g.10gb", 4], "junk", ["1g.10gb"], [3, 1], ["1g.10gb", 5]]
+    assert static_instances(layout, held) == (
+        MigInstance("1g.10gb", 4, in_use=True),
+        MigInstance("1g.10gb", 5, in_use=False),
+    )
+    assert static_instances({"not": "a list"}, held) == ()
+
+
+def _mig_preset(**overrides: Any) -> dict[str, Any]:
+    return {
+        "name": "mig-1g",
+        "label": "MIG 1g.10gb",
+        "gpu_mode": "mig",
+        "mig_profile": "1g.10gb",
+        "cpu_milli": 2000,
+        "memory_mib": 8192,
+        **overrides,
+    }
+
+
+def test_a_template_preset_names_a_mig_profile_and_codespaces_start_from_it(
+    mig_pool: Any,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    presets = [
+        {**p, "position": i}
+        for i, p in enumerate(
+            template.presets.values(
+                "name",
+                "label",
+                "gpu_mode",
+                "gpu_count",
+                "gpu_percent",
+                "gpu_memory_gib",
+                "gpu_model",
+                "mig_profile",
+                "cpu_milli",
+                "memory_mib",
+            )
+        )
+    ]
+    services.update_template(
+        template, expected_version=template.version, presets=[*presets, _mig_preset()]
+    )
+    # the picker offers it on the MIG pool, with where it starts
+    option = next(
+        o for o in services.picker_data(template, quota_a).options if o.preset.name == "mig-1g"
+    )
+    assert (option.starts_now, option.node) == (True, "h100-a")
+    with django_capture_on_commit_callbacks(execute=True):
+        codespace = services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", preset="mig-1g", name="bob-mig"
+        )
+    codespace.refresh_from_db()
+    assert (codespace.gpu_mode, codespace.mig_profile) == ("mig", "1g.10gb")
+    assert _instances() == [("h100-a", 0, "1g.10gb", 6, 142)]
+
+
+def test_a_mig_preset_is_refused_in_a_slice_pool_and_a_bad_profile_is_a_preset_error(
+    quota_a: Any, template: Any
+) -> None:
+    with pytest.raises(InvalidInput) as bad:
+        services.create_template(
+            name="mig-only", display_name="MIG", presets=[_mig_preset(mig_profile="9g.1tb" * 10)]
+        )
+    long_name = "9g.1tb" * 10
+    assert bad.value.fields["presets"] == [
+        f"Preset 1: a MIG preset names a profile such as 1g.10gb (got {long_name[:40]!r})."
+    ]
+    with pytest.raises(InvalidInput) as mixed:
+        services.create_template(
+            name="mixed",
+            display_name="Mixed",
+            presets=[_mig_preset(gpu_mode="slice", gpu_percent=25, gpu_memory_gib=10)],
+        )
+    assert mixed.value.fields["presets"] == ["Preset 1: only a MIG preset names a MIG profile."]
+    services.update_template(template, expected_version=template.version, presets=[_mig_preset()])
+    # the gpu pool shares by slices: the preset is listed as refused, with the pool's reason
+    (option,) = services.picker_data(template, quota_a).options
+    assert not option.starts_now
+    assert option.refused == "mig_profile: Pool gpu: This pool does not offer MIG instances."

@@ -41,6 +41,9 @@ class GpuBinding:
     uuid: str
     gpu_milli: int  # 1000 = the whole card
     gpu_memory_mib: int
+    # A MIG instance (profile and memory-slice start) on this card, as the engine placed it.
+    mig_profile: str = ""
+    mig_start: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,9 @@ class StatusReport:
     phase: ObservedPhase
     message: str = ""
     node_name: str = ""
+    # Devices the cluster allocated, per GPU index of the placement: (index, "driver/pool/device").
+    # Empty when the backend allocates nothing itself (HAMi, simulated) or has not allocated yet.
+    allocated_devices: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +108,9 @@ class GpuInventory:
     numa_node: int = 0
     nvlink_group: int = 0
     healthy: bool = True
+    # A static MIG layout (the operator's; Tessera never changes it): (profile, start) per instance.
+    # Empty: no MIG, or a layout Tessera owns (dynamic MIG).
+    mig_layout: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

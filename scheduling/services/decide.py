@@ -220,7 +220,16 @@ def propose(cycle: CycleInput) -> Proposal:
     placements = list(plan.placements)
     mig: dict[int, MigSlot] = {}
     if mig_members:
-        for assignment, slot in _plan_mig(state, cycle.mig_cards, mig_members, unplaced):
+        gang_needs = {
+            m.workload_id: (u.ids, u.gang_need)
+            for u in admitted
+            if u.gang_need > 0
+            for m in u.members
+            if m.mig_profile
+        }
+        for assignment, slot in _plan_mig(
+            state, cycle.mig_cards, mig_members, unplaced, gang_needs
+        ):
             placements.append(assignment)
             mig[int(assignment.request_id)] = slot
         requests = (*requests, *(m.request for m in mig_members))
@@ -282,59 +291,107 @@ def _plan_mig(
     cards: Sequence[MigCard],
     members: Sequence[PendingWorkload],
     unplaced: dict[int, Unplaced],
+    gangs: Mapping[int, tuple[tuple[int, ...], int]] | None = None,
 ) -> list[tuple[Assignment, MigSlot]]:
     """Place MIG workloads with the MIG engine (card + position), one by one in the engine's order
     (priority, larger profiles first, id), each only on nodes with room for its CPU and memory, and apply
     them to `state`: the card's share is the instance's GPU-equivalent (quotas.sharing: compute slices of
-    seven, rounded down, so seven 1g instances never count as more than one card). Those left waiting go into `unplaced` with the
-    engine's reason."""
+    seven, rounded down, so seven 1g instances never count as more than one card). Those left waiting go
+    into `unplaced` with the engine's reason.
+
+    A gang's MIG members (`gangs`: workload id -> the gang's ids and how many must be placed now) are one
+    block, placed at the position of its first member in that order: all its members are tried, and
+    unless at least the needed number fit, none is kept (their instances and `state` are given back) and
+    every member waits with the gang's reason."""
+    gangs = gangs or {}
     by_id = {str(m.workload_id): m for m in members}
     sizes = {m.mig_profile: int(m.mig_profile.split("g.", 1)[0]) for m in members}
     requests = [MigRequest(str(m.workload_id), m.mig_profile, m.usage.priority) for m in members]
+    blocks: list[list[MigRequest]] = []
+    block_of: dict[tuple[int, ...], list[MigRequest]] = {}
+    for request in request_order(requests, sizes):
+        gang = gangs.get(int(request.request_id))
+        if gang is None:
+            blocks.append([request])
+        elif gang[0] in block_of:
+            block_of[gang[0]].append(request)
+        else:
+            block_of[gang[0]] = [request]
+            blocks.append(block_of[gang[0]])
     current = list(cards)
     out: list[tuple[Assignment, MigSlot]] = []
-    for request in request_order(requests, sizes):
-        member = by_id[request.request_id]
-        room = tuple(
-            sorted(
-                name
-                for name in {c.node for c in current}
-                if state.node_free(name)["cpu_milli"] >= member.request.cpu_milli
-                and state.node_free(name)["memory_mib"] >= member.request.memory_mib
-            )
-        )
-        plan = plan_mig(current, [replace(request, nodes=room)]) if room else None
-        if plan is None or not plan.placements:
+    for block in blocks:
+        before = current
+        placed: list[tuple[Assignment, MigSlot]] = []
+        waiting: dict[int, Unplaced] = {}
+        for request in block:
+            member = by_id[request.request_id]
+            found = _place_one_mig(state, current, member, request)
+            if isinstance(found, Unplaced):
+                waiting[member.workload_id] = found
+                continue
+            assignment, slot = found
+            state.apply(assignment)
+            placed.append(found)
+            current = [
+                replace(c, instances=(*c.instances, MigInstance(slot.profile, slot.start, True)))
+                if (c.node, c.gpu_index) == (slot.node, slot.gpu_index)
+                else c
+                for c in current
+            ]
+        gang = gangs.get(int(block[0].request_id))
+        if gang is not None and len(placed) < gang[1]:
+            for assignment, _slot in placed:
+                state.release(assignment)
+            current = before
             message = (
-                plan.unplaced[0].message
-                if plan is not None
-                else "no MIG node has room for its CPU and memory"
+                f"MIG gang: only {len(placed)} of the {gang[1]} instances it needs together fit now"
             )
-            unplaced[member.workload_id] = Unplaced(
-                request.request_id,
-                UnplacedReason.INSUFFICIENT_GPU,
-                f"MIG {member.mig_profile}: {message}",
-            )
+            for request in block:
+                unplaced[int(request.request_id)] = Unplaced(
+                    request.request_id, UnplacedReason.INSUFFICIENT_GPU, message
+                )
             continue
-        p = plan.placements[0]
-        assignment = Assignment(
-            request_id=p.request_id,
-            node=p.node,
-            gpu_indices=(p.gpu_index,),
-            gpu_milli=member.request.gpu_milli,
-            gpu_memory_mib=member.request.gpu_memory_mib,
-            cpu_milli=member.request.cpu_milli,
-            memory_mib=member.request.memory_mib,
-        )
-        state.apply(assignment)
-        out.append((assignment, MigSlot(p.node, p.gpu_index, p.profile, p.start)))
-        current = [
-            replace(c, instances=(*c.instances, MigInstance(p.profile, p.start, in_use=True)))
-            if (c.node, c.gpu_index) == (p.node, p.gpu_index)
-            else c
-            for c in current
-        ]
+        unplaced.update(waiting)
+        out.extend(placed)
     return out
+
+
+def _place_one_mig(
+    state: ClusterState, cards: Sequence[MigCard], member: PendingWorkload, request: MigRequest
+) -> tuple[Assignment, MigSlot] | Unplaced:
+    """One MIG workload's card and position on `cards`, on a node with room for its CPU and memory."""
+    room = tuple(
+        sorted(
+            name
+            for name in {c.node for c in cards}
+            if state.node_free(name)["cpu_milli"] >= member.request.cpu_milli
+            and state.node_free(name)["memory_mib"] >= member.request.memory_mib
+        )
+    )
+    plan = plan_mig(cards, [replace(request, nodes=room)]) if room else None
+    if plan is None or not plan.placements:
+        message = (
+            plan.unplaced[0].message
+            if plan is not None
+            else "no MIG node has room for its CPU and memory"
+        )
+        return Unplaced(
+            request.request_id,
+            UnplacedReason.INSUFFICIENT_GPU,
+            f"MIG {member.mig_profile}: {message}",
+        )
+    p = plan.placements[0]
+    assignment = Assignment(
+        request_id=p.request_id,
+        node=p.node,
+        gpu_indices=(p.gpu_index,),
+        gpu_milli=member.request.gpu_milli,
+        gpu_memory_mib=member.request.gpu_memory_mib,
+        cpu_milli=member.request.cpu_milli,
+        memory_mib=member.request.memory_mib,
+    )
+    return assignment, MigSlot(p.node, p.gpu_index, p.profile, p.start)
 
 
 def _units(pending: Sequence[PendingWorkload], gang_active: Mapping[int, int]) -> list[Unit]:

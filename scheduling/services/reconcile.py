@@ -27,7 +27,7 @@ from scheduling.backends.registry import get_backend
 from scheduling.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
 from scheduling.inventory import SyncReport, sync_inventory_rows
 from scheduling.lock_objects import lock_shards
-from scheduling.models import Placement, Workload
+from scheduling.models import Placement, PlacementGpu, Workload
 from scheduling.services.snapshot import bump_shards_for_nodes
 from scheduling.services.workloads import (
     backend_name,
@@ -54,7 +54,15 @@ def materialize_request(w: Workload, placement: Placement) -> MaterializeRequest
         cpu_milli=placement.cpu_milli,
         memory_mib=placement.memory_mib,
         gpus=tuple(
-            GpuBinding(s.gpu.index, s.gpu.uuid, s.gpu_milli, s.gpu_memory_mib) for s in shares
+            GpuBinding(
+                s.gpu.index,
+                s.gpu.uuid,
+                s.gpu_milli,
+                s.gpu_memory_mib,
+                mig_profile=s.mig_profile if s.mig_start is not None else "",
+                mig_start=s.mig_start,
+            )
+            for s in shares
         ),
         gpu_model=placement.node.gpu_model,
         home_volume_gib=w.home_volume_gib,
@@ -125,6 +133,7 @@ class StatusSummary:
 def apply_status_reports(reports: Sequence[StatusReport]) -> StatusSummary:
     """Move workloads along what the cluster reports (compare-and-set, so a stale report changes nothing)."""
     now = timezone.now()
+    record_allocations(reports)
     by_phase: dict[ObservedPhase, list[StatusReport]] = {}
     for r in reports:
         by_phase.setdefault(r.phase, []).append(r)
@@ -150,6 +159,24 @@ def apply_status_reports(reports: Sequence[StatusReport]) -> StatusSummary:
     if started or failed or succeeded or requeued:
         logger.info("status sync: %s", summary)
     return summary
+
+
+def record_allocations(reports: Sequence[StatusReport]) -> int:
+    """Write the devices the cluster allocated (dra mode) on the active placement's GPU shares, by GPU
+    index; returns the shares changed. A released placement keeps what it had."""
+    changed = 0
+    for r in reports:
+        for index, device in r.allocated_devices:
+            changed += (
+                PlacementGpu.objects.filter(
+                    placement__workload_id=r.workload_id,
+                    placement__released_at__isnull=True,
+                    gpu__index=index,
+                )
+                .exclude(allocated_device=device[:320])
+                .update(allocated_device=device[:320])
+            )
+    return changed
 
 
 @retry_transaction

@@ -432,11 +432,12 @@ def submit_gang(
             raise InvalidInput(
                 f"Pod {i} must be an object of resources.", fields={f"members[{i}]": ["An object."]}
             ) from exc
-    if len(specs) > 1 and any(spec["mig_profile"] for spec in specs):
-        # MIG instances are placed one by one (scheduling.engine.mig), not all or nothing
+    mig_pods = sum(1 for spec in specs if spec["mig_profile"])
+    if 0 < mig_pods < len(specs):
+        # a MIG gang is placed all together by the MIG engine (scheduling.services.decide._plan_mig)
         raise InvalidInput(
-            "A job of MIG instances has one pod for now.",
-            fields={"pods": ["A job with a MIG profile has exactly one pod."]},
+            "A job's pods are all MIG instances or none.",
+            fields={"pods": ["Give every pod a MIG profile, or none."]},
         )
     check_gang_fits(quota.group, specs, min_available=min_available)
     now = timezone.now()

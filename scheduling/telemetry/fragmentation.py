@@ -1,14 +1,21 @@
 """The fragmentation map of a pool: free compute and memory per node × GPU, how many more slices of a
 preset fit and where (the engine's `filters.fit_counts`), and fragmentation (the engine's FGD model:
-free GPU milli that the current request mix cannot use)."""
+free GPU milli that the current request mix cannot use).
+
+Per sharing mode (`quotas.sharing`): a `slice` or `timeslice` pool counts slices and whole cards, an
+`exclusive` pool whole cards only, and a `mig` pool its MIG profiles: how many more instances of the chosen
+profile the MIG engine can still place per node (static layouts' free instances, dynamic cards' free
+positions), and as fragmentation the free GPU-equivalents on cards where the pool's largest profile no
+longer fits."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from portal.errors import InvalidInput
 from quotas.models import Quota, QuotaGroup
+from quotas.sharing import SharingMode, mig_gpu_equivalent_milli, mig_memory_mib
 from scheduling.choices import ACTIVE_STATES, WorkloadState
 from scheduling.engine import (
     Assignment,
@@ -20,7 +27,10 @@ from scheduling.engine import (
     typical_pods,
 )
 from scheduling.engine.filters import fit_counts
+from scheduling.engine.mig import MigCard, MigInstance, MigRequest, plan_mig
+from scheduling.engine.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from scheduling.models import Gpu, Node, PlacementGpu, Workload
+from scheduling.services.mig_cards import mig_cards
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,7 @@ class SlicePreset:
     gpu_milli: int
     gpu_memory_mib: int
     gpu_count: int = 1
+    mig_profile: str = ""  # a MIG instance of this profile (a `mig` pool)
 
 
 PRESETS: tuple[SlicePreset, ...] = (
@@ -43,9 +54,40 @@ PRESETS: tuple[SlicePreset, ...] = (
 )
 
 
-def preset(key: str | None, milli: int | None = None, memory_mib: int | None = None) -> SlicePreset:
-    """A named preset, or a custom slice when `milli` is given (1–1000 milli, memory ≥ 0)."""
+def presets_for(group: QuotaGroup | None) -> tuple[SlicePreset, ...]:
+    """The shapes the map offers for a pool's sharing mode: its MIG profiles in a `mig` pool, whole cards
+    in an `exclusive` one, slices and whole cards otherwise."""
+    mode = group.sharing_mode if group is not None else SharingMode.SLICE
+    if mode == SharingMode.MIG:
+        return tuple(
+            SlicePreset(
+                f"mig-{profile}",
+                f"MIG {profile}",
+                mig_gpu_equivalent_milli(profile),
+                mig_memory_mib(profile),
+                mig_profile=profile,
+            )
+            for profile in group.sharing.mig_profiles  # type: ignore[union-attr]
+        )
+    if mode == SharingMode.EXCLUSIVE:
+        return tuple(p for p in PRESETS if p.gpu_milli >= 1000)
+    return PRESETS
+
+
+def preset(
+    key: str | None,
+    milli: int | None = None,
+    memory_mib: int | None = None,
+    *,
+    group: QuotaGroup | None = None,
+) -> SlicePreset:
+    """A named preset of the pool's mode, or a custom slice when `milli` is given (1–1000 milli, memory
+    ≥ 0; only where the pool shares by slices)."""
+    offered = presets_for(group)
     if milli is not None:
+        if group is not None and group.sharing_mode in (SharingMode.MIG, SharingMode.EXCLUSIVE):
+            message = f"Pool {group.name} does not share GPUs by slices: choose one of its shapes."
+            raise InvalidInput(message, fields={"gpu_percent": [message]})
         if not 1 <= milli <= 1000 or (memory_mib or 0) < 0:
             raise InvalidInput(
                 f"A slice is 1 to 1000 milli of compute (got {milli}) and non-negative memory.",
@@ -53,12 +95,13 @@ def preset(key: str | None, milli: int | None = None, memory_mib: int | None = N
             )
         memory = memory_mib or 0
         return SlicePreset("custom", f"{milli / 10:g}% / {memory / 1024:g} GiB", milli, memory)
-    for p in PRESETS:
-        if p.key == (key or PRESETS[0].key):
+    for p in offered:
+        if p.key == (key or (offered[0].key if offered else "")):
             return p
+    keys = ", ".join(p.key for p in offered) or "none (the pool offers no profile)"
     raise InvalidInput(
-        f"Unknown preset {key!r}: choose one of {', '.join(p.key for p in PRESETS)}.",
-        fields={"preset": [f"choose one of {', '.join(p.key for p in PRESETS)}"]},
+        f"Unknown preset {str(key)[:40]!r}: choose one of {keys}.",
+        fields={"preset": [f"choose one of {keys}"]},
     )
 
 
@@ -177,9 +220,49 @@ def fragmentation_map(group: QuotaGroup, chosen: SlicePreset) -> FragmentationMa
         result.free_milli.append(row_milli)
         result.free_memory_mib.append(row_memory)
     result.free_milli_total = int(state.gpu_free[state.gpu_ok].sum()) if len(state) else 0
+    if chosen.mig_profile:
+        result.fits, result.fragmented_milli = _mig_fits(group, result.nodes, chosen.mig_profile)
+        return result
     result.fits = fit_counts(state, _request(chosen)) if len(state) else {}
     result.fragmented_milli = round(_fragmented_milli(state, group), 1)
     return result
+
+
+def _mig_fits(group: QuotaGroup, nodes: list[str], profile: str) -> tuple[dict[str, int], float]:
+    """Per node, how many more `profile` instances the MIG engine can place on its healthy cards (one card
+    at a time, until it refuses), and the free GPU-equivalent milli of cards on which the pool's largest
+    profile no longer fits (capacity only smaller instances can use)."""
+    profiles = group.sharing.mig_profiles
+    largest = max(profiles, key=lambda p: (int(p.split("g.", 1)[0]), p)) if profiles else profile
+    fits: dict[str, int] = {}
+    fragmented = 0.0
+    for card in mig_cards(group, nodes):
+        if not card.healthy:
+            continue
+        fits[card.node] = fits.get(card.node, 0) + _more_instances(card, profile)
+        if not _more_instances(card, largest, limit=1):
+            used = sum(int(i.profile.split("g.", 1)[0]) for i in card.instances if i.in_use)
+            fragmented += (COMPUTE_SLICES - min(used, COMPUTE_SLICES)) * 1000 / COMPUTE_SLICES
+    return fits, round(fragmented, 1)
+
+
+def _more_instances(card: MigCard, profile: str, *, limit: int = MEMORY_SLICES) -> int:
+    """How many more instances of `profile` the MIG engine places on `card`, one after the other."""
+    count = 0
+    while count < limit:
+        plan = plan_mig([card], [MigRequest(f"probe-{count}", profile)])
+        if not plan.placements:
+            return count
+        p = plan.placements[0]
+        card = replace(
+            card,
+            instances=(
+                *(i for i in card.instances if (i.profile, i.start) != (p.profile, p.start)),
+                MigInstance(p.profile, p.start, in_use=True),
+            ),
+        )
+        count += 1
+    return count
 
 
 def _fragmented_milli(state: ClusterState, group: QuotaGroup) -> float:

@@ -14,6 +14,7 @@ from scheduling import services
 from scheduling.choices import WorkloadState
 from scheduling.inventory import sync_inventory_rows
 from scheduling.models import Node, PlacementGpu, Workload
+from scheduling.telemetry import fragmentation as frag
 from scheduling.tests.factories import gpu_node, make_quota
 
 pytestmark = pytest.mark.django_db
@@ -147,12 +148,90 @@ def test_node_page_draws_each_cards_mig_layout_by_position(mig_quota: Any, opera
     assert 'data-testid="mig-layout-1"' not in html  # card 1 holds no instance
 
 
-def test_a_one_pod_mig_job_is_placed_and_a_multi_pod_one_refused(mig_quota: Any) -> None:
+def test_mig_jobs_of_one_or_more_pods_are_placed_and_mixed_pods_refused(mig_quota: Any) -> None:
     member = {"cpu_milli": 1000, "memory_mib": 1024, "mig_profile": "1g.10gb"}
     common = {"tenant": mig_quota.tenant, "quota": mig_quota, "owner": None, "timeout_seconds": 60}
+    plain = {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 1, "gpu_milli": 1000}
     with pytest.raises(InvalidInput) as info:
-        services.submit_gang(name="pair", members=[member, member], min_available=2, **common)
-    assert list(info.value.fields) == ["pods"]
+        services.submit_gang(name="mixed", members=[member, plain], min_available=2, **common)
+    assert list(info.value.fields) == ["members[1].mig_profile"]  # the pool takes MIG pods only
     services.submit_gang(name="solo", members=[member], min_available=1, **common)
+    services.submit_gang(name="pair", members=[member, member], min_available=2, **common)
+    assert services.run_cycle(mig_quota.group_id).placed == 3
+    slots = _slots()
+    assert {slots[n][2:] for n in ("solo-0", "pair-0", "pair-1")} == {
+        ("1g.10gb", 6),
+        ("1g.10gb", 5),
+        ("1g.10gb", 4),
+    }
+
+
+def test_a_mig_gang_is_placed_all_together_or_not_at_all(mig_quota: Any) -> None:
+    whole = {"cpu_milli": 1000, "memory_mib": 1024, "mig_profile": "7g.80gb"}
+    common = {"tenant": mig_quota.tenant, "quota": mig_quota, "owner": None, "timeout_seconds": 600}
+    # given one of the two H100 cards holds a 7g instance, and the pool also counts a T4 (no MIG): the
+    # quota has room for two more cards, the MIG layout has one
+    sync_inventory_rows([gpu_node("t4-01", "T4", 16, gpus=1, pool="isolated")])
+    single = _submit(mig_quota, "single", mig_profile="7g.80gb")
     assert services.run_cycle(mig_quota.group_id).placed == 1
-    assert _slots()["solo-0"] == ("h100-01", 0, "1g.10gb", 6)
+    # when a gang of two 7g pods arrives, one card is free: neither pod is placed
+    services.submit_gang(name="pair", members=[whole, whole], min_available=2, **common)
+    assert services.run_cycle(mig_quota.group_id).placed == 0
+    assert set(_slots()) == {"single"}
+    waiting = Workload.objects.get(name="pair-0")
+    assert waiting.state == WorkloadState.PENDING
+    assert "only 1 of the 2 instances it needs together fit now" in waiting.pending_reason
+    # then once the single one is released, both cards take the gang together
+    services.release_workload(single.pk, reason="done", state=WorkloadState.SUCCEEDED)
+    assert services.run_cycle(mig_quota.group_id).placed == 2
+    slots = _slots()
+    assert sorted(slots) == ["pair-0", "pair-1"]
+    assert sorted((card, profile) for _node, card, profile, _start in slots.values()) == [
+        (0, "7g.80gb"),
+        (1, "7g.80gb"),
+    ]
+
+
+def test_the_fragmentation_map_of_a_mig_pool_counts_instances_of_its_profiles(
+    mig_quota: Any,
+) -> None:
+    group = mig_quota.group
+    assert [p.key for p in frag.presets_for(group)] == [
+        "mig-1g.10gb",
+        "mig-3g.40gb",
+        "mig-4g.40gb",
+        "mig-7g.80gb",
+    ]
+    with pytest.raises(InvalidInput) as custom:
+        frag.preset(None, 250, 20480, group=group)
+    assert list(custom.value.fields) == ["gpu_percent"]
+    with pytest.raises(InvalidInput) as slice_key:
+        frag.preset("quarter", group=group)
+    assert list(slice_key.value.fields) == ["preset"]
+    # two empty H100s: 7 more 1g each, and nothing is fragmented
+    one_g = frag.preset("mig-1g.10gb", group=group)
+    empty = frag.fragmentation_map(group, one_g)
+    assert (empty.fits, empty.fragmented_milli) == ({"h100-01": 14}, 0.0)
+    # a 1g on each card (two cycles, packing puts the second beside the first otherwise)
+    _submit(mig_quota, "a", mig_profile="1g.10gb")
+    services.run_cycle(group.pk)
+    _submit(mig_quota, "b", mig_profile="7g.80gb")
+    services.run_cycle(group.pk)
+    taken = frag.fragmentation_map(group, frag.preset("mig-7g.80gb", group=group))
+    # card 1 is full (7g), card 0 holds a 1g: no 7g fits anywhere; card 0's 6/7 free are fragmented
+    assert taken.fits == {"h100-01": 0}
+    assert taken.fragmented_milli == round(6 * 1000 / 7, 1)
+    assert frag.fragmentation_map(group, one_g).fits == {"h100-01": 6}
+
+
+def test_the_fragmentation_page_offers_a_mig_pools_profiles(mig_quota: Any, operator: Any) -> None:
+    client = Client()
+    client.force_login(operator)
+    html = client.get("/dashboards/fragmentation/?pool=isolated").content.decode()
+    assert '<option value="mig-1g.10gb"' in html
+    assert 'value="quarter"' not in html
+    data = client.get("/dashboards/fragmentation/data/?pool=isolated&preset=mig-3g.40gb").json()
+    assert (data["summary"]["preset"], data["summary"]["fits_total"]) == ("MIG 3g.40gb", 4)
+    refused = client.get("/dashboards/fragmentation/data/?pool=isolated&gpu_percent=30")
+    assert refused.status_code == 400
+    assert list(refused.json()["error"]["fields"]) == ["gpu_percent"]

@@ -106,7 +106,7 @@ def test_inventory_from_kwok_nodes_with_hami_registration_and_gfd_labels(
     assert ("pool", "gpu") in nodes[gfd].labels
 
 
-@pytest.mark.parametrize("mode", list(c.Mode))
+@pytest.mark.parametrize("mode", c.DEVICE_PLUGIN_MODES)
 def test_codespace_objects_are_accepted_bound_and_run_in_every_mode(
     kube_stack: KubeStack, admin_gateway: KubernetesGateway, namespace: str, mode: c.Mode
 ) -> None:

@@ -41,7 +41,7 @@ from tests.kubernetes.stack import KubeStack
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 
 
-@pytest.fixture(params=list(c.Mode))
+@pytest.fixture(params=c.DEVICE_PLUGIN_MODES)
 def cluster(
     request: Any,
     kube_stack: KubeStack,

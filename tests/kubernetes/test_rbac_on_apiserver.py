@@ -17,14 +17,16 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduling.backends.base import ObservedPhase
+from scheduling.backends.base import GpuBinding, ObservedPhase
 from scheduling.backends.kubernetes import constants as c
 from scheduling.backends.kubernetes.backend import KubernetesBackend
 from scheduling.backends.kubernetes.interface import ClusterApiError, Kind
 from scheduling.tests.kubernetes.k8s_builders import GPU_A, codespace, config
+from tests.kubernetes import dra
 from tests.kubernetes.chart import Discovery, render
 from tests.kubernetes.cluster import (
     apply,
+    bind,
     get_pod,
     play_hami_scheduler,
     play_koord_scheduler,
@@ -35,6 +37,8 @@ from tests.kubernetes.stack import ROOT, KubeStack
 from tests.kubernetes.test_backend_on_apiserver import gpu_node
 
 pytestmark = pytest.mark.kubernetes
+
+DRIVER = "gpu.nvidia.com"  # the driver dra mode's default configuration pins devices of
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 NAMESPACED = (
@@ -59,6 +63,9 @@ NEEDED_IN_WORKLOADS = {
 }
 NEEDED_CLUSTER = {("nodes", v) for v in ("get", "list", "watch")}
 KOORD_DEVICES = {("devices", v) for v in ("get", "list", "watch")}
+# resource.k8s.io, asked about next to the core resources: claims in a namespace, slices cluster-wide
+DRA_NAMESPACED = ("resourceclaims",)
+DRA_CLUSTER = ("resourceslices",)
 
 
 def needed(mode: c.Mode) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
@@ -66,6 +73,9 @@ def needed(mode: c.Mode) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     if mode == c.Mode.HAMI_BIND:
         workloads.add(("pods/binding", "create"))
         cluster.add(("nodes", "patch"))
+    if mode == c.Mode.DRA:
+        workloads |= {("resourceclaims", v) for v in ("get", "list", "create", "delete")}
+        cluster |= {("resourceslices", v) for v in ("get", "list")}
     return workloads, cluster
 
 
@@ -128,19 +138,23 @@ def permissions(
 ) -> dict[str, set[tuple[str, str]]]:
     """What the ServiceAccount may do, over the matrix, in its workloads namespace, in another
     namespace and cluster-wide."""
+    namespaced = [(r, "") for r in NAMESPACED] + [(r, "resource.k8s.io") for r in DRA_NAMESPACED]
+    cluster = [(r, "") for r in CLUSTER] + [(r, "resource.k8s.io") for r in DRA_CLUSTER]
     return {
         "workloads": {
             (r, v)
-            for r, v in itertools.product(NAMESPACED, VERBS)
-            if allowed(stack, user, v, r, workloads)
+            for (r, g), v in itertools.product(namespaced, VERBS)
+            if allowed(stack, user, v, r, workloads, group=g)
         },
         "elsewhere": {
             (r, v)
-            for r, v in itertools.product(NAMESPACED, VERBS)
-            if allowed(stack, user, v, r, elsewhere)
+            for (r, g), v in itertools.product(namespaced, VERBS)
+            if allowed(stack, user, v, r, elsewhere, group=g)
         },
         "cluster": {
-            (r, v) for r, v in itertools.product(CLUSTER, VERBS) if allowed(stack, user, v, r)
+            (r, v)
+            for (r, g), v in itertools.product(cluster, VERBS)
+            if allowed(stack, user, v, r, group=g)
         },
         "koordinator": {
             ("devices", v)
@@ -194,13 +208,34 @@ def test_chart_service_account_may_do_exactly_what_the_backend_needs(
     backend = KubernetesBackend(gateway, dataclasses.replace(config(mode), namespace=workloads))
     node = gpu_node(kube_stack, GPU_A)
     request = codespace(name=f"cs-{uuid.uuid4().hex[:6]}", node_name=node, workload_id=41)
-    assert any(n.name == node for n in backend.sync_inventory())
+    if mode == c.Mode.DRA:  # the driver publishes the card; dra mode places whole cards or MIG
+        published = dra.resource_slice(
+            node, [(GPU_A, "NVIDIA-A100-SXM4-80GB", 81920)], driver=DRIVER
+        )
+        status, body = kube_stack.request("POST", f"{dra.API}/resourceslices", published)
+        assert status == 201, body
+        request = dataclasses.replace(request, gpus=(GpuBinding(0, GPU_A, 1000, 81920),))
+    inventory = {n.name: n for n in backend.sync_inventory()}
+    assert [g.uuid for g in inventory[node].gpus] == [GPU_A]
     backend.materialize(request)
     if mode == c.Mode.HAMI_DELEGATE:
         play_hami_scheduler(kube_stack, workloads, request.name, node)
     elif mode == c.Mode.KOORDINATOR:
         play_koord_scheduler(kube_stack, workloads, request.name)
+    elif mode == c.Mode.DRA:  # the scheduler allocates the pinned card and binds the pod
+        allocated = dra.allocation(node, "gpu-0", driver=DRIVER)
+        allocated["status"]["allocation"]["devices"]["results"][0]["request"] = "gpu-0"
+        status, body = kube_stack.request(
+            "PATCH",
+            f"{dra.API}/namespaces/{workloads}/resourceclaims/{request.name}-gpu/status",
+            allocated,
+            content_type="application/merge-patch+json",
+        )
+        assert status == 200, body
+        bind(kube_stack, workloads, request.name, node)
     wait_for("running", lambda: backend.sync_status([41])[0].phase == ObservedPhase.RUNNING)
+    if mode == c.Mode.DRA:
+        assert backend.sync_status([41])[0].allocated_devices == ((0, f"{DRIVER}/{node}/gpu-0"),)
     assert [o.name for o in backend.list_objects()] == [request.name]
     backend.release(41, request.name, delete_home=True)
     wait_for("pod gone", lambda: get_pod(kube_stack, workloads, request.name) is None)
@@ -217,6 +252,8 @@ def test_chart_service_account_may_do_exactly_what_the_backend_needs(
             gateway.cas_patch_node_annotations(node, {c.HAMI_NODE_LOCK: "x"}, "1")
         assert no_patch.value.status == 403
     assert gateway.get(Kind.POD, workloads, request.name) is None
+    if mode == c.Mode.DRA:
+        assert gateway.get_resource_claim(workloads, f"{request.name}-gpu") is None
 
 
 def test_plain_manifests_grant_the_same_as_the_chart(kube_stack: KubeStack) -> None:
@@ -245,3 +282,14 @@ def test_plain_manifests_grant_the_same_as_the_chart(kube_stack: KubeStack) -> N
     workloads_needed, cluster_needed = needed(c.Mode.HAMI_BIND)
     granted = permissions(kube_stack, user, "tessera-workloads", "tessera-elsewhere")
     assert (granted["workloads"], granted["cluster"]) == (workloads_needed, cluster_needed)
+    # optional/rbac-dra.yaml grants what dra mode needs on top (here on top of hami-bind's)
+    install(kube_stack, plain_optional(manifests / "optional" / "rbac-dra.yaml"), "tessera")
+    dra_workloads, dra_cluster = needed(c.Mode.DRA)
+    granted = permissions(kube_stack, user, "tessera-workloads", "tessera-elsewhere")
+    assert granted["workloads"] == workloads_needed | dra_workloads
+    assert granted["cluster"] == cluster_needed | dra_cluster
+    assert granted["elsewhere"] == set()
+
+
+def plain_optional(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]

@@ -8,6 +8,7 @@ permanent ones mark the workload FAILED with the message.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -23,7 +24,8 @@ from scheduling.backends.base import (
 )
 from scheduling.backends.kubernetes import constants as c
 from scheduling.backends.kubernetes.binding import bind_with_lock, release_node_lock
-from scheduling.backends.kubernetes.config import KubeConfig
+from scheduling.backends.kubernetes.config import KubeConfig, parse_device_classes
+from scheduling.backends.kubernetes.dra import allocated_devices, claim_name, dra_inventory
 from scheduling.backends.kubernetes.interface import (
     ClusterApiError,
     ClusterGateway,
@@ -67,6 +69,8 @@ class KubernetesBackend:
             self._ensure_home(objects.home_pvc, request)
         elif objects.home_pvc is not None:
             self._ensure(Kind.PVC, objects.home_pvc, request.workload_id)
+        if objects.claim is not None:
+            self._ensure_claim(objects.claim, request)
         pod = self._ensure(Kind.POD, objects.pod, request.workload_id)
         if pod.get("metadata", {}).get("deletionTimestamp"):
             raise ClusterApiError(
@@ -85,7 +89,8 @@ class KubernetesBackend:
             raise ClusterApiError(
                 f"pod {request.name} was {stale}; deleted it, retry to recreate", status=409
             )
-        if self.config.mode == c.Mode.HAMI_BIND and request.gpus:
+        is_mig = any(g.mig_profile for g in request.gpus)  # static MIG: the default scheduler binds
+        if self.config.mode == c.Mode.HAMI_BIND and request.gpus and not is_mig:
             bind_with_lock(
                 self.gateway, self.config.namespace, request.name, request.node_name, now=_utcnow
             )
@@ -121,6 +126,8 @@ class KubernetesBackend:
                     logger.info("released HAMi lock on %s held by deleted pod %s", node, name)
         if not later_placement:
             self._delete_owned(Kind.SERVICE, name, workload_id)
+        if self.config.mode == c.Mode.DRA:
+            self._release_claim(name, workload_id, placement_id)
         if delete_home and home_name:
             home = self.gateway.get(Kind.PVC, namespace, home_name)
             labels = (home or {}).get("metadata", {}).get("labels") or {}
@@ -133,10 +140,26 @@ class KubernetesBackend:
     def sync_status(self, workload_ids: Iterable[int]) -> Sequence[StatusReport]:
         """Refresh the pod cache (list once, then resume the watch) and report each workload."""
         self.tracker.refresh()
-        return [pod_report(wid, self.tracker.pod(wid)) for wid in workload_ids]
+        reports = [pod_report(wid, self.tracker.pod(wid)) for wid in workload_ids]
+        if self.config.mode != c.Mode.DRA:
+            return reports
+        allocated = self._claim_allocations()
+        return [
+            dataclasses.replace(r, allocated_devices=allocated[r.workload_id])
+            if r.workload_id in allocated
+            else r
+            for r in reports
+        ]
 
     def sync_inventory(self) -> Sequence[NodeInventory]:
-        """Nodes with their GPUs (HAMi annotation, Koordinator Device, or GFD labels)."""
+        """Nodes with their GPUs (HAMi annotation, Koordinator Device, or GFD labels; in dra mode the
+        driver's ResourceSlices, device taints making a card unhealthy)."""
+        if self.config.mode == c.Mode.DRA:
+            return dra_inventory(
+                self.gateway.list_nodes(),
+                self.gateway.list_resource_slices(),
+                self.config.dra_driver,
+            )
         prefer_koordinator = self.config.mode == c.Mode.KOORDINATOR
         devices = self.gateway.list_koordinator_devices() if prefer_koordinator else []
         return nodes_to_inventory(
@@ -198,6 +221,56 @@ class KubernetesBackend:
             permanent=True,
         )
 
+    def _ensure_claim(self, body: JsonDict, request: MaterializeRequest) -> JsonDict:
+        """Create-or-get the placement's ResourceClaim. A claim of the same name left by an earlier
+        placement of the workload pins other devices: it is deleted and the retry creates ours."""
+        namespace, name = self.config.namespace, body["metadata"]["name"]
+        try:
+            return self.gateway.create_resource_claim(namespace, body)
+        except ClusterApiError as exc:
+            if not exc.is_conflict:
+                raise
+        existing = self.gateway.get_resource_claim(namespace, name)
+        if existing is None:
+            raise ClusterApiError(f"resourceclaims/{name} deleted meanwhile; retry", status=409)
+        if not self._owned(existing, request.workload_id):
+            raise ClusterApiError(
+                f"resourceclaims/{name} already exists for another workload", permanent=True
+            )
+        made_for = _placement_of(existing)
+        if made_for is not None and made_for != request.placement_id:
+            self.gateway.delete_resource_claim(namespace, name)
+            raise ClusterApiError(
+                f"resourceclaims/{name} was made for placement {made_for}; deleted it, retry",
+                status=409,
+            )
+        return existing
+
+    def _release_claim(self, pod_name: str, workload_id: int, placement_id: int | None) -> None:
+        """Delete the placement's claim (the driver frees its devices); a later placement's is kept."""
+        namespace, name = self.config.namespace, claim_name(pod_name)
+        existing = self.gateway.get_resource_claim(namespace, name)
+        if existing is None or not self._owned(existing, workload_id):
+            return
+        made_for = _placement_of(existing)
+        if None not in (placement_id, made_for) and made_for != placement_id:
+            return
+        self.gateway.delete_resource_claim(namespace, name)
+
+    def _claim_allocations(self) -> dict[int, tuple[tuple[int, str], ...]]:
+        """Workload id -> the devices its claim was allocated (one list call for the namespace)."""
+        out: dict[int, tuple[tuple[int, str], ...]] = {}
+        for claim in self.gateway.list_resource_claims(self.config.namespace, c.MANAGED_SELECTOR):
+            labels = claim.get("metadata", {}).get("labels") or {}
+            try:
+                workload_id = int(labels.get(c.WORKLOAD_ID_LABEL, ""))
+            except ValueError:
+                continue
+            devices = allocated_devices(claim)
+            if devices:
+                out[workload_id] = devices
+        return out
+
     def _delete_owned(self, kind: Kind, name: str, workload_id: int) -> None:
         existing = self.gateway.get(kind, self.config.namespace, name)
         if existing is not None and self._owned(existing, workload_id):
@@ -241,6 +314,11 @@ def config_from_settings(settings: Any) -> KubeConfig:
         codespace_port=int(getattr(settings, "TESSERA_CODESPACE_PORT", defaults.codespace_port)),
         storage_class=getattr(settings, "TESSERA_KUBE_STORAGE_CLASS", defaults.storage_class),
         runtime_class=getattr(settings, "TESSERA_KUBE_RUNTIME_CLASS", defaults.runtime_class),
+        dra_driver=getattr(settings, "TESSERA_KUBE_DRA_DRIVER", defaults.dra_driver),
+        dra_device_classes=parse_device_classes(
+            getattr(settings, "TESSERA_KUBE_DRA_DEVICE_CLASSES", "")
+        )
+        or defaults.dra_device_classes,
     )
 
 

@@ -15,6 +15,11 @@ class Mode(enum.StrEnum):
     HAMI_DELEGATE = "hami-delegate"  # hami-scheduler schedules; we pin node and GPU
     HAMI_BIND = "hami-bind"  # we write HAMi's allocation annotations, take the node lock, bind
     KOORDINATOR = "koordinator"  # koord-scheduler, hint + designated allocation
+    DRA = "dra"  # a ResourceClaim per placement, the device pinned by CEL; the default scheduler
+
+
+#: The modes that shape GPU pods through HAMi or Koordinator resources (every mode but DRA).
+DEVICE_PLUGIN_MODES = (Mode.HAMI_DELEGATE, Mode.HAMI_BIND, Mode.KOORDINATOR)
 
 
 # --- Tessera's own metadata --------------------------------------------------------------------
@@ -28,6 +33,8 @@ TENANT_LABEL = "tessera.io/tenant"
 GANG_LABEL = "tessera.io/gang"
 PRIORITY_ANNOTATION = "tessera.io/priority"
 GANG_MIN_AVAILABLE_ANNOTATION = "tessera.io/gang-min-available"
+CLAIM_SUFFIX = "-gpu"  # a placement's ResourceClaim is named after its pod (dra mode)
+POD_CLAIM_NAME = "gpu"  # the pod's name for that claim (spec.resourceClaims, container claims)
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 
 HOME_VOLUME_SUFFIX = "-home"

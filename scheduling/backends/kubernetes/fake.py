@@ -85,6 +85,8 @@ class FakeCluster:
         self._objects: dict[tuple[Kind, str, str], JsonDict] = {}
         self._nodes: dict[str, JsonDict] = {}
         self._devices: dict[str, JsonDict] = {}
+        self._slices: dict[str, JsonDict] = {}  # DRA ResourceSlices by name (cluster-scoped)
+        self._claims: dict[tuple[str, str], JsonDict] = {}  # ResourceClaims by (namespace, name)
         self._events: list[_Event] = []
         self._oldest_watchable = 0
         self._failures: dict[str, list[int | None]] = {}
@@ -243,7 +245,78 @@ class FakeCluster:
                 return []
             return [copy.deepcopy(d) for _, d in sorted(self._devices.items())]
 
+    # --- Dynamic Resource Allocation -----------------------------------------------------------
+
+    def list_resource_slices(self, node_name: str = "") -> list[JsonDict]:
+        with self._lock:
+            self._enter("list_resource_slices")
+            return [
+                copy.deepcopy(s)
+                for _, s in sorted(self._slices.items())
+                if not node_name or s.get("spec", {}).get("nodeName") == node_name
+            ]
+
+    def create_resource_claim(self, namespace: str, body: JsonDict) -> JsonDict:
+        with self._lock:
+            self._enter("create_resource_claim")
+            obj = copy.deepcopy(body)
+            meta = obj.setdefault("metadata", {})
+            key = (namespace, str(meta.get("name", "")))
+            if not key[1]:
+                raise ClusterApiError("resourceclaims: metadata.name is required", status=422)
+            if key in self._claims:
+                raise ClusterApiError(
+                    f'resourceclaims "{key[1]}" already exists', status=409, reason="AlreadyExists"
+                )
+            meta.update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=self._bump())
+            self._claims[key] = obj
+            return copy.deepcopy(obj)
+
+    def get_resource_claim(self, namespace: str, name: str) -> JsonDict | None:
+        with self._lock:
+            self._enter("get_resource_claim")
+            obj = self._claims.get((namespace, name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def list_resource_claims(self, namespace: str, label_selector: str) -> list[JsonDict]:
+        with self._lock:
+            self._enter("list_resource_claims")
+            return [
+                copy.deepcopy(obj)
+                for (ns, _), obj in sorted(self._claims.items())
+                if ns == namespace
+                and matches_selector(obj["metadata"].get("labels", {}), label_selector)
+            ]
+
+    def delete_resource_claim(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            self._enter("delete_resource_claim")
+            return self._claims.pop((namespace, name), None) is not None
+
     # --- helpers for tests and demos -----------------------------------------------------------
+
+    def add_resource_slice(self, resource_slice: JsonDict) -> None:
+        """Publish (or replace) a ResourceSlice as a DRA driver's kubelet plugin does."""
+        with self._lock:
+            self._slices[resource_slice["metadata"]["name"]] = copy.deepcopy(resource_slice)
+
+    def allocate_claim(
+        self, namespace: str, name: str, results: list[tuple[str, str, str, str]]
+    ) -> None:
+        """Write a claim's allocation as the scheduler does: (request, driver, pool, device) each."""
+        with self._lock:
+            claim = self._claims[(namespace, name)]
+            claim["status"] = {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {"request": r, "driver": d, "pool": p, "device": dev}
+                            for r, d, p, dev in results
+                        ]
+                    }
+                }
+            }
+            claim["metadata"]["resourceVersion"] = self._bump()
 
     def fail_next(self, operation: str, status: int | None, times: int = 1) -> None:
         """Make the next `times` calls of `operation` fail with HTTP `status` (None = timeout)."""

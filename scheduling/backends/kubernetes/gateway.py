@@ -234,6 +234,16 @@ class KubernetesGateway:
                 return None
             raise
 
+    def list_resource_claims(self, namespace: str, label_selector: str) -> list[JsonDict]:
+        """The namespace's ResourceClaims matching an equality label selector (with their status)."""
+        body = self._json(
+            "list resourceclaims",
+            lambda **kw: self.resource.list_namespaced_resource_claim(
+                namespace, label_selector=label_selector, **kw
+            ),
+        )
+        return list(body.get("items") or [])
+
     def delete_resource_claim(self, namespace: str, name: str) -> bool:
         """Delete a ResourceClaim (the driver then frees the device); False when it was already gone."""
         try:

@@ -147,3 +147,23 @@ class ClusterGateway(Protocol):
     def list_koordinator_devices(self) -> list[JsonDict]:
         """Koordinator `Device` objects (cluster-scoped); [] when the CRD is not installed."""
         ...
+
+    def list_resource_slices(self, node_name: str = "") -> list[JsonDict]:
+        """DRA drivers' ResourceSlices (cluster-scoped; one node's when `node_name` is given)."""
+        ...
+
+    def create_resource_claim(self, namespace: str, body: JsonDict) -> JsonDict:
+        """Create a ResourceClaim; 409 when the name is taken."""
+        ...
+
+    def get_resource_claim(self, namespace: str, name: str) -> JsonDict | None:
+        """A ResourceClaim with its allocation status, None when it does not exist."""
+        ...
+
+    def list_resource_claims(self, namespace: str, label_selector: str) -> list[JsonDict]:
+        """ResourceClaims matching an equality label selector."""
+        ...
+
+    def delete_resource_claim(self, namespace: str, name: str) -> bool:
+        """Delete a ResourceClaim; False when it did not exist."""
+        ...

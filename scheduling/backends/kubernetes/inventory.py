@@ -7,19 +7,22 @@ synthetic id `gfd:<node>:<index>` because GFD publishes no UUIDs). Never read th
 `allocatable[nvidia.com/gpu]` under HAMi: it is GPUs × splitCount (spec section 6.3).
 
 A GPU is healthy when its source says so, its node is Ready, and it is not listed in the node's
-`hami.io/device-cordon` annotation.
+`hami.io/device-cordon` annotation. A node whose GFD labels say `nvidia.com/mig.strategy=mixed` has static
+MIG cards: its `nvidia.com/mig-<profile>` counts become each card's layout (`mig.static_layouts`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from scheduling.backends.base import GpuInventory, NodeInventory
 from scheduling.backends.kubernetes import constants as c
 from scheduling.backends.kubernetes.hami import parse_node_register
 from scheduling.backends.kubernetes.interface import JsonDict
+from scheduling.backends.kubernetes.mig import static_layouts, static_mig_counts
 from scheduling.backends.kubernetes.quantity import bytes_to_mib, cpu_milli
 
 logger = logging.getLogger(__name__)
@@ -65,8 +68,13 @@ def node_to_inventory(
         if gpus:
             break
     cordoned_uuids = {u.strip() for u in annotations.get(c.HAMI_DEVICE_CORDON, "").split(",")}
-    ready = _is_ready(node)
+    ready = node_is_ready(node)
     gpus = [_with_health(g, ready and g.uuid not in cordoned_uuids) for g in gpus]
+    counts = static_mig_counts(labels, allocatable)
+    if counts:  # static MIG, device plugin mixed strategy: the operator's layout, positions derived
+        gpus.sort(key=lambda g: g.index)
+        layouts = static_layouts(counts, [(g.model, g.memory_mib) for g in gpus])
+        gpus = [replace(g, mig_layout=layout) for g, layout in zip(gpus, layouts, strict=True)]
     model = normalize_model(
         labels.get(c.GFD_PRODUCT, "")
         or (device or {}).get("metadata", {}).get("labels", {}).get(KOORD_GPU_MODEL_LABEL, "")
@@ -156,18 +164,10 @@ def _gfd_gpus(
 
 
 def _with_health(gpu: GpuInventory, healthy: bool) -> GpuInventory:
-    return GpuInventory(
-        index=gpu.index,
-        uuid=gpu.uuid,
-        model=gpu.model,
-        memory_mib=gpu.memory_mib,
-        numa_node=gpu.numa_node,
-        nvlink_group=gpu.nvlink_group,
-        healthy=gpu.healthy and healthy,
-    )
+    return replace(gpu, healthy=gpu.healthy and healthy)
 
 
-def _is_ready(node: JsonDict) -> bool:
+def node_is_ready(node: JsonDict) -> bool:
     for cond in node.get("status", {}).get("conditions") or []:
         if cond.get("type") == "Ready":
             return cond.get("status") == "True"

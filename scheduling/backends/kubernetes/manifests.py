@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from scheduling.backends.base import MaterializeRequest, WorkloadKind
 from scheduling.backends.kubernetes import constants as c
-from scheduling.backends.kubernetes import koordinator
+from scheduling.backends.kubernetes import dra, koordinator
 from scheduling.backends.kubernetes.config import KubeConfig
 from scheduling.backends.kubernetes.hami import encode_container_devices, gpu_cores_percent
 from scheduling.backends.kubernetes.interface import ClusterApiError, JsonDict
+from scheduling.backends.kubernetes.mig import static_mig_limits
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
@@ -31,11 +32,13 @@ class ManifestError(ClusterApiError):
 
 @dataclass(frozen=True, slots=True)
 class WorkloadObjects:
-    """Everything one workload needs; `home_pvc` and `service` exist for codespaces only."""
+    """Everything one workload needs; `home_pvc` and `service` exist for codespaces only, `claim`
+    (the placement's ResourceClaim) for GPU workloads in dra mode only."""
 
     pod: JsonDict
     home_pvc: JsonDict | None
     service: JsonDict | None
+    claim: JsonDict | None = None
 
 
 def home_pvc_name(name: str) -> str:
@@ -100,10 +103,12 @@ def workload_labels(request: MaterializeRequest) -> dict[str, str]:
 def build_objects(request: MaterializeRequest, config: KubeConfig, *, now: int) -> WorkloadObjects:
     """All objects for a request. `now` (Unix seconds) stamps HAMi's vgpu-time/bind-time."""
     is_codespace = request.kind == WorkloadKind.CODESPACE
+    with_claim = config.mode == c.Mode.DRA and bool(request.gpus)
     return WorkloadObjects(
         pod=build_pod(request, config, now=now),
         home_pvc=build_home_pvc(request, config) if is_codespace else None,
         service=build_service(request, config) if is_codespace else None,
+        claim=dra.build_claim(request, config, workload_labels(request)) if with_claim else None,
     )
 
 
@@ -159,11 +164,14 @@ def build_pod(request: MaterializeRequest, config: KubeConfig, *, now: int) -> J
         metadata["annotations"][c.GANG_MIN_AVAILABLE_ANNOTATION] = str(request.gang_min_available)
     spec = _base_pod_spec(request, config)
     container = spec["containers"][0]
-    if request.gpus:
+    if request.gpus and config.mode != c.Mode.DRA and any(g.mig_profile for g in request.gpus):
+        _static_mig(request, spec, container)
+    elif request.gpus:
         mode_parts = {
             c.Mode.HAMI_DELEGATE: _hami_delegate,
             c.Mode.HAMI_BIND: _hami_bind,
             c.Mode.KOORDINATOR: _koordinator,
+            c.Mode.DRA: _dra,
         }[config.mode]
         mode_parts(request, config, metadata, spec, container, now)
     else:
@@ -323,6 +331,38 @@ def _koordinator(
     if request.gang_name:
         metadata["annotations"].update(_gang(request, config))
     spec["schedulerName"] = config.koord_scheduler_name
+
+
+def _static_mig(request: MaterializeRequest, spec: JsonDict, container: JsonDict) -> None:
+    """Static MIG outside dra mode: the NVIDIA device plugin (mixed strategy) hands out one instance of
+    the profile on the planned node, through the default scheduler (HAMi and Koordinator do not place
+    MIG instances). The device plugin picks which instance of that profile; the engine planned one of the
+    node's free instances of it, so the counts agree."""
+    (gpu,) = request.gpus if len(request.gpus) == 1 else (None,)
+    if gpu is None:
+        raise ManifestError(f"{request.name}: a MIG pod holds one instance")
+    try:
+        limits = static_mig_limits(gpu.mig_profile)
+    except ValueError as exc:
+        raise ManifestError(f"{request.name}: {exc}") from exc
+    container["resources"]["limits"].update(limits)
+    spec["affinity"] = _node_affinity(request.node_name)
+
+
+def _dra(
+    request: MaterializeRequest,
+    config: KubeConfig,
+    metadata: JsonDict,
+    spec: JsonDict,
+    container: JsonDict,
+    now: int,
+) -> None:
+    """DRA: the default scheduler, pinned to the planned node, allocates the placement's claim (whose
+    selectors pin the devices); the pod consumes it. No GPU extended resources."""
+    if any(gpu.mig_profile for gpu in request.gpus) and len(request.gpus) > 1:
+        raise ManifestError(f"{request.name}: a MIG pod holds one instance")
+    spec["affinity"] = _node_affinity(request.node_name)
+    dra.pod_claim_parts(request, spec, container)
 
 
 def _gang(request: MaterializeRequest, config: KubeConfig) -> dict[str, str]:

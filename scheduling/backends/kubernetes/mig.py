@@ -73,6 +73,62 @@ def static_mig_counts(labels: Mapping[str, str], allocatable: Mapping[str, str])
     return counts
 
 
+def static_layouts(
+    counts: Mapping[str, int], cards: Sequence[tuple[str, int]]
+) -> list[tuple[tuple[str, int], ...]]:
+    """Per card (``(model, memory MiB)``, in index order) the static layout a node's per-profile instance
+    counts describe. The device plugin reports counts per node, not positions, so each instance is put,
+    largest profile first, on the first card with room at its lowest valid free start (how NVIDIA's MIG
+    manager lays out its balanced configurations). Cards without a MIG geometry get ``()``; instances that
+    fit nowhere (counts the cards cannot hold) are left out."""
+    geometries = [
+        mig_geometry(model) or mig_geometry(f"{model}-{round(mib / 1024)}GB")
+        for model, mib in cards
+    ]
+    used = [0] * len(cards)
+    layouts: list[list[tuple[str, int]]] = [[] for _ in cards]
+    wanted = []
+    for profile, count in counts.items():
+        size = next((g.profile(profile) for g in geometries if g and g.profile(profile)), None)
+        if size is not None:
+            wanted.append(
+                (-size.compute_slices, -size.memory_slices, profile, min(count, 8 * len(cards)))
+            )
+    for _c, _m, profile, count in sorted(wanted):
+        for _ in range(count):
+            for index, geometry in enumerate(geometries):
+                shape = geometry.profile(profile) if geometry else None
+                start = (
+                    next((s for s in shape.starts if not used[index] & shape.mask(s)), None)
+                    if shape
+                    else None
+                )
+                if shape is not None and start is not None:
+                    used[index] |= shape.mask(start)
+                    layouts[index].append((profile, start))
+                    break
+    return [tuple(sorted(layout, key=lambda i: i[1])) for layout in layouts]
+
+
+def static_layout_of(devices: Sequence[DraMigDevice]) -> tuple[tuple[str, int], ...]:
+    """The static layout a card's published MIG devices describe, ``()`` when they describe a dynamic card.
+
+    A driver with dynamic MIG publishes every placement the card could take (they overlap: ``7g`` at 0 spans
+    every slice); one with a static layout publishes the instances that exist, which never overlap."""
+    geometry = mig_geometry(devices[0].product) if devices else None
+    if geometry is None:
+        return ()
+    taken = 0
+    layout = []
+    for device in sorted(devices, key=lambda d: (d.start, d.profile)):
+        shape = geometry.profile(device.profile)
+        if shape is None or device.start not in shape.starts or taken & shape.mask(device.start):
+            return ()
+        taken |= shape.mask(device.start)
+        layout.append((device.profile, device.start))
+    return tuple(layout)
+
+
 # ---------------------------------------------------------------- DRA: inventory from ResourceSlices
 @dataclass(frozen=True, slots=True)
 class DraMigDevice:

@@ -9,8 +9,13 @@ from collections.abc import Iterator
 import kubernetes_validate
 import pytest
 from k8s_apiserver import LoopbackApiServer
+from k8s_builders import codespace, config
 from kubernetes import client
 
+from scheduling.backends.base import GpuBinding
+from scheduling.backends.kubernetes import constants as c
+from scheduling.backends.kubernetes.backend import KubernetesBackend
+from scheduling.backends.kubernetes.dra import claim_name
 from scheduling.backends.kubernetes.gateway import KubernetesGateway
 from scheduling.backends.kubernetes.mig import (
     claim_allocation,
@@ -98,3 +103,55 @@ def test_a_1g_10gb_instance_goes_from_slices_to_a_claim_and_back(
     assert gateway.delete_resource_claim(NAMESPACE, "cs-alice-mig") is True
     assert gateway.get_resource_claim(NAMESPACE, "cs-alice-mig") is None
     assert gateway.delete_resource_claim(NAMESPACE, "cs-alice-mig") is False
+
+
+def test_the_backend_in_dra_mode_sends_the_claim_before_the_pod_and_reads_its_allocation(
+    apiserver: LoopbackApiServer, gateway: KubernetesGateway
+) -> None:
+    backend = KubernetesBackend(gateway, config(c.Mode.DRA, dra_driver=dra.DRIVER))
+    apiserver.add_object(
+        "v1/nodes",
+        None,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "h100-03"},
+            "status": {
+                "allocatable": {"cpu": "64", "memory": "512Gi"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )
+    (node,) = backend.sync_inventory()  # h100-04 publishes a slice but has no Node: not listed
+    assert (node.name, [(g.index, g.uuid, g.healthy) for g in node.gpus]) == (
+        "h100-03",
+        [(0, "GPU-a", True)],
+    )
+    binding = GpuBinding(0, "GPU-a", 142, 10240, mig_profile="1g.10gb", mig_start=6)
+    request = codespace(node_name="h100-03", gpus=(binding,), home_volume_gib=0, placement_id=5)
+
+    backend.materialize(request)
+
+    posts = [
+        r.url.path
+        for r in apiserver.requests(lambda r: r.method == "POST")
+        if r.url.path.endswith(("resourceclaims", "pods"))
+    ]
+    assert posts == [CLAIMS, f"/api/v1/namespaces/{NAMESPACE}/pods"]
+    (sent,) = apiserver.requests(lambda r: r.method == "POST" and r.url.path == CLAIMS)
+    claim = json.loads(sent.body)
+    for version in ("1.34", "1.35"):
+        kubernetes_validate.validate(claim, version, strict=True)
+    expression = claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]
+    assert 'parentUUID == "GPU-a"' in expression["expression"]
+    # the scheduler allocates the pinned instance; the status sync reads it back in one list
+    allocated = {**claim, **dra.allocation("h100-03", "gpu-0-mig-1g-10gb-6")}
+    allocated["status"]["allocation"]["devices"]["results"][0]["request"] = "gpu-0"
+    apiserver.add_object("resource.k8s.io/v1/resourceclaims", NAMESPACE, allocated)
+    (report,) = backend.sync_status([7])
+    assert report.allocated_devices == ((0, f"{dra.DRIVER}/h100-03/gpu-0-mig-1g-10gb-6"),)
+    (listed,) = apiserver.requests(lambda r: r.method == "GET" and r.url.path == CLAIMS)
+    assert "labelSelector=app.kubernetes.io%2Fmanaged-by%3Dtessera" in str(listed.url)
+
+    backend.release(7, request.name, delete_home=False, placement_id=5)
+    assert gateway.get_resource_claim(NAMESPACE, claim_name(request.name)) is None

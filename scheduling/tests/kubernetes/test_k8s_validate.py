@@ -17,7 +17,7 @@ import pytest
 import yaml
 from k8s_builders import NOW, codespace, config, gang_pod
 
-from scheduling.backends.kubernetes.constants import Mode
+from scheduling.backends.kubernetes.constants import DEVICE_PLUGIN_MODES
 from scheduling.backends.kubernetes.manifests import build_objects
 
 VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33"]
@@ -27,9 +27,10 @@ CHART = REPO / "deploy" / "helm" / "tessera"
 
 
 def generated_objects() -> list[tuple[str, dict]]:
-    """Codespace (pod + PVC + Service) and gang pod, CPU-only pod, in all three modes."""
+    """Codespace (pod + PVC + Service) and gang pod, CPU-only pod, in the three device-plugin modes
+    (dra mode's objects, on resource.k8s.io/v1 of 1.34+, are validated in test_k8s_dra_backend.py)."""
     objects = []
-    for mode in Mode:
+    for mode in DEVICE_PLUGIN_MODES:
         for label, request in [
             ("codespace", codespace()),
             ("gang-pod", gang_pod(0)),
@@ -80,7 +81,7 @@ def test_plain_deploy_manifests_validate(version):
             kubernetes_validate.validate(doc, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{label} is invalid for {version}: {exc.message} at {list(exc.path)}")
-    assert len(docs) == 18  # 17 + the alerting rules' ConfigMap
+    assert len(docs) == 22  # 17 + the alerting rules' ConfigMap + optional/rbac-dra.yaml's 4
 
 
 @pytest.mark.parametrize(
@@ -156,6 +157,20 @@ def test_plain_rbac_is_least_privilege():
     ]
     assert rules[("Role", "tessera-binding")] == [
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]}
+    ]
+    assert rules[("ClusterRole", "tessera-dra-slices")] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["get", "list"],
+        }
+    ]
+    assert rules[("Role", "tessera-dra-claims")] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims"],
+            "verbs": ["get", "list", "create", "delete"],
+        }
     ]
     all_verbs = {
         verb for rule_list in rules.values() for rule in rule_list for verb in rule["verbs"]

@@ -85,6 +85,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.kubernetes.runtimeClass | quote }}
 - name: TESSERA_CODESPACE_PORT
   value: {{ .Values.kubernetes.codespacePort | quote }}
+- name: TESSERA_KUBE_DRA_DRIVER
+  value: {{ .Values.kubernetes.dra.driver | quote }}
+- name: TESSERA_KUBE_DRA_DEVICE_CLASSES
+  value: {{ .Values.kubernetes.dra.deviceClasses | quote }}
 {{- end -}}
 
 {{/* Container hardening shared by every container. */}}
