@@ -8,7 +8,6 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -101,7 +100,6 @@ class WhatIfViewSet(viewsets.ViewSet):
     """Operators: `POST` a change to a pool and get both replays of its recorded demand (or of an
     uploaded openb trace, multipart)."""
 
-    parser_classes = (JSONParser, MultiPartParser, FormParser)
 
     @extend_schema(request=WhatIfRequestSerializer, responses={200: WhatIfReportSerializer})
     def create(self, request: Request, **kwargs: Any) -> Response:
