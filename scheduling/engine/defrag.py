@@ -40,6 +40,8 @@ from .types import GPU_MILLI, Assignment, PlacementRequest, TypicalPod
 
 #: Nodes whose victim sets are tried for real per waiting request (the cheapest first).
 NODES_TRIED_PER_REQUEST = 6
+#: Nodes whose victim sets are costed per waiting request (those with the fewest GPUs to clear).
+NODES_COSTED_PER_REQUEST = 48
 #: Longest plan the engine builds whatever the limits say (bounded work per call).
 MAX_MOVES_CAP = 200
 
@@ -246,8 +248,12 @@ class _Planner:
         self.policy = policy
         self.budget = _Budget(limits)
         self.by_node: dict[int, list[MoveCandidate]] = {}
+        #: Per GPU, the compute and memory the remaining candidates hold (what their leaving would free).
+        self.movable_milli = np.zeros(state.gpu_free.shape, np.int64)
+        self.movable_mem = np.zeros(state.gpu_free.shape, np.int64)
         ids: set[str] = set()
-        scratch = state.copy()
+        cpu_claim = np.zeros(len(state), np.int64)
+        mem_claim = np.zeros(len(state), np.int64)
         for c in candidates:
             if c.workload_id in ids:
                 raise ValueError(f"duplicate move candidate {c.workload_id!r}")
@@ -255,15 +261,89 @@ class _Planner:
             i = state.index.get(c.node)
             if i is None:
                 raise ValueError(f"move candidate {c.workload_id!r} is on unknown node {c.node!r}")
-            # Raises ValueError when the candidate does not hold what it says on its node.
-            scratch.release(c.assignment(state))
+            if len(set(c.gpus)) != len(c.gpus) or any(
+                not 0 <= j < state.gpu_count[i] for j in c.gpus
+            ):
+                raise ValueError(f"move candidate {c.workload_id!r} names GPUs {c.node} lacks")
+            if min(c.cpu_milli, c.memory_mib, c.gpu_milli, c.gpu_memory_mib) < 0:
+                raise ValueError(f"move candidate {c.workload_id!r} has negative amounts")
+            if c.gpus and c.gpu_milli == 0:
+                raise ValueError(f"move candidate {c.workload_id!r} holds GPUs but no compute")
+            self._account(i, c, +1)
+            cpu_claim[i] += c.cpu_milli
+            mem_claim[i] += c.memory_mib
             self.by_node.setdefault(i, []).append(c)
+        over = (
+            (state.gpu_free + self.movable_milli > GPU_MILLI).any(axis=1)
+            | (state.gpu_mem_free + self.movable_mem > state.gpu_mem_cap).any(axis=1)
+            | (state.cpu_free + cpu_claim > state.cpu_cap)
+            | (state.mem_free + mem_claim > state.mem_cap)
+        )
+        if over.any():
+            name = state.names[int(np.flatnonzero(over)[0])]
+            raise ValueError(f"move candidates on {name} claim more than is allocated there")
         self.moves: list[Move] = []
         self.unlocks: list[Unlock] = []
         #: Nodes being freed: moved workloads never land there.
         self.protected: set[int] = set()
         #: Nodes a waiting request was planned on: nothing more is taken from them.
         self.unlocked: set[int] = set()
+
+    def _account(self, i: int, c: MoveCandidate, sign: int) -> None:
+        for j in c.gpus:
+            if c.is_whole_gpu:
+                self.movable_milli[i, j] += sign * GPU_MILLI
+                self.movable_mem[i, j] += sign * int(self.work.gpu_mem_cap[i, j])
+            else:
+                self.movable_milli[i, j] += sign * c.gpu_milli
+                self.movable_mem[i, j] += sign * c.gpu_memory_mib
+
+    def _clearable(self) -> np.ndarray:
+        """Per GPU: healthy and completely free once the remaining candidates on it leave."""
+        w = self.work
+        out: np.ndarray = (
+            w.gpu_ok
+            & (w.gpu_free + self.movable_milli == GPU_MILLI)
+            & (w.gpu_mem_free + self.movable_mem == w.gpu_mem_cap)
+        )
+        return out
+
+    def _shortlist(self, r: PlacementRequest) -> list[int]:
+        """Nodes worth costing for ``r``: they pass its static filters, and once their candidates leave
+        they would hold it (GPU and CPU/memory); fewest GPUs to clear first, at most
+        :data:`NODES_COSTED_PER_REQUEST`."""
+        w = self.work
+        m = (
+            feasible_mask_static(w, r) & w.has_gpu
+            if not r.is_cpu_only
+            else feasible_mask_static(w, r)
+        )
+        cpu_room = w.cpu_free.copy()
+        mem_room = w.mem_free.copy()
+        for i, cands in self.by_node.items():
+            cpu_room[i] += sum(c.cpu_milli for c in cands)
+            mem_room[i] += sum(c.memory_mib for c in cands)
+        m &= (cpu_room >= r.cpu_milli) & (mem_room >= r.memory_mib)
+        if self.unlocked:
+            m[sorted(self.unlocked)] = False
+        has = np.zeros(len(w), np.bool_)
+        has[[i for i, c in self.by_node.items() if c]] = True
+        m &= has
+        if r.is_whole_gpu:
+            clear = self._clearable().sum(axis=1)
+            m &= clear >= r.gpu_count
+            need = r.gpu_count - w.whole_free
+        elif not r.is_cpu_only:
+            base = w.gpu_free + self.movable_milli
+            fits = w.gpu_ok & (base >= r.gpu_milli)
+            fits &= w.gpu_mem_free + self.movable_mem >= r.gpu_memory_mib
+            m &= fits.any(axis=1)
+            need = -w.max_free_milli
+        else:
+            need = -w.cpu_free
+        cand = np.flatnonzero(m)
+        order = cand[np.lexsort((cand, need[cand]))]
+        return [int(i) for i in order[:NODES_COSTED_PER_REQUEST]]
 
     # ------------------------------------------------------------------ trying a set of victims
     def _relocate(self, victims: Sequence[MoveCandidate], node: int) -> list[Move] | None:
@@ -329,6 +409,8 @@ class _Planner:
 
     def _keep(self, victims: Sequence[MoveCandidate], moves: Sequence[Move], node: int) -> None:
         self.budget.spend(victims)
+        for v in victims:
+            self._account(node, v, -1)
         self.moves.extend(moves)
         gone = {v.workload_id for v in victims}
         self.by_node[node] = [c for c in self.by_node.get(node, []) if c.workload_id not in gone]
@@ -440,11 +522,8 @@ class _Planner:
             if key in hopeless:
                 continue
             hopeless.add(key)
-            shape = feasible_mask_static(w, r)
             options: list[tuple[int, int, int, list[MoveCandidate]]] = []
-            for i in sorted(self.by_node):
-                if i in self.unlocked or not shape[i]:
-                    continue
+            for i in self._shortlist(r):
                 victims = self._victims_for(i, r)
                 if victims is None or not self.budget.allows(victims):
                     continue
