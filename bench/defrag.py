@@ -151,7 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     for trace in args.traces.split(","):
-        rows.extend(run_trace(args, trace))
+        done = run_trace(args, trace)
+        print_table(done)  # each trace as soon as it is done (a long run can be read part-way)
+        rows.extend(done)
     print(
         f"\ndefragmentation on the dynamic replay: seed {args.seed}, load {args.load:.2f}, "
         f"{args.hours:g} h window, move cost {args.move_cost} s, {time.perf_counter() - t0:.0f} s"
