@@ -4,7 +4,7 @@
     tessera codespace list [--state running] [--json]
     tessera codespace create NAME --template T [--preset P] [--tenant SLUG] [--set key=value ...]
     tessera codespace show|stop|start|delete ID   (delete --reason "..." for another user's)
-    tessera job submit NAME --pods 4 --gpus-per-pod 1 --cpu-milli 8000 --memory-mib 32768 [...]
+    tessera job submit NAME --pods 4 --gpus-per-pod 1 --cpu-milli 8000 --memory-mib 32768 [--topology rack] [...]
     tessera job show|cancel ID
     tessera quota show [--tenant SLUG]
 
@@ -348,6 +348,9 @@ def cmd_job(args: argparse.Namespace) -> int:
             "priority": args.priority,
             "preemptible": not args.not_preemptible,
         }
+        if args.topology:
+            body["topology_level"] = args.topology
+            body["topology_mode"] = "preferred" if args.topology_preferred else "required"
         for key in ("tenant", "quota"):
             if getattr(args, key):
                 body[key] = getattr(args, key)
@@ -597,6 +600,16 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--timeout-seconds", type=int, default=600)
     submit.add_argument("--priority", type=int, default=0)
     submit.add_argument("--not-preemptible", action="store_true")
+    submit.add_argument(
+        "--topology",
+        metavar="LEVEL",
+        help="all pods in one domain of this level of the pool's topology (rack, block, nvlink)",
+    )
+    submit.add_argument(
+        "--topology-preferred",
+        action="store_true",
+        help="with --topology: the tightest domain that fits, else anywhere (default: required)",
+    )
     submit.add_argument("--tenant")
     submit.add_argument("--quota", type=int)
     submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

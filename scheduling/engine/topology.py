@@ -49,9 +49,10 @@ MAX_DOMAIN_TRIALS = 32
 class DomainLevel:
     """The domains of one topology level.
 
-    ``node_domain[i]``: the domain of node ``i`` (-1 when the node lacks the level's label or a wider
-    one); ``names[d]``: the label value of domain ``d``; ``parent[d]``: its domain one level up (-1 at
-    the widest level).
+    ``node_domain[i]``: the domain of node ``i`` (-1 when the node lacks the level's label);
+    ``names[d]``: the label value of domain ``d``; ``parent[d]``: its domain one level up (-1 at the
+    widest level, or when its nodes lack the label of the level above); ``internal_to_public``: the
+    internal nesting ids (unnamed domains included) to domain ids.
     """
 
     name: str
@@ -59,6 +60,7 @@ class DomainLevel:
     node_domain: IntArray
     names: tuple[str, ...]
     parent: IntArray
+    internal_to_public: IntArray
 
     @property
     def count(self) -> int:
@@ -66,32 +68,39 @@ class DomainLevel:
 
 
 def domain_levels(state: ClusterState, levels: Sequence[TopologyLevel]) -> tuple[DomainLevel, ...]:
-    """Nested domain ids of every node at every level (widest first), from the state's node labels."""
+    """Nested domain ids of every node at every level (widest first), from the state's node labels.
+
+    A node without a level's label has no domain at that level (-1: a gang asking for that level never
+    lands there), and for the levels below it counts as in one unnamed domain of its parent: racks whose
+    nodes carry no zone label are still racks."""
     n = len(state)
-    values: list[tuple[IntArray, list[str]]] = []
+    out: list[DomainLevel] = []
+    parent_of_node = np.zeros(
+        n, np.int64
+    )  # unnamed domains included; the cluster is domain 0 above
     for level in levels:
-        col = np.full(n, -1, np.int64)
-        names: list[str] = []
+        col = np.zeros(n, np.int64)  # 0 = unnamed (no label); value v is names[v]
+        names = [""]
         for (key, value), j in sorted(state.label_index.items()):
             if key == level.label_key:
                 col[state.labels[:, j]] = len(names)
                 names.append(value)
-        values.append((col, names))
-    out: list[DomainLevel] = []
-    parent_of_node = np.zeros(n, np.int64)  # the whole cluster is domain 0 above the widest level
-    for level, (col, names) in zip(levels, values, strict=True):
-        valid = (col >= 0) & (parent_of_node >= 0)
-        node_domain = np.full(n, -1, np.int64)
-        if valid.any():
-            pairs = np.stack([parent_of_node[valid], col[valid]], axis=1)
-            uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
-            node_domain[valid] = inverse.reshape(-1)
-            domain_names = tuple(names[int(v)] for v in uniq[:, 1])
-            parent = uniq[:, 0].astype(np.int64) if out else np.full(len(uniq), -1, np.int64)
-        else:
-            domain_names, parent = (), np.zeros(0, np.int64)
-        out.append(DomainLevel(level.name, level.label_key, node_domain, domain_names, parent))
-        parent_of_node = node_domain
+        pairs = np.stack([parent_of_node, col], axis=1)
+        uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        all_ids = inverse.reshape(-1).astype(np.int64)
+        named = uniq[:, 1] > 0
+        # domain ids of the named domains only (0..count-1); unnamed ones keep internal ids for nesting
+        public = np.full(len(uniq), -1, np.int64)
+        public[named] = np.arange(int(named.sum()), dtype=np.int64)
+        node_domain = public[all_ids] if n else np.zeros(0, np.int64)
+        domain_names = tuple(names[int(v)] for v in uniq[named, 1])
+        parent = np.full(int(named.sum()), -1, np.int64)
+        if out:
+            parent = out[-1].internal_to_public[uniq[named, 0]]
+        out.append(
+            DomainLevel(level.name, level.label_key, node_domain, domain_names, parent, public)
+        )
+        parent_of_node = all_ids
     return tuple(out)
 
 
@@ -123,8 +132,9 @@ def _best_fit_order(
     ancestors = ok.copy()
     chain = []
     for up in range(k - 1, -1, -1):
-        ancestors = levels[up + 1].parent[ancestors]
-        chain.append(free[up][ancestors])
+        ancestors = np.where(ancestors >= 0, levels[up + 1].parent[np.maximum(ancestors, 0)], -1)
+        padded = np.append(free[up], 0)  # an unnamed parent counts as 0 free
+        chain.append(padded[ancestors])
     keys.extend(reversed(chain))
     keys.append(free[k][ok])
     out: IntArray = ok[np.lexsort(keys)]

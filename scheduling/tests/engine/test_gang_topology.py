@@ -207,3 +207,21 @@ def test_gangs_without_topology_plan_exactly_as_before() -> None:
     with_levels = plan_placements(state, reqs, gangs=[gang], topology_levels=LEVELS)
     without = plan_placements(state, reqs, gangs=[gang])
     assert with_levels == without
+
+
+def test_racks_count_as_domains_when_no_node_carries_the_wider_zone_label() -> None:
+    state = cluster(*interleaved_nodes(racks=2, nodes=2))
+    levels = (TopologyLevel("zone", "topology.kubernetes.io/zone"), *LEVELS)
+    reqs, gang = gang_of("train", 4, 4, "rack")
+    plan = plan_placements(state, reqs, gangs=[gang], topology_levels=levels)
+    assert len(plan.placements) == 4
+    assert len({int(a.node[1:]) % 2 for a in plan.placements}) == 1  # n00, n02 or n01, n03
+    # one rack (or block) is inside one zone: a gang requiring a zone may land in a tighter domain
+    reqs, gang = gang_of("zoned", 2, 8, "zone")
+    plan = plan_placements(state, reqs, gangs=[gang], topology_levels=levels)
+    assert len(plan.placements) == 2
+    # but one no tighter domain holds waits, saying no node carries the zone label
+    reqs, gang = gang_of("huge", 5, 8, "zone")
+    plan = plan_placements(state, reqs, gangs=[gang], topology_levels=levels)
+    assert plan.unplaced[0].largest_domain == ("zone", "", 0)
+    assert "no node carries the topology.kubernetes.io/zone label" in plan.unplaced[0].message
