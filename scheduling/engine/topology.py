@@ -148,16 +148,19 @@ def _try_domain(
     policy: Policy,
     prio: IntArray,
     allowed: BoolArray,
-) -> list[Assignment] | None:
-    """Place the members on ``allowed`` nodes only; None (state unchanged) when fewer than
-    ``min_available`` fit."""
+) -> tuple[list[Assignment], list[PlacementRequest]] | None:
+    """Place the members on ``allowed`` nodes only: (placed, members that did not fit), or None (state
+    unchanged) when fewer than ``min_available`` fit."""
     placed: list[Assignment] = []
+    left: list[PlacementRequest] = []
     for r in members:
         a = place_one(state, r, policy, prio, allowed)
-        if a is not None:
+        if a is None:
+            left.append(r)
+        else:
             placed.append(a)
     if len(placed) >= gang.min_available:
-        return placed
+        return placed, left
     for a in reversed(placed):
         state.release(a)
     return None
@@ -198,9 +201,22 @@ def place_gang_in_domain(
     last = k if topo.mode is TopologyMode.REQUIRED else 0
     for lvl in range(len(levels) - 1, last - 1, -1):
         for d in _best_fit_order(levels, lvl, free, need)[:MAX_DOMAIN_TRIALS]:
-            placed = _try_domain(state, gang, members, policy, prio, levels[lvl].node_domain == d)
-            if placed is not None:
-                return placed, []
+            level = levels[lvl]
+            got = _try_domain(state, gang, members, policy, prio, level.node_domain == d)
+            if got is not None:
+                placed, left = got
+                message = (
+                    f"Gang {gang.gang_id} runs in {level.name} {level.names[d]} with {len(placed)} "
+                    f"of {len(members)} pods (at least {gang.min_available}); this pod did not fit "
+                    "there."
+                )
+                largest = (level.name, level.names[d], int(free[lvl][d]))
+                return placed, [
+                    Unplaced(
+                        r.request_id, UnplacedReason.GANG_TOPOLOGY, message, largest_domain=largest
+                    )
+                    for r in left
+                ]
     if topo.mode is TopologyMode.PREFERRED:
         return fallback()
     largest = _largest(levels[k], free[k])

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from scheduling.engine import (
     Assignment,
     ClusterState,
@@ -225,3 +230,65 @@ def test_racks_count_as_domains_when_no_node_carries_the_wider_zone_label() -> N
     plan = plan_placements(state, reqs, gangs=[gang], topology_levels=levels)
     assert plan.unplaced[0].largest_domain == ("zone", "", 0)
     assert "no node carries the topology.kubernetes.io/zone label" in plan.unplaced[0].message
+
+
+@st.composite
+def topology_cases(
+    draw: st.DrawFn,
+) -> tuple[ClusterState, list[PlacementRequest], list[GangSpec]]:
+    """A random racked cluster, partly used, and a few gangs with random co-location requests."""
+    racks, nodes = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    state = cluster(*interleaved_nodes(racks=racks, nodes=nodes))
+    for name in state.names:
+        used = draw(st.integers(0, 8))
+        if used:
+            occupy(state, name, used)
+    reqs: list[PlacementRequest] = []
+    gangs: list[GangSpec] = []
+    for g in range(draw(st.integers(1, 4))):
+        pods, gpus = draw(st.integers(1, 5)), draw(st.sampled_from((1, 2, 4, 8)))
+        level = draw(st.sampled_from((None, "block", "rack", "nvlink")))
+        mode = draw(st.sampled_from(tuple(TopologyMode)))
+        members, gang = gang_of(f"g{g}", pods, gpus, level, mode)
+        need = draw(st.integers(1, pods))
+        reqs.extend(members)
+        gangs.append(dataclasses.replace(gang, min_available=need))
+    return state, reqs, gangs
+
+
+@given(topology_cases())
+@settings(max_examples=60, deadline=None)
+def test_every_gang_is_whole_and_a_required_one_inside_one_domain(
+    case: tuple[ClusterState, list[PlacementRequest], list[GangSpec]],
+) -> None:
+    state, reqs, gangs = case
+    before = state.totals()
+    plan = plan_placements(state, reqs, gangs=gangs, topology_levels=LEVELS)
+    assert state.totals() == before  # the input state is never changed
+    ids = [a.request_id for a in plan.placements] + [u.request_id for u in plan.unplaced]
+    assert sorted(ids) == sorted(r.request_id for r in reqs)
+    work = state.copy()
+    for a in plan.placements:
+        work.apply(a)  # raises when a GPU would be over-committed
+    levels = {lv.name: lv for lv in domain_levels(state, LEVELS)}
+    for gang in gangs:
+        mine = [a for a in plan.placements if a.request_id in gang.request_ids]
+        assert not mine or len(mine) >= gang.min_available
+        topo = gang.topology
+        if mine and topo is not None and topo.mode is TopologyMode.REQUIRED:
+            level = levels[topo.level]
+            assert len({int(level.node_domain[state.index[a.node]]) for a in mine}) == 1
+            assert all(level.node_domain[state.index[a.node]] >= 0 for a in mine)
+
+
+def test_a_gang_with_min_available_keeps_the_pods_one_rack_holds_and_says_where_it_runs() -> None:
+    state = cluster(*interleaved_nodes(racks=2, nodes=2))  # racks of 2 nodes × 8 GPUs
+    reqs, gang = gang_of("train", 3, 8, "rack")
+    plan = plan_placements(
+        state, reqs, gangs=[dataclasses.replace(gang, min_available=2)], topology_levels=LEVELS
+    )
+    assert len(plan.placements) == 2
+    assert len({int(a.node[1:]) % 2 for a in plan.placements}) == 1
+    (left,) = plan.unplaced
+    assert left.reason is UnplacedReason.GANG_TOPOLOGY
+    assert "runs in nvlink c0 with 2 of 3 pods (at least 2)" in left.message  # tighter than a rack
