@@ -13,7 +13,7 @@ from scheduling import services
 from scheduling.backends.base import GpuInventory, NodeInventory
 from scheduling.choices import GangState, WorkloadState
 from scheduling.inventory import sync_inventory_rows
-from scheduling.models import Gang, Placement, Shard, Workload
+from scheduling.models import Gang, Placement, Workload
 from scheduling.services.snapshot import ensure_shard
 from scheduling.tests.factories import make_group, make_quota
 
@@ -167,10 +167,16 @@ def test_job_api_takes_and_shows_the_topology_and_refuses_a_bad_level_with_400(
 
 def test_the_cluster_page_shows_each_pools_racks_with_free_gpus(client: Any, alice: Any) -> None:
     racked_inventory()
-    make_group()
-    Shard.objects.all().delete()
     client.force_login(alice)
+    q = make_quota(make_group())
+    submit_job(q, "busy", 1, 3)
+    services.run_cycle(q.group_id)  # 3 GPUs of n0 (rack r0) taken
     page = client.get("/cluster/").content.decode()
-    assert "Topology" in page
-    assert "rack" in page
-    assert "r1" in page
+    section = page[page.index('data-testid="topology"') :]
+    # block b0: 4 nodes, 32 GPUs, 29 free; racks nested in it (no zone label: the level is skipped)
+    assert "<td>b0</td><td>block</td><td>4</td><td>32</td><td>29</td>" in section.replace(
+        '<td style="padding-left: 0.5em">', "<td>"
+    )
+    rows = section.replace('<td style="padding-left: 1.5em">', "<td>")
+    assert "<td>r0</td><td>rack</td><td>2</td><td>16</td><td>13</td>" in rows
+    assert "<td>r1</td><td>rack</td><td>2</td><td>16</td><td>16</td>" in rows
