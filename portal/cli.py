@@ -4,7 +4,7 @@
     tessera codespace list [--state running] [--json]
     tessera codespace create NAME --template T [--preset P] [--tenant SLUG] [--set key=value ...]
     tessera codespace show|stop|start|delete ID   (delete --reason "..." for another user's)
-    tessera job submit NAME --pods 4 --gpus-per-pod 1 --cpu-milli 8000 --memory-mib 32768 [...]
+    tessera job submit NAME --pods 4 --gpus-per-pod 1 --cpu-milli 8000 --memory-mib 32768 [--topology rack] [...]
     tessera job show|cancel ID
     tessera quota show [--tenant SLUG]
 
@@ -349,6 +349,9 @@ def cmd_job(args: argparse.Namespace) -> int:
             "priority": args.priority,
             "preemptible": not args.not_preemptible,
         }
+        if args.topology:
+            body["topology_level"] = args.topology
+            body["topology_mode"] = "preferred" if args.topology_preferred else "required"
         for key in ("tenant", "quota"):
             if getattr(args, key):
                 body[key] = getattr(args, key)
@@ -589,6 +592,16 @@ JOB_VERBS = (
             arg("--timeout-seconds", type=int, default=600),
             arg("--priority", type=int, default=0),
             arg("--not-preemptible", action="store_true"),
+            arg(
+                "--topology",
+                metavar="LEVEL",
+                help="all pods in one domain of this level of the pool's topology (rack, block, nvlink)",
+            ),
+            arg(
+                "--topology-preferred",
+                action="store_true",
+                help="with --topology: the tightest domain that fits, else anywhere (default: required)",
+            ),
             arg("--tenant"),
             arg("--quota", type=int),
             KEY_VALUE,

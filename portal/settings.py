@@ -381,6 +381,25 @@ TESSERA_GPU_NODE_MEMORY_RESERVED_FRACTION = env_float(
 )
 # GPU models this cluster cannot share (no MIG/HAMi slicing): a slice never lands on them.
 TESSERA_WHOLE_CARD_ONLY_GPU_MODELS = env_list("TESSERA_WHOLE_CARD_ONLY_GPU_MODELS", [])
+# The cross-node topology of every pool, widest first, as name=node-label-key (a pool overrides it in
+# Shard.topology_levels): jobs ask for all their pods in one domain of a level (scheduling.topology).
+TESSERA_TOPOLOGY_LEVELS = env_list(
+    "TESSERA_TOPOLOGY_LEVELS",
+    [
+        "zone=topology.kubernetes.io/zone",
+        "block=tessera.io/topology-block",
+        "rack=tessera.io/topology-rack",
+        "nvlink=nvidia.com/gpu.clique",
+    ],
+)
+if len(TESSERA_TOPOLOGY_LEVELS) > 8 or not all(
+    re.match(r"^[a-z][a-z0-9_-]{0,31}=[A-Za-z0-9./_-]{1,316}$", item)
+    for item in TESSERA_TOPOLOGY_LEVELS
+):
+    raise ImproperlyConfigured(
+        f"TESSERA_TOPOLOGY_LEVELS={','.join(TESSERA_TOPOLOGY_LEVELS)!r}: at most 8 comma-separated "
+        "name=label-key items (names lowercase letters, digits, - and _)"
+    )
 TESSERA_SIM_INVENTORY = env_str("TESSERA_SIM_INVENTORY", "demo")
 TESSERA_SIM_START_DELAY_SECONDS = env_float("TESSERA_SIM_START_DELAY_SECONDS", 3.0)
 TESSERA_KUBECONFIG = env_str("TESSERA_KUBECONFIG", "")

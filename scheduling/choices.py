@@ -32,6 +32,13 @@ class TopologyPolicy(models.TextChoices):
     RESTRICTED = "restricted", "Restricted (same NUMA node / NVLink group or wait)"
 
 
+class GangTopologyMode(models.TextChoices):
+    """How strictly a job's pods must share one topology domain (scheduling.engine.topology)."""
+
+    REQUIRED = "required", "Required (one domain of the level, or wait)"
+    PREFERRED = "preferred", "Preferred (the tightest domain that fits, else anywhere)"
+
+
 class UtilizationProfile(models.TextChoices):
     """How the simulated cluster makes up GPU utilization for a workload."""
 

@@ -11,6 +11,7 @@ from portal.forms import UnitField
 from portal.operator_log import clean_reason
 from quotas.models import Quota, QuotaGroup
 from quotas.sharing import MAX_MIG_PROFILES, MAX_TIMESLICE_REPLICAS, SharingMode
+from scheduling.choices import GangTopologyMode
 from scheduling.engine import POLICIES
 from scheduling.limits import MAX_REASON_LENGTH
 from scheduling.services.trace_upload import MAX_TRACE_BYTES
@@ -47,6 +48,15 @@ class JobForm(forms.Form):
     timeout_seconds = forms.IntegerField(min_value=1, max_value=604800, initial=600)
     priority = forms.IntegerField(min_value=-1000, max_value=1000, initial=0)
     preemptible = forms.BooleanField(required=False, initial=True)
+    topology_level = forms.CharField(
+        max_length=32,
+        required=False,
+        label="Keep all pods in one",
+        help_text="A topology level of the pool (rack, block, nvlink; see the cluster page); empty = anywhere.",
+    )
+    topology_mode = forms.ChoiceField(
+        choices=GangTopologyMode.choices, initial=GangTopologyMode.REQUIRED, required=False
+    )
 
     def __init__(self, *args: Any, quotas: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -11,11 +12,13 @@ from quotas.models import Quota, QuotaGroup
 from scheduling.choices import (
     ACTIVE_STATES,
     GangState,
+    GangTopologyMode,
     TopologyPolicy,
     UtilizationProfile,
     WorkloadKind,
     WorkloadState,
 )
+from scheduling.topology import level_errors
 
 
 class Node(models.Model):
@@ -85,6 +88,15 @@ class Gang(models.Model):
     )
     min_available = models.PositiveIntegerField()
     timeout_seconds = models.PositiveIntegerField(default=600)
+    topology_level = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        help_text="All pods in one domain of this topology level of the pool (rack); blank = anywhere",
+    )
+    topology_mode = models.CharField(
+        max_length=10, choices=GangTopologyMode.choices, default=GangTopologyMode.REQUIRED
+    )
     state = models.CharField(max_length=20, choices=GangState.choices, default=GangState.WAITING)
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -273,9 +285,19 @@ class Shard(models.Model):
     last_cycle_at = models.DateTimeField(null=True, blank=True)
     last_cycle_ms = models.FloatField(null=True, blank=True)
     last_cycle_placed = models.PositiveIntegerField(default=0)
+    topology_levels = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='The pool\'s cross-node topology, widest first: [["rack", "tessera.io/topology-rack"], '
+        '["nvlink", "nvidia.com/gpu.clique"]]; empty = TESSERA_TOPOLOGY_LEVELS',
+    )
 
     def __str__(self) -> str:
         return f"shard {self.group.name} v{self.version}"
+
+    def clean(self) -> None:
+        if errors := level_errors(self.topology_levels):
+            raise ValidationError({"topology_levels": errors})
 
 
 class SimulatedPod(models.Model):

@@ -39,7 +39,7 @@ from portal.scoping import (
 )
 from quotas.models import Quota
 from scheduling import services
-from scheduling.choices import ACTIVE_STATES, GangState
+from scheduling.choices import ACTIVE_STATES, GangState, GangTopologyMode
 from scheduling.forms import JobForm, ReasonForm, WhatIfForm
 from scheduling.models import Gang, Gpu, Node, Placement, Shard, Workload
 from scheduling.services.audit import invariant_statuses, latest_run
@@ -50,6 +50,7 @@ from scheduling.services.operator_impact import (
     node_action_impact,
 )
 from scheduling.services.start_estimates import estimate_for, estimates_for
+from scheduling.services.topology import cluster_topology
 from scheduling.services.trace_upload import MAX_TRACE_BYTES, parse_trace
 from scheduling.services.whatif import WhatIfChange, run_whatif
 from scheduling.telemetry.health import node_health
@@ -75,6 +76,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
         "pool": pool,
         "shards": Shard.objects.select_related("group").order_by("group__name"),
         "simulated": settings.TESSERA_BACKEND == "simulated",
+        "topology": cluster_topology(),
     }
     return render(request, "scheduling/cluster.html", context)
 
@@ -251,6 +253,8 @@ def jobs(request: HttpRequest) -> HttpResponse:
                 timeout_seconds=d["timeout_seconds"],
                 priority=d["priority"],
                 preemptible=d["preemptible"],
+                topology_level=d["topology_level"],
+                topology_mode=d["topology_mode"] or GangTopologyMode.REQUIRED,
             )
         except DomainError as exc:
             form.add_domain_error(exc)

@@ -8,7 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.choices import TopologyPolicy, UtilizationProfile
+from scheduling.choices import GangTopologyMode, TopologyPolicy, UtilizationProfile
 from scheduling.limits import MAX_REASON_LENGTH
 from scheduling.models import Gang, Gpu, Node, Placement, PlacementGpu, Workload
 
@@ -257,6 +257,18 @@ class JobCreateSerializer(serializers.Serializer):
     timeout_seconds = serializers.IntegerField(min_value=1, max_value=604800, default=600)
     priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
     preemptible = serializers.BooleanField(default=True)
+    topology_level = serializers.CharField(
+        max_length=32,
+        allow_blank=True,
+        default="",
+        help_text="All pods in one domain of this level of the pool's topology (rack, block, nvlink; "
+        "see the cluster page); blank = anywhere.",
+    )
+    topology_mode = serializers.ChoiceField(
+        choices=GangTopologyMode.choices,
+        default=GangTopologyMode.REQUIRED,
+        help_text="required: one domain or wait; preferred: the tightest domain that fits, else anywhere.",
+    )
 
 
 class JobMemberStatusSerializer(serializers.ModelSerializer):
@@ -289,7 +301,8 @@ class JobSerializer(serializers.ModelSerializer):
         model = Gang
         fields = [
             "id", "name", "tenant", "quota", "owner", "state", "reason", "min_available",
-            "timeout_seconds", "created_at", "deadline_at", "pods", "members",
+            "timeout_seconds", "topology_level", "topology_mode", "created_at", "deadline_at",
+            "pods", "members",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -330,6 +330,8 @@ class JobViewSet(
             timeout_seconds=data["timeout_seconds"],
             priority=data["priority"],
             preemptible=data["preemptible"],
+            topology_level=data["topology_level"],
+            topology_mode=data["topology_mode"],
         )
         gang = self.get_queryset().get(pk=gang.pk)
         return Response(JobSerializer(gang).data, status=status.HTTP_201_CREATED)

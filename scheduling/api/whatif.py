@@ -100,7 +100,6 @@ class WhatIfViewSet(viewsets.ViewSet):
     """Operators: `POST` a change to a pool and get both replays of its recorded demand (or of an
     uploaded openb trace, multipart)."""
 
-
     @extend_schema(request=WhatIfRequestSerializer, responses={200: WhatIfReportSerializer})
     def create(self, request: Request, **kwargs: Any) -> Response:
         if not is_operator(request.user):

@@ -9,7 +9,7 @@ import numpy as np
 from .filters import feasible_mask, preferred_subset
 from .gpu_select import make_assignment
 from .policies.base import CachedNodeScorer, IntArray, Policy
-from .state import ClusterState
+from .state import BoolArray, ClusterState
 from .types import Assignment, PlacementRequest
 
 
@@ -67,7 +67,11 @@ def _slice_finalists(
 
 
 def place_one(
-    state: ClusterState, request: PlacementRequest, policy: Policy, prio: IntArray | None = None
+    state: ClusterState,
+    request: PlacementRequest,
+    policy: Policy,
+    prio: IntArray | None = None,
+    allowed: BoolArray | None = None,
 ) -> Assignment | None:
     """Place one (valid) request now and apply it to ``state``.
 
@@ -76,11 +80,15 @@ def place_one(
         request: the request (checked with :func:`.filters.validate` beforehand).
         policy: the policy that scores the feasible nodes.
         prio: node tie-break priorities (lower wins); default: node order.
+        allowed: the nodes it may go to (a topology domain); default: all.
 
     Returns:
         The applied assignment, or ``None`` when no node is feasible (state unchanged).
     """
-    cand = np.flatnonzero(feasible_mask(state, request))
+    mask = feasible_mask(state, request)
+    if allowed is not None:
+        mask &= allowed
+    cand = np.flatnonzero(mask)
     if cand.size == 0:
         return None
     cand = preferred_subset(state, request, cand)

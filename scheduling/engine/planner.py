@@ -2,7 +2,8 @@
 
 Order: priority descending, then input order (a stable sort). A gang is placed when its first member (in
 that order) comes up: all its members are tried in order, and either at least ``min_available`` of them are
-placed (kept) or every one is rolled back and reported ``GANG_INCOMPLETE`` with the blocking reason.
+placed (kept) or every one is rolled back and reported ``GANG_INCOMPLETE`` with the blocking reason. A
+gang with a ``topology`` is placed inside one domain of the pool's ``topology_levels`` (:mod:`.topology`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from .fragmentation import typical_pods
 from .placer import place_one
 from .policies import POLICIES, Policy
 from .state import ClusterState
+from .topology import DomainLevel, domain_levels, place_gang_in_domain
 from .types import (
     Assignment,
     GangSpec,
     PlacementPlan,
     PlacementRequest,
+    TopologyLevel,
     TypicalPod,
     Unplaced,
     UnplacedReason,
@@ -91,8 +94,23 @@ def _place_gang(
     policy: Policy,
     prio: np.ndarray,
     why: _Explainer,
+    levels: tuple[DomainLevel, ...] = (),
 ) -> tuple[list[Assignment], list[Unplaced]]:
-    """Place a gang all-or-nothing (at least ``min_available`` members)."""
+    """Place a gang all-or-nothing (at least ``min_available`` members), inside one topology domain when
+    it asks for one."""
+    if gang.topology is not None and not any(validate(r) for r in members):
+        why.changed()
+        return place_gang_in_domain(
+            state,
+            gang,
+            members,
+            policy,
+            prio,
+            levels,
+            lambda: _place_gang(
+                state, dataclasses.replace(gang, topology=None), members, policy, prio, why
+            ),
+        )
     placed: list[Assignment] = []
     failed: list[Unplaced] = []
     for r in members:
@@ -134,6 +152,7 @@ def plan_placements(
     seed: int = 0,
     typical: Sequence[TypicalPod] = (),
     node_priority: Sequence[int] | None = None,
+    topology_levels: Sequence[TopologyLevel] = (),
 ) -> PlacementPlan:
     """Place a batch of requests on a copy of ``state``.
 
@@ -145,6 +164,7 @@ def plan_placements(
         seed: seed of the random policy.
         typical: target workload for FGD/Tessera; default: the batch itself.
         node_priority: tie-break priority per node (lower wins); default: node order.
+        topology_levels: the pool's cross-node topology, widest first (gangs with a ``topology``).
 
     Returns:
         The plan; every request is placed or listed as unplaced exactly once.
@@ -157,6 +177,7 @@ def plan_placements(
         seed=seed,
         typical=typical,
         node_priority=node_priority,
+        topology_levels=topology_levels,
     )
 
 
@@ -169,6 +190,7 @@ def plan_in_place(
     seed: int = 0,
     typical: Sequence[TypicalPod] = (),
     node_priority: Sequence[int] | None = None,
+    topology_levels: Sequence[TopologyLevel] = (),
 ) -> PlacementPlan:
     """:func:`plan_placements` on ``work`` itself: the plan's placements are applied to it (a caller
     that keeps a state in step with committed plans adopts ``work`` instead of applying them again).
@@ -195,6 +217,11 @@ def plan_in_place(
         owner = gang_of.get(r.request_id)
         if owner is not None:
             members_of.setdefault(id(owner), []).append(r)
+    levels = (
+        domain_levels(work, topology_levels)
+        if topology_levels and any(g.topology is not None for g in gangs)
+        else ()
+    )
     why = _Explainer()
     placements: list[Assignment] = []
     unplaced: list[Unplaced] = []
@@ -206,7 +233,7 @@ def plan_in_place(
         if gang is not None:
             members = members_of[id(gang)]
             done.update(m.request_id for m in members)
-            ok, bad = _place_gang(work, gang, members, pol, prio, why)
+            ok, bad = _place_gang(work, gang, members, pol, prio, why, levels)
             placements.extend(ok)
             unplaced.extend(bad)
             continue

@@ -112,13 +112,46 @@ class Assignment:
     memory_mib: int
 
 
+class TopologyMode(str, Enum):
+    """How strictly a gang's pods must share one topology domain (a rack, a block, an NVLink domain).
+
+    ``REQUIRED``: in one domain of the level (or a tighter one inside it), else the gang waits.
+    ``PREFERRED``: the tightest domain that fits, widening level by level, else anywhere.
+    """
+
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyLevel:
+    """One level of a pool's cross-node topology: its name (``rack``) and the node label whose value names
+    the node's domain at that level (``network.tessera.io/rack``). A pool lists its levels widest first
+    (zone → block → rack → NVLink domain); a domain is nested in its parent (rack ``r1`` of block ``b1``
+    and rack ``r1`` of block ``b2`` are two racks)."""
+
+    name: str
+    label_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangTopology:
+    """A gang's co-location request: all its pods in one domain of ``level`` (a :class:`TopologyLevel`
+    name), ``REQUIRED`` or ``PREFERRED``."""
+
+    level: str
+    mode: TopologyMode = TopologyMode.REQUIRED
+
+
 @dataclass(frozen=True, slots=True)
 class GangSpec:
-    """Requests that must be placed together: at least ``min_available`` of them, or none."""
+    """Requests that must be placed together: at least ``min_available`` of them, or none; with
+    ``topology``, all of them inside one topology domain (see :mod:`.topology`)."""
 
     gang_id: str
     request_ids: tuple[str, ...]
     min_available: int
+    topology: GangTopology | None = None
 
 
 class UnplacedReason(str, Enum):
@@ -135,12 +168,15 @@ class UnplacedReason(str, Enum):
     TOPOLOGY = "topology"
     RESERVED = "reserved"
     GANG_INCOMPLETE = "gang_incomplete"
+    GANG_TOPOLOGY = "gang_topology"
 
     @property
     def is_capacity(self) -> bool:
         """True when the request fits some node's shape but not what is free now (capacity others hold or
         keep: reclaim can help); False for a constraint no freed capacity changes (labels, model,
-        cordon, topology, a malformed request)."""
+        cordon, topology, a malformed request). ``GANG_TOPOLOGY`` (no domain of the required level has room
+        for the whole gang) is not: reclaim frees capacity without regard to where it is, so it would stop
+        work without making any one domain fit."""
         return self in _CAPACITY_REASONS
 
 
@@ -162,7 +198,9 @@ class Unplaced:
 
     ``failed_constraints`` lists ``(constraint, nodes it excluded)`` in filter order (each count is taken
     among the nodes the previous filters left); ``largest_fitting_slice`` is the biggest
-    ``(gpu_milli, gpu_memory_mib)`` free on one GPU of a node that passes every non-GPU filter, if any.
+    ``(gpu_milli, gpu_memory_mib)`` free on one GPU of a node that passes every non-GPU filter, if any;
+    ``largest_domain`` (``GANG_TOPOLOGY`` only) is the ``(level, domain, free GPU milli)`` of the domain of
+    the required level with the most free GPU capacity (domain ``""`` and 0 when no node has the level).
     """
 
     request_id: str
@@ -170,6 +208,7 @@ class Unplaced:
     message: str
     failed_constraints: tuple[tuple[str, int], ...] = ()
     largest_fitting_slice: tuple[int, int] | None = None
+    largest_domain: tuple[str, str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ from scheduling.services.workloads import (
     release_workload,
     requeue_workloads,
 )
+from scheduling.topology import gang_topology, pool_levels
 
 logger = logging.getLogger(__name__)
 
@@ -278,8 +279,14 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
                 submitted_at=w.submitted_at,
                 gang_min_available=w.gang.min_available if w.gang is not None else 0,
                 mig_profile=w.mig_profile,
+                gang_topology=gang_topology(w.gang),
             )
             for w in pending
+        ),
+        topology_levels=(
+            pool_levels(shard.topology_levels)
+            if any(w.gang is not None and w.gang.topology_level for w in pending)
+            else ()
         ),
         quota=cycle_snapshot(group),
         cluster=cluster.state,

@@ -40,7 +40,9 @@ from scheduling.engine import (
     Assignment,
     ClusterState,
     GangSpec,
+    GangTopology,
     PlacementRequest,
+    TopologyLevel,
     Unplaced,
     typical_pods,
 )
@@ -59,6 +61,8 @@ class PendingWorkload:
     gang_min_available: int = 0
     mig_profile: str = ""
     """A MIG profile (``1g.10gb``): placed on a MIG card by `scheduling.engine.mig`, not as a slice."""
+    gang_topology: GangTopology | None = None
+    """The gang's co-location request (all its pending members in one domain of a topology level)."""
 
     @property
     def workload_id(self) -> int:
@@ -91,6 +95,9 @@ class CycleInput:
 
     mig_cards: tuple[MigCard, ...] = ()
     """The shard's MIG cards with their instances in use (a `mig` pool; empty elsewhere)."""
+
+    topology_levels: tuple[TopologyLevel, ...] = ()
+    """The pool's cross-node topology, widest first (for gangs with a `gang_topology`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +213,10 @@ def propose(cycle: CycleInput) -> Proposal:
     requests = tuple(m.request for u in admitted for m in u.members if not m.mig_profile)
     gangs = [
         GangSpec(
-            u.head.usage.gang_name or str(u.head.usage.gang_id), tuple(map(str, u.ids)), u.gang_need
+            u.head.usage.gang_name or str(u.head.usage.gang_id),
+            tuple(map(str, u.ids)),
+            u.gang_need,
+            u.head.gang_topology,
         )
         for u in admitted
         if u.gang_need > 0 and not any(m.mig_profile for m in u.members)
@@ -215,7 +225,14 @@ def propose(cycle: CycleInput) -> Proposal:
     # small cycle to the next, unlike the few requests of one cycle alone).
     typical = typical_pods([*cycle.recent, *requests])
     state = cycle.cluster.copy()
-    plan = plan_in_place(state, list(requests), policy=cycle.policy, gangs=gangs, typical=typical)
+    plan = plan_in_place(
+        state,
+        list(requests),
+        policy=cycle.policy,
+        gangs=gangs,
+        typical=typical,
+        topology_levels=cycle.topology_levels,
+    )
     unplaced = {int(u.request_id): u for u in plan.unplaced}
     placements = list(plan.placements)
     mig: dict[int, MigSlot] = {}

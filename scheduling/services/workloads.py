@@ -35,6 +35,7 @@ from scheduling.choices import (
     ACTIVE_STATES,
     TERMINAL_STATES,
     GangState,
+    GangTopologyMode,
     TopologyPolicy,
     UtilizationProfile,
     WorkloadKind,
@@ -47,6 +48,7 @@ from scheduling.services.charge import PoolCards, recharge_pending, whole_card_m
 from scheduling.services.feasibility import check_gang_fits
 from scheduling.services.slicing import models_for_slice, whole_card_only_models
 from scheduling.services.snapshot import bump_shards_for_nodes
+from scheduling.services.topology import group_levels
 
 logger = logging.getLogger(__name__)
 
@@ -253,6 +255,29 @@ def fit_to_pool(res: dict[str, Any], cards: PoolCards, group: QuotaGroup) -> dic
     return res
 
 
+def _check_gang_topology(group: QuotaGroup, level: Any, mode: Any) -> None:
+    """A job's topology request names a level of its pool and a mode (InvalidInput otherwise)."""
+    if mode not in GangTopologyMode.values:
+        raise InvalidInput(
+            f"Unknown topology_mode {str(mode)[:40]!r}.",
+            fields={"topology_mode": [f"One of {', '.join(GangTopologyMode.values)}."]},
+        )
+    if level in (None, ""):
+        return
+    names = [lv.name for lv in group_levels(group.pk)]
+    if level not in names:
+        raise InvalidInput(
+            f"Pool {group.name} has no topology level {str(level)[:40]!r}.",
+            fields={
+                "topology_level": [
+                    f"One of {', '.join(names)} (widest first), or blank for anywhere."
+                    if names
+                    else f"Pool {group.name} has no topology levels: leave it blank."
+                ]
+            },
+        )
+
+
 def _check_quota(tenant: Tenant, quota: Quota) -> None:
     if quota.tenant_id != tenant.pk:
         raise InvalidInput(
@@ -369,12 +394,17 @@ def submit_gang(
     timeout_seconds: int,
     priority: int = 0,
     preemptible: bool = True,
+    topology_level: str = "",
+    topology_mode: str = GangTopologyMode.REQUIRED,
 ) -> Gang:
     """Queue a gang job: its members (dicts of submit_workload resource fields) are placed together, at
     least `min_available` of them, or none; after `timeout_seconds` without that it times out. A job
-    that can never fit its pool is refused (`feasibility.NeverFits`, with the numbers)."""
+    that can never fit its pool is refused (`feasibility.NeverFits`, with the numbers). With
+    `topology_level` (a level of the pool's topology, `scheduling.topology`) all its pods go in one
+    domain of that level: `required` (else it waits) or `preferred`."""
     _check_name(name)
     _check_quota(tenant, quota)
+    _check_gang_topology(quota.group, topology_level, topology_mode)
     if not isinstance(members, Sequence) or not 1 <= len(members) <= MAX_GANG_MEMBERS:
         raise InvalidInput(
             f"A job has 1 to {MAX_GANG_MEMBERS} pods.",
@@ -450,6 +480,8 @@ def submit_gang(
                 owner=owner,
                 min_available=min_available,
                 timeout_seconds=timeout_seconds,
+                topology_level=topology_level or "",
+                topology_mode=topology_mode,
                 deadline_at=now + timedelta(seconds=timeout_seconds),
                 reason="Waiting for the next scheduling cycle.",
             )

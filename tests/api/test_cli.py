@@ -266,6 +266,37 @@ def test_job_submit_show_cancel_and_quota_show_through_the_cli(
     assert [q["id"] for q in json.loads(out)] == [quota_a.pk]
 
 
+def test_job_submit_with_topology_through_the_cli_asks_for_one_domain(
+    live_server: Any,
+    alice: Any,
+    quota_a: Any,
+    config_file: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from scheduling.models import Gang
+
+    cli.save_config(live_server.url, issue_token(alice, name="cli").raw)
+    code, out, err = run(
+        capsys, "job", "submit", "train", "--pods", "2", "--cpu-milli", "1000", "--memory-mib", "2048",
+        "--topology", "rack", "--topology-preferred", "--json",
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert (json.loads(out)["topology_level"], json.loads(out)["topology_mode"]) == (
+        "rack",
+        "preferred",
+    )
+    assert Gang.objects.values_list("topology_level", "topology_mode").get() == (
+        "rack",
+        "preferred",
+    )
+    code, out, err = run(
+        capsys, "job", "submit", "other", "--pods", "1", "--cpu-milli", "1000", "--memory-mib", "2048",
+        "--topology", "shelf",
+    )  # fmt: skip
+    assert code == cli.EXIT_REFUSED
+    assert "topology_level" in err
+
+
 def test_deleting_another_users_codespace_through_the_cli_takes_a_reason(
     live_server: Any,
     alice: Any,
