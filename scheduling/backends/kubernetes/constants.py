@@ -28,6 +28,10 @@ TENANT_LABEL = "tessera.io/tenant"
 GANG_LABEL = "tessera.io/gang"
 PRIORITY_ANNOTATION = "tessera.io/priority"
 GANG_MIN_AVAILABLE_ANNOTATION = "tessera.io/gang-min-available"
+# Polite reclaim: the workload is told when it will be stopped and why (checkpoint before then).
+RECLAIM_DEADLINE_ANNOTATION = "tessera.io/reclaim-deadline"
+RECLAIM_REASON_ANNOTATION = "tessera.io/reclaim-reason"
+MAX_ANNOTATION_REASON = 1000
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 
 HOME_VOLUME_SUFFIX = "-home"
