@@ -504,6 +504,9 @@ TESSERA_CHECKPOINT_HOOK_SECRET = env_secret("TESSERA_CHECKPOINT_HOOK_SECRET") or
 TESSERA_CHECKPOINT_HOOK_TIMEOUT_SECONDS = min(
     30.0, max(0.5, env_float("TESSERA_CHECKPOINT_HOOK_TIMEOUT_SECONDS", 5.0))
 )
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(  # type: ignore[union-attr,attr-defined]
+    {"DeliveryStateEnum": "quotas.models.DeliveryState"}
+)
 CELERY_BEAT_SCHEDULE["evaluate-gpu-health"] = {
     "task": "scheduling.telemetry.tasks.evaluate_gpu_health_task",
     "schedule": crontab(minute="*"),

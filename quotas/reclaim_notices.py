@@ -456,3 +456,33 @@ def set_reclaim_settings(
     )
     notify_group_changed(int(locked.group_id))
     return locked
+
+
+@transaction.atomic
+def save_reclaim_settings(
+    quota: Quota,
+    *,
+    reclaim_notice_seconds: Any,
+    checkpoint_webhook_url: Any,
+    equal_borrowing_share: Any,
+    actor: Any,
+) -> Quota:
+    """The quota page's "Polite reclaim" form: the group's notice and the quota's hook and equal share,
+    all or nothing (each audited)."""
+    seconds = clean_notice_seconds(reclaim_notice_seconds)
+    if seconds != quota.group.reclaim_notice_seconds:
+        set_reclaim_notice(quota.group_id, seconds, actor=actor)
+    return set_reclaim_settings(
+        quota,
+        checkpoint_webhook_url=checkpoint_webhook_url or "",
+        equal_borrowing_share=bool(equal_borrowing_share),
+        actor=actor,
+    )
+
+
+def reclaim_plan(quota: Quota, *, limit: int = 50) -> list[dict[str, Any]]:
+    """The quota page's reclaim plan: live notices first, then the latest closed ones."""
+    now = timezone.now()
+    rows = list(notices_for_quota(quota)[:limit])
+    rows.sort(key=lambda n: (n.state != ReclaimNoticeState.NOTICED, -n.noticed_at.timestamp()))
+    return [notice_json(n, now) for n in rows]

@@ -38,6 +38,7 @@ from quotas.fairness_forms import (
     BudgetForm,
     LoanDecisionForm,
     LoanRequestForm,
+    ReclaimSettingsForm,
     TopUpForm,
     UserCapForm,
 )
@@ -54,6 +55,7 @@ from quotas.forms import (
 )
 from quotas.models import GpuHourBudget, LoanState, Quota, QuotaChange, QuotaGroup, QuotaLoan
 from quotas.presentation import bar, headroom_sentence
+from quotas.reclaim_notices import reclaim_plan, save_reclaim_settings
 from quotas.resources import Side, human, human_amount, human_short
 from quotas.selector_preview import inventory_labels, preview_selector
 from quotas.usage import GroupSnapshot, QuotaUsage, group_snapshot
@@ -401,6 +403,13 @@ def _fairness_context(
         "budget_form": BudgetForm(),
         "top_up_form": TopUpForm(),
         "user_cap_form": UserCapForm(initial={"max_gpus_per_user": quota.max_gpus_per_user}),
+        "reclaim_form": ReclaimSettingsForm(
+            initial={
+                "reclaim_notice_seconds": quota.group.reclaim_notice_seconds,
+                "checkpoint_webhook_url": quota.checkpoint_webhook_url,
+                "equal_borrowing_share": quota.equal_borrowing_share,
+            }
+        ),
     }
     forms_.update(bound or {})
     return {
@@ -409,6 +418,7 @@ def _fairness_context(
         "budget_rows": [{"view": v, "sentence": v.sentence()} for v in report.budgets],
         "loan_rows": loans,
         "can_request_loan": operator or quota.tenant_id in admin_of,
+        "reclaim_plan": reclaim_plan(quota),
         **forms_,
     }
 
@@ -475,6 +485,8 @@ def quota_fairness_action(request: HttpRequest, pk: int) -> HttpResponse:
         form, key = TopUpForm(request.POST), "top_up_form"
     elif kind == "user_cap":
         form, key = UserCapForm(request.POST), "user_cap_form"
+    elif kind == "reclaim_settings":
+        form, key = ReclaimSettingsForm(request.POST), "reclaim_form"
     else:
         messages.error(request, "Unknown action.")
         return redirect("quotas:quota", pk=pk)
@@ -526,6 +538,9 @@ def _apply_fairness_action(
     if kind == "add_budget":
         budgets.create_budget(quota, data, actor=request.user)
         return "Budget added."
+    if kind == "reclaim_settings":
+        save_reclaim_settings(quota, **data, actor=request.user)
+        return "Polite reclaim settings saved."
     if kind == "user_cap":
         cap = set_user_cap(quota, data["max_gpus_per_user"], actor=request.user).max_gpus_per_user
         return f"Per-person cap: {cap} GPUs." if cap else "Per-person cap removed."
