@@ -497,6 +497,70 @@ def cmd_budget(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+RECLAIM_COLUMNS = (
+    "id",
+    "workload",
+    "kind",
+    "quota",
+    "owner",
+    "claimant_quota",
+    "state",
+    "deadline",
+    "seconds_left",
+    "hook_state",
+)
+
+
+def cmd_quota_reclaim_notices(args: argparse.Namespace) -> int:
+    """`tessera quota reclaim-notices ID [--state S]`: the reclaim plan that concerns a quota."""
+    params = {"state": args.state} if args.state else {}
+    rows = client_from_config().get(f"/quotas/{args.id}/reclaim-notices/", params)
+    emit(args, rows, RECLAIM_COLUMNS)
+    return EXIT_OK
+
+
+def cmd_quota_reclaim_settings(args: argparse.Namespace) -> int:
+    """`tessera quota reclaim-settings ID [--webhook URL] [--equal-share | --no-equal-share]`."""
+    body: dict[str, Any] = {}
+    if args.webhook is not None:
+        body["checkpoint_webhook_url"] = args.webhook
+    if args.equal_share is not None:
+        body["equal_borrowing_share"] = args.equal_share
+    emit(args, client_from_config().post(f"/quotas/{args.id}/reclaim-settings/", body))
+    return EXIT_OK
+
+
+def cmd_quota_reclaim_notice(args: argparse.Namespace) -> int:
+    """`tessera quota reclaim-notice --group ID --seconds N`: a group's notice before reclaim."""
+    body = {"reclaim_notice_seconds": args.seconds}
+    emit(args, client_from_config().post(f"/quota-groups/{args.group}/reclaim-notice/", body))
+    return EXIT_OK
+
+
+def _reclaim_parsers(quotas: Any, common: argparse.ArgumentParser) -> None:
+    """`quota reclaim-notices`, `quota reclaim-settings`, `quota reclaim-notice` (polite reclaim)."""
+    notices = quotas.add_parser(
+        "reclaim-notices", parents=[common], help="the reclaim plan: what, whose, when"
+    )
+    notices.add_argument("id", type=int)
+    notices.add_argument("--state", choices=("noticed", "executed", "cancelled"))
+    notices.set_defaults(func=cmd_quota_reclaim_notices)
+    settings_ = quotas.add_parser(
+        "reclaim-settings", parents=[common], help="checkpoint webhook, equal share (operators)"
+    )
+    settings_.add_argument("id", type=int)
+    settings_.add_argument("--webhook", help="checkpoint webhook URL ('' to remove)")
+    settings_.add_argument("--equal-share", dest="equal_share", action="store_true", default=None)
+    settings_.add_argument("--no-equal-share", dest="equal_share", action="store_false")
+    settings_.set_defaults(func=cmd_quota_reclaim_settings)
+    notice = quotas.add_parser(
+        "reclaim-notice", parents=[common], help="a group's notice before reclaim (operators)"
+    )
+    notice.add_argument("--group", type=int, required=True)
+    notice.add_argument("--seconds", type=int, required=True, help="0 = stop at once")
+    notice.set_defaults(func=cmd_quota_reclaim_notice)
+
+
 def _fairness_parsers(sub: Any, quotas: Any, common: argparse.ArgumentParser) -> None:
     """`quota fairness`, `loan ...` and `budget ...` (fairness over time, docs/quotas.md)."""
     fairness = quotas.add_parser("fairness", parents=[common], help="fair share, budgets, loans")
@@ -613,6 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--tenant", help="tenant slug")
     quota.set_defaults(func=cmd_quota)
     _fairness_parsers(sub, quotas, common)
+    _reclaim_parsers(quotas, common)
     return parser
 
 
