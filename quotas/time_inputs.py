@@ -17,6 +17,7 @@ from quotas.cluster import cluster_rows
 from quotas.fairness import (
     LOOKBACK_HALF_LIVES,
     BudgetState,
+    EqualShare,
     FairShare,
     LoanEffect,
     UsageHour,
@@ -49,10 +50,13 @@ class TimeInputs:
     budgets: dict[int, BudgetState] = field(default_factory=dict)
     loans: tuple[LoanEffect, ...] = ()
     user_caps: dict[int, UserCap] = field(default_factory=dict)
+    equal_shares: dict[int, EqualShare] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
-        return not (self.fair_shares or self.budgets or self.loans or self.user_caps)
+        return not (
+            self.fair_shares or self.budgets or self.loans or self.user_caps or self.equal_shares
+        )
 
 
 def period_bounds(period: str, window: str, now: datetime) -> tuple[datetime, str]:
@@ -168,6 +172,33 @@ def user_caps(group: QuotaGroup, quotas: Sequence[Quota] | None = None) -> dict[
     return {int(q): UserCap(int(cap) * 1000, held[int(q)]) for q, cap in capped.items()}
 
 
+def equal_shares(group: QuotaGroup, quotas: Sequence[Quota] | None = None) -> dict[int, EqualShare]:
+    """Per quota of `group` (its rows `quotas`, read when None) that shares its borrowing equally: its
+    active users (owners of placed, running or waiting GPU work) and the GPU milli each holds now."""
+    rows = list(group.quotas.all()) if quotas is None else quotas
+    sharing = [int(q.pk) for q in rows if q.equal_borrowing_share]
+    if not sharing:
+        return {}
+    users: dict[int, set[int]] = {q: set() for q in sharing}
+    held: dict[int, dict[int, int]] = {q: {} for q in sharing}
+    active = cluster_rows().active_states
+    workloads = (
+        cluster_rows()
+        .charged_workloads(int(group.pk))
+        .filter(quota_id__in=sharing, gpu_count__gt=0)
+        .exclude(owner_id=None)
+        .values_list("quota_id", "owner_id", "state", "gpu_count", "gpu_milli")
+    )
+    for quota_id, owner_id, state, gpu_count, gpu_milli in workloads:
+        users[int(quota_id)].add(int(owner_id))
+        if state in active:
+            per_owner = held[int(quota_id)]
+            per_owner[int(owner_id)] = per_owner.get(int(owner_id), 0) + int(gpu_count) * int(
+                gpu_milli
+            )
+    return {q: EqualShare(len(users[q]), held[q]) for q in sharing}
+
+
 def time_inputs(
     group: QuotaGroup, now: datetime, quotas: Sequence[Quota] | None = None
 ) -> TimeInputs:
@@ -178,6 +209,7 @@ def time_inputs(
         budgets=group_budgets(group, now),
         loans=active_loan_effects(group, now),
         user_caps=user_caps(group, quotas),
+        equal_shares=equal_shares(group, quotas),
     )
 
 

@@ -29,7 +29,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
 from quotas.cluster import cluster_rows
-from quotas.fairness import BudgetState, FairShare, LoanEffect, UserCap
+from quotas.fairness import BudgetState, EqualShare, FairShare, LoanEffect, UserCap
 from quotas.models import Quota, QuotaGroup
 from quotas.resources import Resources, Side, total
 from quotas.runtime import QuotaShareInput, ShareInput, runtime_1d, runtime_shares
@@ -331,6 +331,8 @@ class QuotaSpec:
     """Active loans that moved min to or from it (already applied to `min` and `max`)."""
     user_cap: UserCap | None = None
     """Its per-person GPU cap and what each person holds (quotas.admission), else None."""
+    equal_share: EqualShare | None = None
+    """Its equal share of borrowing among active users, when on (quotas.admission), else None."""
 
     @property
     def borrow_tier(self) -> int:
@@ -839,6 +841,7 @@ def apply_time_inputs(specs: Sequence[QuotaSpec], inputs: TimeInputs) -> list[Qu
             fair_share=inputs.fair_shares.get(quota_id, spec.fair_share),
             budget=inputs.budgets.get(quota_id, spec.budget),
             user_cap=inputs.user_caps.get(quota_id, spec.user_cap),
+            equal_share=inputs.equal_shares.get(quota_id, spec.equal_share),
         )
         for quota_id, spec in by_id.items()
     ]
