@@ -577,7 +577,7 @@ def _fairness_parsers(sub: Any, quotas: Any, common: argparse.ArgumentParser) ->
     loan_list.add_argument("--state")
     ask = loans.add_parser("request", parents=[common])
     ask.add_argument("--borrower", type=int, required=True, help="your quota id")
-    ask.add_argument("--lender", type=int, required=True, help="the sibling quota id")
+    ask.add_argument("--lender", type=int, help="the sibling quota id (omit: ask the operators)")
     ask.add_argument("--gpus", type=int, required=True)
     ask.add_argument("--starts-at", required=True, help="ISO 8601, e.g. 2026-12-07T09:00:00Z")
     ask.add_argument("--ends-at", required=True)

@@ -183,7 +183,8 @@ class LoanEffect:
     """An active loan: `fraction` of the lender's GPU-side min moves to the borrower while it lasts."""
 
     loan_id: int
-    lender_id: int
+    lender_id: int | None
+    """None: the operators lend from the group's unassigned capacity (only the borrower changes)."""
     borrower_id: int
     gpus: int
 

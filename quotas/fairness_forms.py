@@ -21,7 +21,12 @@ DATETIME = forms.DateTimeInput(attrs={"type": "datetime-local"})
 
 
 class LoanRequestForm(forms.Form):
-    lender = forms.ModelChoiceField(queryset=Quota.objects.none(), label="From quota")
+    lender = forms.ModelChoiceField(
+        queryset=Quota.objects.none(),
+        required=False,
+        empty_label="The operators (the group's unassigned GPUs)",
+        label="From quota",
+    )
     gpus = forms.IntegerField(min_value=1, max_value=MAX_LOAN_GPUS, label="GPUs of min")
     starts_at = forms.DateTimeField(widget=DATETIME, label="From (UTC)")
     ends_at = forms.DateTimeField(widget=DATETIME, label="Until (UTC)")

@@ -443,12 +443,20 @@ MAX_LOAN_DAYS = 90
 
 
 class QuotaLoan(models.Model):
-    """N GPUs of min lent by one quota to a sibling for [starts_at, ends_at). While APPROVED and inside
+    """N GPUs of min lent by one quota to a sibling (or by the operators, from the group's capacity no
+    quota's min promises: `lender` empty) for [starts_at, ends_at). While APPROVED and inside
     its window it moves that much GPU-side min (and max) from lender to borrower in every snapshot
     (quotas.loans.active_loan_effects); it expires by itself at `ends_at`."""
 
     group = models.ForeignKey(QuotaGroup, on_delete=models.CASCADE, related_name="loans")
-    lender = models.ForeignKey(Quota, on_delete=models.CASCADE, related_name="loans_out")
+    lender = models.ForeignKey(
+        Quota,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="loans_out",
+        help_text="The quota that lends (empty: the operators lend the group's unassigned capacity).",
+    )
     borrower = models.ForeignKey(Quota, on_delete=models.CASCADE, related_name="loans_in")
     gpus = models.PositiveIntegerField(
         validators=[MinValueValidator(1), MaxValueValidator(MAX_LOAN_GPUS)]

@@ -147,7 +147,13 @@ def active_loan_effects(group: QuotaGroup | int, now: datetime) -> tuple[LoanEff
         group_id=group_id, state=LoanState.APPROVED, starts_at__lte=now, ends_at__gt=now
     ).order_by("id")
     return tuple(
-        LoanEffect(int(r.pk), int(r.lender_id), int(r.borrower_id), int(r.gpus)) for r in rows
+        LoanEffect(
+            int(r.pk),
+            int(r.lender_id) if r.lender_id is not None else None,
+            int(r.borrower_id),
+            int(r.gpus),
+        )
+        for r in rows
     )
 
 

@@ -820,6 +820,17 @@ def apply_time_inputs(specs: Sequence[QuotaSpec], inputs: TimeInputs) -> list[Qu
     by_id = {s.quota_id: s for s in specs}
     original = dict(by_id)
     for loan in inputs.loans:
+        if loan.lender_id is None and loan.borrower_id in by_id:
+            # the operators lend unassigned capacity: only the borrower's min and max grow
+            borrower = by_id[loan.borrower_id]
+            moved = Resources(gpu_milli=1000 * loan.gpus)
+            by_id[loan.borrower_id] = replace(
+                borrower,
+                min={**borrower.min, Side.GPU: borrower.min[Side.GPU] + moved},
+                max={**borrower.max, Side.GPU: borrower.max[Side.GPU] + moved},
+                loans=(*borrower.loans, loan),
+            )
+            continue
         if loan.lender_id not in by_id or loan.borrower_id not in by_id:
             continue
         moved = loan_moves(original[loan.lender_id], loan.gpus)

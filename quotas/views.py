@@ -53,6 +53,7 @@ from quotas.forms import (
     SelectorRowsForm,
     resource_rows,
 )
+from quotas.loans import lender_name
 from quotas.models import GpuHourBudget, LoanState, Quota, QuotaChange, QuotaGroup, QuotaLoan
 from quotas.presentation import bar, headroom_sentence
 from quotas.reclaim_notices import reclaim_plan, save_reclaim_settings
@@ -390,9 +391,9 @@ def _fairness_context(
             "loan": loan,
             "active": report.loan_active(loan),
             "direction": "lent to" if loan.lender_id == quota.pk else "borrowed from",
-            "other": loan.borrower if loan.lender_id == quota.pk else loan.lender,
+            "other_name": loan.borrower.name if loan.lender_id == quota.pk else lender_name(loan),
             "can_decide": loan.state == LoanState.REQUESTED
-            and (operator or loan.lender.tenant_id in admin_of),
+            and (operator or (loan.lender is not None and loan.lender.tenant_id in admin_of)),
             "can_cancel": loan.state == LoanState.REQUESTED
             and (operator or loan.borrower.tenant_id in admin_of),
         }
@@ -517,7 +518,7 @@ def _apply_fairness_action(
             reason=data["reason"],
             actor=request.user,
         )
-        return f"Asked {loan.lender.name} for {loan.gpus} GPUs of min."
+        return f"Asked {lender_name(loan)} for {loan.gpus} GPUs of min."
     if kind == "decide_loan":
         loan_row = get_object_or_404(
             QuotaLoan.objects.filter(Q(lender=quota) | Q(borrower=quota)), pk=data["loan"]
