@@ -73,6 +73,43 @@ def period_bounds(period: str, window: str, now: datetime) -> tuple[datetime, st
     return start, f"this week (since Mon {start:%d %b} 00:00 UTC)"
 
 
+FAIR_SHARE_CACHE_SECONDS = 60.0
+"""The longest a cached fair-share reading is used, even while its key is unchanged."""
+
+_fair_share_cache: dict[int, tuple[tuple[object, ...], datetime, dict[int, FairShare]]] = {}
+
+
+def cached_group_fair_shares(
+    group: QuotaGroup, now: datetime, quotas: Sequence[Quota], key: object
+) -> dict[int, FairShare]:
+    """`group_fair_shares`, read once per `key` (the scheduling cycle passes its shard's version: the
+    recorded usage the read sums changes far more slowly than cycles run) and at most
+    `FAIR_SHARE_CACHE_SECONDS` old; a change of the half-life or of any quota (its version) reads again.
+    Saves the usage read's queries on every cycle snapshot of a group with fair share on."""
+    half_life = group.fair_share_half_life_hours
+    if not half_life:
+        return {}
+    full_key = (key, half_life, tuple(sorted((int(q.pk), int(q.version)) for q in quotas)))
+    hit = _fair_share_cache.get(int(group.pk))
+    if (
+        hit is not None
+        and hit[0] == full_key
+        and timedelta(0) <= now - hit[1] <= timedelta(seconds=FAIR_SHARE_CACHE_SECONDS)
+    ):
+        return hit[2]
+    shares = group_fair_shares(group, now)
+    _fair_share_cache[int(group.pk)] = (full_key, now, shares)
+    return shares
+
+
+def forget_fair_shares(group_id: int | None = None) -> None:
+    """Drop the cached fair-share readings (one group's, or all)."""
+    if group_id is None:
+        _fair_share_cache.clear()
+    else:
+        _fair_share_cache.pop(int(group_id), None)
+
+
 def group_fair_shares(group: QuotaGroup, now: datetime) -> dict[int, FairShare]:
     """The decayed fair share of every quota of `group` (empty when the group has it off)."""
     half_life = group.fair_share_half_life_hours
@@ -206,12 +243,22 @@ def equal_shares(group: QuotaGroup, quotas: Sequence[Quota] | None = None) -> di
 
 
 def time_inputs(
-    group: QuotaGroup, now: datetime, quotas: Sequence[Quota] | None = None
+    group: QuotaGroup,
+    now: datetime,
+    quotas: Sequence[Quota] | None = None,
+    *,
+    fair_share_key: object = None,
 ) -> TimeInputs:
     """Everything fairness over time adds to a snapshot of `group` at `now` (`quotas`: the group's
-    quota rows when the caller has them already)."""
+    quota rows when the caller has them already; `fair_share_key`: reuse the fair-share reading while
+    it is unchanged, see `cached_group_fair_shares`)."""
+    fair = (
+        cached_group_fair_shares(group, now, quotas, fair_share_key)
+        if fair_share_key is not None and quotas is not None
+        else group_fair_shares(group, now)
+    )
     return TimeInputs(
-        fair_shares=group_fair_shares(group, now),
+        fair_shares=fair,
         budgets=group_budgets(group, now),
         loans=active_loan_effects(group, now),
         user_caps=user_caps(group, quotas),

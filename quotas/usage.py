@@ -858,11 +858,15 @@ def apply_time_inputs(specs: Sequence[QuotaSpec], inputs: TimeInputs) -> list[Qu
     ]
 
 
-def group_specs(group: QuotaGroup, now: datetime | None = None) -> list[QuotaSpec]:
-    """The specs of the group's quotas at `now` (default: the clock), fairness over time applied."""
+def group_specs(
+    group: QuotaGroup, now: datetime | None = None, *, fair_share_key: object = None
+) -> list[QuotaSpec]:
+    """The specs of the group's quotas at `now` (default: the clock), fairness over time applied
+    (`fair_share_key`: see `quotas.time_inputs.cached_group_fair_shares`)."""
     rows = list(group.quotas.select_related("tenant").order_by("name"))
     specs = [QuotaSpec.of(q) for q in rows]
-    return apply_time_inputs(specs, time_inputs(group, now or timezone.now(), rows))
+    inputs = time_inputs(group, now or timezone.now(), rows, fair_share_key=fair_share_key)
+    return apply_time_inputs(specs, inputs)
 
 
 def group_snapshot(group: QuotaGroup | int, *, headroom: bool = True) -> GroupSnapshot:

@@ -282,7 +282,7 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
             )
             for w in pending
         ),
-        quota=cycle_snapshot(group),
+        quota=cycle_snapshot(group, shard.version),
         cluster=cluster.state,
         policy=policy,
         recent=tuple(cluster.recent),
