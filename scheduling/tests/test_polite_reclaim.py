@@ -127,6 +127,13 @@ def test_the_notice_is_cancelled_when_the_pressure_goes_away_before_the_deadline
         notice = ReclaimNotice.objects.get()
         assert notice.state == ReclaimNoticeState.CANCELLED
         assert notice.close_note.startswith("The pressure went away")
+        # the task after commit clears the signal the workload was given
+        SimulatedPod.objects.create(
+            workload_id=notice.workload_id, name="pod", node_name="training-g0",
+            running_after=NOW, reclaim_signal={"deadline": "x", "reason": "y"},
+        )  # fmt: skip
+        assert deliver_reclaim_notice(notice.pk, SimulatedBackend()) == {"signal": "sent"}
+        assert SimulatedPod.objects.get(workload_id=notice.workload_id).reclaim_signal is None
     with time_machine.travel(NOW + timedelta(seconds=700), tick=False):
         run_cycle(group.pk)
         assert active(borrowed) == 4  # never stopped
