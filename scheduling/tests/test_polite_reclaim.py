@@ -237,3 +237,40 @@ def test_a_failing_hook_is_recorded_and_the_deadline_stands() -> None:
         ReclaimNoticeState.NOTICED,
         NOW + timedelta(seconds=300),
     )
+
+
+def test_one_victim_that_fails_to_stop_keeps_its_notice_and_the_others_are_stopped() -> None:
+    from quotas.reclaim import Victim
+    from quotas.resources import Resources, Side
+    from scheduling.services.decide import Reclaim
+    from scheduling.services.polite_reclaim import reclaim_politely
+
+    group, lab, team = lab_and_borrower(notice_seconds=60)
+    victims = tuple(
+        Victim(
+            (wid,), None, f"w{wid}", ("job_pod",), team.pk, "team", Side.GPU, 0, Resources(), "r"
+        )
+        for wid in (1, 2)
+    )
+    for wid in (1, 2):
+        ReclaimNotice.objects.create(
+            group=group, quota=team, workload_id=wid, workload_name=f"w{wid}",
+            workload_kind="job_pod", victim_name=f"w{wid}", reason="r", noticed_at=NOW,
+            deadline=NOW + timedelta(seconds=60),
+        )  # fmt: skip
+    stopped: list[int] = []
+
+    def stop(_group: Any, claim: Reclaim) -> list[int]:
+        (victim,) = claim.victims
+        if victim.workload_ids == (1,):
+            raise RuntimeError("the backend row is broken")
+        stopped.extend(victim.workload_ids)
+        return list(victim.workload_ids)
+
+    outcome = reclaim_politely(
+        group, Reclaim((99,), "m", victims), {}, now=NOW + timedelta(seconds=60), stop=stop
+    )
+
+    assert (outcome.reclaimed, stopped) == ([2], [2])
+    states = dict(ReclaimNotice.objects.values_list("workload_id", "state"))
+    assert states == {1: ReclaimNoticeState.NOTICED, 2: ReclaimNoticeState.EXECUTED}
