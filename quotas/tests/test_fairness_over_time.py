@@ -468,3 +468,28 @@ def test_the_operators_lend_unassigned_capacity_for_a_window_and_it_expires_by_i
         after = group_snapshot(pool["group"]).quota(pool["a"].pk).spec.min[Side.GPU].gpu_milli
     assert (report.expired, after) == (1, 0)
     assert QuotaLoan.objects.get(pk=loan_id).state == LoanState.EXPIRED
+
+
+def test_a_team_admin_asks_the_operators_from_the_quota_page(
+    pool: dict[str, Any], client: Any
+) -> None:
+    make_node("g2", pool="training", gpu_count=4)
+    client.force_login(pool["alice"])
+    with time_machine.travel(NOW, tick=False):
+        form = client.get(f"/quotas/{pool['a'].pk}/").content.decode()
+        response = client.post(
+            f"/quotas/{pool['a'].pk}/fairness/",
+            {
+                "action": "request_loan",
+                "lender": "",
+                "gpus": 3,
+                "starts_at": "2026-12-02T12:00",
+                "ends_at": "2026-12-03T12:00",
+            },
+        )
+    assert "The operators (the group&#x27;s unassigned GPUs)" in form
+    assert response.status_code == 302
+    loan = QuotaLoan.objects.get()
+    assert (loan.lender, loan.borrower, loan.gpus, loan.state) == (
+        None, pool["a"], 3, LoanState.REQUESTED,
+    )  # fmt: skip
