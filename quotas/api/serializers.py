@@ -81,6 +81,9 @@ class QuotaSerializer(serializers.ModelSerializer):
         slug_field="slug", read_only=True
     )
     group_name = serializers.CharField(source="group.name", read_only=True)
+    checkpoint_webhook_url = serializers.CharField(
+        read_only=True, help_text="Polite reclaim: the checkpoint webhook (empty = none)."
+    )
     status = serializers.SerializerMethodField()
 
     class Meta:
