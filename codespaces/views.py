@@ -22,6 +22,7 @@ from codespaces.delete_preview import codespace_delete_impact, deletes_for_someo
 from codespaces.forms import CUSTOM, SERVICE_FIELD_TO_FORM, CodespaceCreateForm, SizePreviewForm
 from codespaces.models import Codespace, CodespaceTemplate, attach_placements
 from codespaces.services import waste
+from codespaces.services.suspend import live_notice
 from codespaces.utilization import codespace_gpu_use, utilization_series
 from portal.api.parsers import load_json_object
 from portal.errors import DomainError
@@ -196,6 +197,7 @@ def detail(request: HttpRequest, pk: int) -> HttpResponse:
             "S": CodespaceState,
             "gpu_use": codespace_gpu_use(codespace),
             "start_estimate": estimate_for(codespace.workload) if codespace.workload else None,
+            "reclaim_notice": live_notice(codespace),
         },
     )
 

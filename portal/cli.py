@@ -501,6 +501,46 @@ def cmd_budget(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+RECLAIM_COLUMNS = (
+    "id",
+    "workload",
+    "kind",
+    "quota",
+    "owner",
+    "claimant_quota",
+    "state",
+    "deadline",
+    "seconds_left",
+    "hook_state",
+)
+
+
+def cmd_quota_reclaim_notices(args: argparse.Namespace) -> int:
+    """`tessera quota reclaim-notices ID [--state S]`: the reclaim plan that concerns a quota."""
+    params = {"state": args.state} if args.state else {}
+    rows = client_from_config().get(f"/quotas/{args.id}/reclaim-notices/", params)
+    emit(args, rows, RECLAIM_COLUMNS)
+    return EXIT_OK
+
+
+def cmd_quota_reclaim_settings(args: argparse.Namespace) -> int:
+    """`tessera quota reclaim-settings ID [--webhook URL] [--equal-share | --no-equal-share]`."""
+    body: dict[str, Any] = {}
+    if args.webhook is not None:
+        body["checkpoint_webhook_url"] = args.webhook
+    if args.equal_share is not None:
+        body["equal_borrowing_share"] = args.equal_share
+    emit(args, client_from_config().post(f"/quotas/{args.id}/reclaim-settings/", body))
+    return EXIT_OK
+
+
+def cmd_quota_reclaim_notice(args: argparse.Namespace) -> int:
+    """`tessera quota reclaim-notice --group ID --seconds N`: a group's notice before reclaim."""
+    body = {"reclaim_notice_seconds": args.seconds}
+    emit(args, client_from_config().post(f"/quota-groups/{args.group}/reclaim-notice/", body))
+    return EXIT_OK
+
+
 @dataclass(frozen=True)
 class Arg:
     """One argparse argument: its name or flags and `add_argument`'s keyword options."""
@@ -625,6 +665,32 @@ QUOTA_VERBS = (
         help="most GPUs per person (operators)",
         func=cmd_quota_user_cap,
     ),
+    Verb(
+        "reclaim-notices",
+        (arg("id", type=int), arg("--state", choices=("noticed", "executed", "cancelled"))),
+        help="the reclaim plan: what, whose, when",
+        func=cmd_quota_reclaim_notices,
+    ),
+    Verb(
+        "reclaim-settings",
+        (
+            arg("id", type=int),
+            arg("--webhook", help="checkpoint webhook URL ('' to remove)"),
+            arg("--equal-share", dest="equal_share", action="store_true", default=None),
+            arg("--no-equal-share", dest="equal_share", action="store_false"),
+        ),
+        help="checkpoint webhook, equal share (operators)",
+        func=cmd_quota_reclaim_settings,
+    ),
+    Verb(
+        "reclaim-notice",
+        (
+            arg("--group", type=int, required=True),
+            arg("--seconds", type=int, required=True, help="0 = stop at once"),
+        ),
+        help="a group's notice before reclaim (operators)",
+        func=cmd_quota_reclaim_notice,
+    ),
 )
 
 LOAN_VERBS = (
@@ -633,7 +699,7 @@ LOAN_VERBS = (
         "request",
         (
             arg("--borrower", type=int, required=True, help="your quota id"),
-            arg("--lender", type=int, required=True, help="the sibling quota id"),
+            arg("--lender", type=int, help="the sibling quota id (omit: ask the operators)"),
             arg("--gpus", type=int, required=True),
             arg("--starts-at", required=True, help="ISO 8601, e.g. 2026-12-07T09:00:00Z"),
             arg("--ends-at", required=True),

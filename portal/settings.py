@@ -521,6 +521,16 @@ TESSERA_HEALTH_FLAP_WINDOW_HOURS = env_float("TESSERA_HEALTH_FLAP_WINDOW_HOURS",
 TESSERA_HEALTH_DRAIN_NODE_AT = env_int("TESSERA_HEALTH_DRAIN_NODE_AT", 0, minimum=0)
 TESSERA_OPERATOR_EMAILS = env_list("TESSERA_OPERATOR_EMAILS", [])
 TESSERA_OPERATOR_WEBHOOK_URL = env_str("TESSERA_OPERATOR_WEBHOOK_URL", "")
+# polite reclaim (quotas.reclaim_notices): a quota's checkpoint webhook is signed with HMAC-SHA256 of
+# the body under this secret (header X-Tessera-Signature: sha256=<hex>; empty = unsigned) and called
+# with this timeout (seconds, 0.5 to 30).
+TESSERA_CHECKPOINT_HOOK_SECRET = env_secret("TESSERA_CHECKPOINT_HOOK_SECRET") or ""
+TESSERA_CHECKPOINT_HOOK_TIMEOUT_SECONDS = min(
+    30.0, max(0.5, env_float("TESSERA_CHECKPOINT_HOOK_TIMEOUT_SECONDS", 5.0))
+)
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(  # type: ignore[union-attr,attr-defined]
+    {"DeliveryStateEnum": "quotas.models.DeliveryState"}
+)
 CELERY_BEAT_SCHEDULE["evaluate-gpu-health"] = {
     "task": "scheduling.telemetry.tasks.evaluate_gpu_health_task",
     "schedule": crontab(minute="*"),

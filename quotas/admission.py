@@ -10,7 +10,10 @@ owner's placed and running GPUs plus what the session admitted for them):
 4. a GPU-hour budget at 100 % (`QuotaSpec.budget`, quotas.budgets) stops new borrowing: a GPU-side
    request beyond min waits; a `hard` budget stops every new GPU request (code `budget_exhausted`);
 5. `used + request ≤ runtime`, the runtime share computed with the request counted in the demand (code
-   `quota_runtime`).
+   `quota_runtime`);
+6. a quota that shares its borrowing equally (`Quota.equal_borrowing_share`, data in
+   `QuotaSpec.equal_share`): a GPU request beyond min may not take its owner past an equal share of the
+   min plus the team's borrowing (runtime share − min) ÷ its active users (code `equal_share`).
 `within_min` tells the caller whether the request runs within the guaranteed min (then it may reclaim
 borrowed capacity from siblings; see quotas.reclaim).
 
@@ -42,6 +45,7 @@ class AdmissionCode(str, Enum):
     NO_QUOTA = "no_quota"
     BUDGET_EXHAUSTED = "budget_exhausted"
     USER_CAP = "user_cap"
+    EQUAL_SHARE = "equal_share"
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +294,8 @@ class AdmissionSession:
                 answer = self._check_after_admitted(
                     snapshot, quota_id, side, request, preemptible, answer
                 )
+            if answer.allowed and side is Side.GPU:
+                answer = self._check_equal_share(snapshot, quota_id, on_side, answer)
             if not answer.allowed:
                 return answer
             result = answer if result is None else _both(result, answer)
@@ -338,6 +344,51 @@ class AdmissionSession:
                     False,
                 )
         return None
+
+    def _check_equal_share(
+        self,
+        snapshot: GroupSnapshot,
+        quota_id: int,
+        members: Sequence[WorkloadUsage],
+        answer: Admission,
+    ) -> Admission:
+        """Rule 6: equal share of the team's borrowing among its active users (code `equal_share`);
+        only a request beyond min is checked."""
+        state = snapshot.quota(quota_id)
+        share = state.spec.equal_share
+        if share is None or answer.within_min:
+            return answer
+        usage = state.side(Side.GPU)
+        borrowing, each, most = share.per_user(usage.runtime.gpu_milli, usage.min.gpu_milli)
+        wanted: dict[int, int] = {}
+        for member in members:
+            if member.owner_id is not None and member.resources.gpu_milli:
+                wanted[member.owner_id] = (
+                    wanted.get(member.owner_id, 0) + member.resources.gpu_milli
+                )
+        users = max(1, share.active_users)
+        for owner_id, request in sorted(wanted.items()):
+            held = share.used_by(owner_id)
+            admitted = self._admitted_by_user.get((quota_id, owner_id), 0)
+            if held + admitted + request > most:
+                return Admission(
+                    False,
+                    AdmissionCode.EQUAL_SHARE.value,
+                    f"{state.name} shares its borrowing equally among its {users} active users: "
+                    f"{human_amount('gpu_milli', borrowing)} of borrowing ÷ {users} = "
+                    f"{human_amount('gpu_milli', each)} each beyond an equal share of min "
+                    f"({human_amount('gpu_milli', usage.min.gpu_milli // users)}), so at most "
+                    f"{human_amount('gpu_milli', most)} per person; its owner holds "
+                    f"{human_number('gpu_milli', held)}"
+                    + (
+                        f" + {human_number('gpu_milli', admitted)} admitted this cycle"
+                        if admitted
+                        else ""
+                    )
+                    + f", request {human_number('gpu_milli', request)}.",
+                    False,
+                )
+        return answer
 
     def unadmit(self, members: Sequence[WorkloadUsage]) -> None:
         """Give back the tally of admitted `members` (never below zero)."""

@@ -183,7 +183,8 @@ class LoanEffect:
     """An active loan: `fraction` of the lender's GPU-side min moves to the borrower while it lasts."""
 
     loan_id: int
-    lender_id: int
+    lender_id: int | None
+    """None: the operators lend from the group's unassigned capacity (only the borrower changes)."""
     borrower_id: int
     gpus: int
 
@@ -201,3 +202,23 @@ class UserCap:
 
     def used_by(self, owner_id: int) -> int:
         return int(self.used.get(owner_id, 0))
+
+
+@dataclass(frozen=True, slots=True)
+class EqualShare:
+    """Equal share of a team's borrowing (per quota, optional): its active users (people with placed,
+    running or waiting GPU work) and the GPU milli each holds now. A person may borrow at most the
+    team's borrowing ÷ `active_users`, beyond an equal share of the min (quotas.admission)."""
+
+    active_users: int
+    used: Mapping[int, int]
+
+    def used_by(self, owner_id: int) -> int:
+        return int(self.used.get(owner_id, 0))
+
+    def per_user(self, runtime_milli: int, min_milli: int) -> tuple[int, int, int]:
+        """(the team's borrowing: its runtime share beyond min, each person's share of it, the most
+        one person may hold: an equal share of min plus that), in GPU milli."""
+        users = max(1, self.active_users)
+        borrowing = max(0, runtime_milli - min_milli)
+        return borrowing, borrowing // users, (max(runtime_milli, min_milli)) // users

@@ -10,6 +10,7 @@ from django import forms
 from quotas.models import (
     MAX_BUDGET_GPU_HOURS,
     MAX_LOAN_GPUS,
+    MAX_RECLAIM_NOTICE_SECONDS,
     BudgetPeriod,
     BudgetWeighting,
     BudgetWindow,
@@ -20,7 +21,12 @@ DATETIME = forms.DateTimeInput(attrs={"type": "datetime-local"})
 
 
 class LoanRequestForm(forms.Form):
-    lender = forms.ModelChoiceField(queryset=Quota.objects.none(), label="From quota")
+    lender = forms.ModelChoiceField(
+        queryset=Quota.objects.none(),
+        required=False,
+        empty_label="The operators (the group's unassigned GPUs)",
+        label="From quota",
+    )
     gpus = forms.IntegerField(min_value=1, max_value=MAX_LOAN_GPUS, label="GPUs of min")
     starts_at = forms.DateTimeField(widget=DATETIME, label="From (UTC)")
     ends_at = forms.DateTimeField(widget=DATETIME, label="Until (UTC)")
@@ -65,4 +71,21 @@ class TopUpForm(forms.Form):
 class UserCapForm(forms.Form):
     max_gpus_per_user = forms.IntegerField(
         required=False, min_value=1, max_value=10_000, label="Most GPUs per person (empty = no cap)"
+    )
+
+
+class ReclaimSettingsForm(forms.Form):
+    reclaim_notice_seconds = forms.IntegerField(
+        min_value=0,
+        max_value=MAX_RECLAIM_NOTICE_SECONDS,
+        label="Notice before reclaim, seconds (the whole group; 0 = at once)",
+    )
+    checkpoint_webhook_url = forms.URLField(
+        required=False,
+        max_length=500,
+        assume_scheme="https",
+        label="Checkpoint webhook URL (empty = none)",
+    )
+    equal_borrowing_share = forms.BooleanField(
+        required=False, label="Share the team's borrowed GPUs equally among its active users"
     )

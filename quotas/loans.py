@@ -1,6 +1,8 @@
 """Quota loans: a team admin asks a sibling quota for N GPUs of min for a window; the lender's team admin
 or an operator approves or declines; the borrower may cancel while it is requested; it expires by
-itself at the end of its window.
+itself at the end of its window. A team admin may also ask the operators (no lender): an operator
+approves such a loan from the group's unassigned capacity (its GPUs no quota's min promises, less what
+the operators already lend in that window), with the same states and rules.
 
 States and transitions (`quotas.models.LOAN_TRANSITIONS`):
 
@@ -43,10 +45,12 @@ from quotas.models import (
     ChangeAction,
     LoanState,
     Quota,
+    QuotaGroup,
     QuotaLoan,
 )
 from quotas.resources import Side
 from quotas.time_inputs import lent_gpus
+from quotas.usage import group_capacity
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +79,52 @@ def min_gpus(quota: Quota) -> int:
     return quota.min_of(Side.GPU).gpu_milli // 1000
 
 
-def _can_speak_for(actor: Any, quota: Quota) -> bool:
+OPERATORS = "the operators"
+
+
+def _can_speak_for(actor: Any, quota: Quota | None) -> bool:
+    """Operators speak for every quota, and alone for the platform (`quota` None: an operators' loan)."""
+    if quota is None:
+        return is_operator(actor)
     return is_operator(actor) or quota.tenant_id in admin_tenant_ids_for(actor)
+
+
+def lender_name(loan: QuotaLoan) -> str:
+    """The lending quota's name, or "the operators" for a loan from the platform's unassigned capacity."""
+    return loan.lender.name if loan.lender is not None else OPERATORS
+
+
+def unassigned_gpus(
+    group: QuotaGroup, starts_at: datetime, ends_at: datetime, *, exclude: int = 0
+) -> tuple[int, int, int]:
+    """(the group's GPUs, GPUs promised as min, GPUs the operators already lend in the window): what
+    an operators' loan may come from is the first less the other two."""
+    capacity = group_capacity(group).gpu.gpu_milli // 1000
+    promised = sum(min_gpus(q) for q in Quota.objects.filter(group=group))
+    lent = sum(
+        int(loan.gpus)
+        for loan in QuotaLoan.objects.filter(
+            group=group,
+            lender__isnull=True,
+            state=LoanState.APPROVED,
+            starts_at__lt=ends_at,
+            ends_at__gt=starts_at,
+        ).exclude(pk=exclude)
+    )
+    return capacity, promised, lent
+
+
+def _check_platform_room(
+    group: QuotaGroup, gpus: int, starts_at: datetime, ends_at: datetime, exclude: int = 0
+) -> None:
+    capacity, promised, lent = unassigned_gpus(group, starts_at, ends_at, exclude=exclude)
+    free = capacity - promised - lent
+    if gpus > free:
+        raise _field_error(
+            "gpus",
+            f"{group.name} has {capacity} GPUs, {promised} promised as min and {lent} already lent "
+            f"by the operators in that window: {max(0, free)} unassigned, {gpus} asked.",
+        )
 
 
 def _audit(loan: QuotaLoan, actor: Any, note: str) -> None:
@@ -85,12 +133,12 @@ def _audit(loan: QuotaLoan, actor: Any, note: str) -> None:
         "loan": loan.pk,
         "state": loan.state,
         "gpus": loan.gpus,
-        "lender": loan.lender.name,
+        "lender": lender_name(loan),
         "borrower": loan.borrower.name,
         "starts_at": loan.starts_at.isoformat(),
         "ends_at": loan.ends_at.isoformat(),
     }
-    for quota in (loan.borrower, loan.lender):
+    for quota in (q for q in (loan.borrower, loan.lender) if q is not None):
         record_quota_change(
             quota,
             subject="loan",
@@ -106,13 +154,13 @@ def _audit(loan: QuotaLoan, actor: Any, note: str) -> None:
 
 
 def _tell_both(loan: QuotaLoan, message: str) -> None:
-    for quota in (loan.borrower, loan.lender):
+    for quota in (q for q in (loan.borrower, loan.lender) if q is not None):
         notify_team_admins(quota, f"loan_{loan.state}", message)
 
 
 def describe(loan: QuotaLoan) -> str:
     return (
-        f"loan {loan.pk}: {loan.gpus} GPUs of min from {loan.lender.name} to {loan.borrower.name}, "
+        f"loan {loan.pk}: {loan.gpus} GPUs of min from {lender_name(loan)} to {loan.borrower.name}, "
         f"{loan.starts_at:%Y-%m-%d %H:%M} to {loan.ends_at:%Y-%m-%d %H:%M} UTC"
     )
 
@@ -141,15 +189,14 @@ def request_loan(
     reason: Any = "",
     actor: Any,
 ) -> QuotaLoan:
-    """A team admin of `borrower` (or an operator) asks `lender` for `gpus` GPUs of min for
-    [starts_at, ends_at). InvalidInput naming the field for every bad value; nothing written then."""
+    """A team admin of `borrower` (or an operator) asks `lender` (None: the operators, from the group's
+    unassigned capacity) for `gpus` GPUs of min for [starts_at, ends_at). InvalidInput naming the field
+    for every bad value; nothing written then."""
     if not _can_speak_for(actor, borrower):
         raise Forbidden("Only a team admin of the borrowing team, or an operator, asks for a loan.")
-    if lender is None:
-        raise _field_error("lender", "Choose the quota that lends.")
-    if lender.group_id != borrower.group_id:
+    if lender is not None and lender.group_id != borrower.group_id:
         raise _field_error("lender", "The lender must be a quota of the same group.")
-    if lender.pk == borrower.pk:
+    if lender is not None and lender.pk == borrower.pk:
         raise _field_error("lender", "A quota cannot lend to itself.")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_LOAN_GPUS:
         raise _field_error("gpus", f"A whole number of GPUs from 1 to {MAX_LOAN_GPUS}.")
@@ -162,7 +209,10 @@ def request_loan(
     if end - start > timedelta(days=MAX_LOAN_DAYS):
         raise _field_error("ends_at", f"A loan lasts at most {MAX_LOAN_DAYS} days.")
     text = clean_reason(reason, required=False)
-    _check_lender_room(lender, gpus, start, end)
+    if lender is None:
+        _check_platform_room(borrower.group, gpus, start, end)
+    else:
+        _check_lender_room(lender, gpus, start, end)
     loan = QuotaLoan.objects.create(
         group_id=borrower.group_id,
         lender=lender,
@@ -205,8 +255,14 @@ def _transition(
         raise Conflict(
             f"Loan {loan_id} is {current.state}; it cannot become {to}.", code="illegal_transition"
         )
-    if to == LoanState.APPROVED:
-        Quota.objects.select_for_update(of=("self",), no_key=True).get(pk=current.lender_id)
+    if to == LoanState.APPROVED and current.lender is None:
+        # operators' loans of one group approve one at a time (the group row is their lock)
+        QuotaGroup.objects.select_for_update().get(pk=current.group_id)
+        _check_platform_room(
+            current.group, current.gpus, current.starts_at, current.ends_at, exclude=loan_id
+        )
+    elif to == LoanState.APPROVED and current.lender is not None:
+        Quota.objects.select_for_update(of=("self",), no_key=True).get(pk=current.lender.pk)
         _check_lender_room(
             current.lender, current.gpus, current.starts_at, current.ends_at, exclude=loan_id
         )
@@ -242,6 +298,8 @@ def decide_loan(
         pk=loan if isinstance(loan, int) else loan.pk
     )
     if not _can_speak_for(actor, current.lender):
+        if current.lender is None:
+            raise Forbidden("Only an operator decides a loan asked of the operators.")
         raise Forbidden("Only a team admin of the lending team, or an operator, decides a loan.")
     text = clean_reason(note, required=False)
     to = LoanState.APPROVED if approve else LoanState.DECLINED
@@ -256,7 +314,7 @@ def decide_loan(
             target_name=f"{saved.group.name}/{saved.borrower.name}",
             impact=ActionImpact(
                 summary=f"{verb} {describe(saved)}.",
-                teams=(saved.borrower.tenant.slug, saved.lender.tenant.slug),
+                teams=tuple(q.tenant.slug for q in (saved.borrower, saved.lender) if q is not None),
                 details={"loan": int(saved.pk), "gpus": int(saved.gpus)},
             ),
             reason=text,
@@ -287,7 +345,7 @@ def _expire_one(loan: QuotaLoan) -> None:
     was = "an approved" if loan.state == LoanState.APPROVED else "an undecided"
     _tell_both(
         saved,
-        f"Expired {was} {describe(saved)}: the min is back with {saved.lender.name}; work of "
+        f"Expired {was} {describe(saved)}: the min is back with {lender_name(saved)}; work of "
         f"{saved.borrower.name} beyond its own min is borrowed again and may be reclaimed.",
     )
 

@@ -20,6 +20,9 @@ from quotas.sharing import MAX_TIMESLICE_REPLICAS, Sharing, SharingMode, sharing
 MAX_MIN_RUNTIME_SECONDS = 7 * 24 * 3600
 """The longest minimum runtime before preemption a group may set (a week)."""
 
+MAX_RECLAIM_NOTICE_SECONDS = 3600
+"""The longest notice polite reclaim gives before it stops borrowed work (an hour)."""
+
 # Model field name of a bound: f"{side}_{bound}_{dimension}", e.g. gpu_min_gpu_milli, cpu_max_memory_mib.
 BOUNDS = ("min", "max")
 
@@ -72,6 +75,12 @@ class QuotaGroup(models.Model):
         validators=[MaxValueValidator(MAX_MIN_RUNTIME_SECONDS)],
         help_text="Minimum runtime before preemption: reclaim never stops work younger than this.",
     )
+    reclaim_notice_seconds = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_RECLAIM_NOTICE_SECONDS)],
+        help_text="Polite reclaim: seconds of notice borrowed work gets before it is stopped "
+        "(0 = stopped at once).",
+    )
     sharing_mode = models.CharField(
         max_length=16,
         choices=SharingMode.choices,
@@ -109,6 +118,7 @@ class QuotaGroup(models.Model):
             "allow_overcommitted_min": self.allow_overcommitted_min,
             "fair_share_half_life_hours": self.fair_share_half_life_hours,
             "min_runtime_seconds": self.min_runtime_seconds,
+            "reclaim_notice_seconds": self.reclaim_notice_seconds,
             "sharing_mode": self.sharing_mode,
             "mig_profiles": list(self.mig_profiles or []),
             "timeslice_replicas": self.timeslice_replicas,
@@ -188,6 +198,16 @@ class Quota(models.Model):
         blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(10_000)],
         help_text="The most GPUs one person of the team may hold at once (empty = no cap).",
+    )
+    equal_borrowing_share = models.BooleanField(
+        default=False,
+        help_text="Share the team's borrowed GPUs equally among its active users (those with "
+        "running or waiting work).",
+    )
+    checkpoint_webhook_url = models.URLField(
+        max_length=500,
+        blank=True,
+        help_text="Polite reclaim: POSTed (HMAC-signed) when the team's work gets a reclaim notice.",
     )
     version = models.PositiveIntegerField(
         default=1, help_text="Incremented on every change (optimistic concurrency)."
@@ -423,12 +443,20 @@ MAX_LOAN_DAYS = 90
 
 
 class QuotaLoan(models.Model):
-    """N GPUs of min lent by one quota to a sibling for [starts_at, ends_at). While APPROVED and inside
+    """N GPUs of min lent by one quota to a sibling (or by the operators, from the group's capacity no
+    quota's min promises: `lender` empty) for [starts_at, ends_at). While APPROVED and inside
     its window it moves that much GPU-side min (and max) from lender to borrower in every snapshot
     (quotas.loans.active_loan_effects); it expires by itself at `ends_at`."""
 
     group = models.ForeignKey(QuotaGroup, on_delete=models.CASCADE, related_name="loans")
-    lender = models.ForeignKey(Quota, on_delete=models.CASCADE, related_name="loans_out")
+    lender = models.ForeignKey(
+        Quota,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="loans_out",
+        help_text="The quota that lends (empty: the operators lend the group's unassigned capacity).",
+    )
     borrower = models.ForeignKey(Quota, on_delete=models.CASCADE, related_name="loans_in")
     gpus = models.PositiveIntegerField(
         validators=[MinValueValidator(1), MaxValueValidator(MAX_LOAN_GPUS)]
@@ -463,3 +491,101 @@ class QuotaLoan(models.Model):
 
     def __str__(self) -> str:
         return f"loan {self.pk}: {self.gpus} GPUs {self.lender_id} -> {self.borrower_id}"
+
+
+# ------------------------------------------------------------------------ polite reclaim (issue 17)
+
+
+class ReclaimNoticeState(models.TextChoices):
+    NOTICED = "noticed", "Noticed"
+    EXECUTED = "executed", "Executed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+RECLAIM_NOTICE_TRANSITIONS: dict[str, frozenset[str]] = {
+    ReclaimNoticeState.NOTICED: frozenset(
+        {ReclaimNoticeState.EXECUTED, ReclaimNoticeState.CANCELLED}
+    ),
+    ReclaimNoticeState.EXECUTED: frozenset(),
+    ReclaimNoticeState.CANCELLED: frozenset(),
+}
+"""The notice state machine: every allowed (from → to). Terminal states allow nothing."""
+
+
+class DeliveryState(models.TextChoices):
+    """How a notice's signal to the workload, or its checkpoint webhook call, went."""
+
+    NONE = "none", "Not configured"
+    PENDING = "pending", "Pending"
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"
+
+
+class ReclaimNotice(models.Model):
+    """Polite reclaim: one borrowed workload told it will be stopped at `deadline` so that a sibling
+    quota gets back its min. The only record of a notice (quotas.reclaim_notices): NOTICED → EXECUTED
+    (stopped at the deadline) or CANCELLED (the pressure went away), each a compare-and-set.
+
+    The workload lives in the scheduling app (a layer above), so it is named by id and copied fields."""
+
+    group = models.ForeignKey(QuotaGroup, on_delete=models.CASCADE, related_name="reclaim_notices")
+    quota = models.ForeignKey(
+        Quota,
+        on_delete=models.CASCADE,
+        related_name="reclaim_notices",
+        help_text="The quota whose borrowed work is reclaimed.",
+    )
+    claimant_quota = models.ForeignKey(
+        Quota,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reclaim_claims",
+        help_text="The quota that takes its capacity back.",
+    )
+    claimant_workload_ids = models.JSONField(default=list, blank=True)
+    workload_id = models.BigIntegerField(db_index=True)
+    workload_name = models.CharField(max_length=253)
+    workload_kind = models.CharField(max_length=20)
+    owner_username = models.CharField(max_length=150, blank=True)
+    gang_id = models.BigIntegerField(null=True, blank=True)
+    victim_name = models.CharField(max_length=253, help_text="The victim as the plan names it.")
+    reason = models.CharField(max_length=1000)
+    state = models.CharField(
+        max_length=10, choices=ReclaimNoticeState.choices, default=ReclaimNoticeState.NOTICED
+    )
+    noticed_at = models.DateTimeField()
+    deadline = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    close_note = models.CharField(max_length=500, blank=True)
+    signal_state = models.CharField(
+        max_length=10, choices=DeliveryState.choices, default=DeliveryState.PENDING
+    )
+    signal_detail = models.CharField(max_length=500, blank=True)
+    hook_state = models.CharField(
+        max_length=10, choices=DeliveryState.choices, default=DeliveryState.NONE
+    )
+    hook_detail = models.CharField(max_length=500, blank=True)
+    hook_called_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        ordering = ["-noticed_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workload_id"],
+                condition=models.Q(state="noticed"),
+                name="one_live_reclaim_notice_per_workload",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(deadline__gte=models.F("noticed_at")),
+                name="reclaim_notice_deadline_after_notice",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["group", "state", "deadline"], name="reclaimnotice_live"),
+            models.Index(fields=["quota", "-noticed_at"], name="reclaimnotice_quota_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"reclaim notice {self.pk}: {self.workload_name} ({self.state})"

@@ -17,6 +17,7 @@ from quotas.cluster import cluster_rows
 from quotas.fairness import (
     LOOKBACK_HALF_LIVES,
     BudgetState,
+    EqualShare,
     FairShare,
     LoanEffect,
     UsageHour,
@@ -49,10 +50,13 @@ class TimeInputs:
     budgets: dict[int, BudgetState] = field(default_factory=dict)
     loans: tuple[LoanEffect, ...] = ()
     user_caps: dict[int, UserCap] = field(default_factory=dict)
+    equal_shares: dict[int, EqualShare] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
-        return not (self.fair_shares or self.budgets or self.loans or self.user_caps)
+        return not (
+            self.fair_shares or self.budgets or self.loans or self.user_caps or self.equal_shares
+        )
 
 
 def period_bounds(period: str, window: str, now: datetime) -> tuple[datetime, str]:
@@ -67,6 +71,43 @@ def period_bounds(period: str, window: str, now: datetime) -> tuple[datetime, st
         return start, f"this month (since {start:%d %b} 00:00 UTC)"
     start = midnight - timedelta(days=midnight.weekday())
     return start, f"this week (since Mon {start:%d %b} 00:00 UTC)"
+
+
+FAIR_SHARE_CACHE_SECONDS = 60.0
+"""The longest a cached fair-share reading is used, even while its key is unchanged."""
+
+_fair_share_cache: dict[int, tuple[tuple[object, ...], datetime, dict[int, FairShare]]] = {}
+
+
+def cached_group_fair_shares(
+    group: QuotaGroup, now: datetime, quotas: Sequence[Quota], key: object
+) -> dict[int, FairShare]:
+    """`group_fair_shares`, read once per `key` (the scheduling cycle passes its shard's version: the
+    recorded usage the read sums changes far more slowly than cycles run) and at most
+    `FAIR_SHARE_CACHE_SECONDS` old; a change of the half-life or of any quota (its version) reads again.
+    Saves the usage read's queries on every cycle snapshot of a group with fair share on."""
+    half_life = group.fair_share_half_life_hours
+    if not half_life:
+        return {}
+    full_key = (key, half_life, tuple(sorted((int(q.pk), int(q.version)) for q in quotas)))
+    hit = _fair_share_cache.get(int(group.pk))
+    if (
+        hit is not None
+        and hit[0] == full_key
+        and timedelta(0) <= now - hit[1] <= timedelta(seconds=FAIR_SHARE_CACHE_SECONDS)
+    ):
+        return hit[2]
+    shares = group_fair_shares(group, now)
+    _fair_share_cache[int(group.pk)] = (full_key, now, shares)
+    return shares
+
+
+def forget_fair_shares(group_id: int | None = None) -> None:
+    """Drop the cached fair-share readings (one group's, or all)."""
+    if group_id is None:
+        _fair_share_cache.clear()
+    else:
+        _fair_share_cache.pop(int(group_id), None)
 
 
 def group_fair_shares(group: QuotaGroup, now: datetime) -> dict[int, FairShare]:
@@ -143,7 +184,13 @@ def active_loan_effects(group: QuotaGroup | int, now: datetime) -> tuple[LoanEff
         group_id=group_id, state=LoanState.APPROVED, starts_at__lte=now, ends_at__gt=now
     ).order_by("id")
     return tuple(
-        LoanEffect(int(r.pk), int(r.lender_id), int(r.borrower_id), int(r.gpus)) for r in rows
+        LoanEffect(
+            int(r.pk),
+            int(r.lender_id) if r.lender_id is not None else None,
+            int(r.borrower_id),
+            int(r.gpus),
+        )
+        for r in rows
     )
 
 
@@ -168,16 +215,54 @@ def user_caps(group: QuotaGroup, quotas: Sequence[Quota] | None = None) -> dict[
     return {int(q): UserCap(int(cap) * 1000, held[int(q)]) for q, cap in capped.items()}
 
 
+def equal_shares(group: QuotaGroup, quotas: Sequence[Quota] | None = None) -> dict[int, EqualShare]:
+    """Per quota of `group` (its rows `quotas`, read when None) that shares its borrowing equally: its
+    active users (owners of placed, running or waiting GPU work) and the GPU milli each holds now."""
+    rows = list(group.quotas.all()) if quotas is None else quotas
+    sharing = [int(q.pk) for q in rows if q.equal_borrowing_share]
+    if not sharing:
+        return {}
+    users: dict[int, set[int]] = {q: set() for q in sharing}
+    held: dict[int, dict[int, int]] = {q: {} for q in sharing}
+    active = cluster_rows().active_states
+    workloads = (
+        cluster_rows()
+        .charged_workloads(int(group.pk))
+        .filter(quota_id__in=sharing, gpu_count__gt=0)
+        .exclude(owner_id=None)
+        .values_list("quota_id", "owner_id", "state", "gpu_count", "gpu_milli")
+    )
+    for quota_id, owner_id, state, gpu_count, gpu_milli in workloads:
+        users[int(quota_id)].add(int(owner_id))
+        if state in active:
+            per_owner = held[int(quota_id)]
+            per_owner[int(owner_id)] = per_owner.get(int(owner_id), 0) + int(gpu_count) * int(
+                gpu_milli
+            )
+    return {q: EqualShare(len(users[q]), held[q]) for q in sharing}
+
+
 def time_inputs(
-    group: QuotaGroup, now: datetime, quotas: Sequence[Quota] | None = None
+    group: QuotaGroup,
+    now: datetime,
+    quotas: Sequence[Quota] | None = None,
+    *,
+    fair_share_key: object = None,
 ) -> TimeInputs:
     """Everything fairness over time adds to a snapshot of `group` at `now` (`quotas`: the group's
-    quota rows when the caller has them already)."""
+    quota rows when the caller has them already; `fair_share_key`: reuse the fair-share reading while
+    it is unchanged, see `cached_group_fair_shares`)."""
+    fair = (
+        cached_group_fair_shares(group, now, quotas, fair_share_key)
+        if fair_share_key is not None and quotas is not None
+        else group_fair_shares(group, now)
+    )
     return TimeInputs(
-        fair_shares=group_fair_shares(group, now),
+        fair_shares=fair,
         budgets=group_budgets(group, now),
         loans=active_loan_effects(group, now),
         user_caps=user_caps(group, quotas),
+        equal_shares=equal_shares(group, quotas),
     )
 
 

@@ -29,7 +29,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
 from quotas.cluster import cluster_rows
-from quotas.fairness import BudgetState, FairShare, LoanEffect, UserCap
+from quotas.fairness import BudgetState, EqualShare, FairShare, LoanEffect, UserCap
 from quotas.models import Quota, QuotaGroup
 from quotas.resources import Resources, Side, total
 from quotas.runtime import QuotaShareInput, ShareInput, runtime_1d, runtime_shares
@@ -331,6 +331,8 @@ class QuotaSpec:
     """Active loans that moved min to or from it (already applied to `min` and `max`)."""
     user_cap: UserCap | None = None
     """Its per-person GPU cap and what each person holds (quotas.admission), else None."""
+    equal_share: EqualShare | None = None
+    """Its equal share of borrowing among active users, when on (quotas.admission), else None."""
 
     @property
     def borrow_tier(self) -> int:
@@ -818,6 +820,17 @@ def apply_time_inputs(specs: Sequence[QuotaSpec], inputs: TimeInputs) -> list[Qu
     by_id = {s.quota_id: s for s in specs}
     original = dict(by_id)
     for loan in inputs.loans:
+        if loan.lender_id is None and loan.borrower_id in by_id:
+            # the operators lend unassigned capacity: only the borrower's min and max grow
+            borrower = by_id[loan.borrower_id]
+            moved = Resources(gpu_milli=1000 * loan.gpus)
+            by_id[loan.borrower_id] = replace(
+                borrower,
+                min={**borrower.min, Side.GPU: borrower.min[Side.GPU] + moved},
+                max={**borrower.max, Side.GPU: borrower.max[Side.GPU] + moved},
+                loans=(*borrower.loans, loan),
+            )
+            continue
         if loan.lender_id not in by_id or loan.borrower_id not in by_id:
             continue
         moved = loan_moves(original[loan.lender_id], loan.gpus)
@@ -839,16 +852,21 @@ def apply_time_inputs(specs: Sequence[QuotaSpec], inputs: TimeInputs) -> list[Qu
             fair_share=inputs.fair_shares.get(quota_id, spec.fair_share),
             budget=inputs.budgets.get(quota_id, spec.budget),
             user_cap=inputs.user_caps.get(quota_id, spec.user_cap),
+            equal_share=inputs.equal_shares.get(quota_id, spec.equal_share),
         )
         for quota_id, spec in by_id.items()
     ]
 
 
-def group_specs(group: QuotaGroup, now: datetime | None = None) -> list[QuotaSpec]:
-    """The specs of the group's quotas at `now` (default: the clock), fairness over time applied."""
+def group_specs(
+    group: QuotaGroup, now: datetime | None = None, *, fair_share_key: object = None
+) -> list[QuotaSpec]:
+    """The specs of the group's quotas at `now` (default: the clock), fairness over time applied
+    (`fair_share_key`: see `quotas.time_inputs.cached_group_fair_shares`)."""
     rows = list(group.quotas.select_related("tenant").order_by("name"))
     specs = [QuotaSpec.of(q) for q in rows]
-    return apply_time_inputs(specs, time_inputs(group, now or timezone.now(), rows))
+    inputs = time_inputs(group, now or timezone.now(), rows, fair_share_key=fair_share_key)
+    return apply_time_inputs(specs, inputs)
 
 
 def group_snapshot(group: QuotaGroup | int, *, headroom: bool = True) -> GroupSnapshot:

@@ -40,6 +40,7 @@ from quotas.fairness_forms import (
     BudgetForm,
     LoanDecisionForm,
     LoanRequestForm,
+    ReclaimSettingsForm,
     TopUpForm,
     UserCapForm,
 )
@@ -54,8 +55,10 @@ from quotas.forms import (
     SelectorRowsForm,
     resource_rows,
 )
+from quotas.loans import lender_name
 from quotas.models import GpuHourBudget, LoanState, Quota, QuotaChange, QuotaGroup, QuotaLoan
 from quotas.presentation import bar, headroom_sentence
+from quotas.reclaim_notices import reclaim_plan, save_reclaim_settings
 from quotas.resources import Side, human, human_amount, human_short
 from quotas.selector_preview import inventory_labels, preview_selector
 from quotas.usage import GroupSnapshot, QuotaUsage, group_snapshot
@@ -390,9 +393,9 @@ def _fairness_context(
             "loan": loan,
             "active": report.loan_active(loan),
             "direction": "lent to" if loan.lender_id == quota.pk else "borrowed from",
-            "other": loan.borrower if loan.lender_id == quota.pk else loan.lender,
+            "other_name": loan.borrower.name if loan.lender_id == quota.pk else lender_name(loan),
             "can_decide": loan.state == LoanState.REQUESTED
-            and (operator or loan.lender.tenant_id in admin_of),
+            and (operator or (loan.lender is not None and loan.lender.tenant_id in admin_of)),
             "can_cancel": loan.state == LoanState.REQUESTED
             and (operator or loan.borrower.tenant_id in admin_of),
         }
@@ -403,6 +406,13 @@ def _fairness_context(
         "budget_form": BudgetForm(),
         "top_up_form": TopUpForm(),
         "user_cap_form": UserCapForm(initial={"max_gpus_per_user": quota.max_gpus_per_user}),
+        "reclaim_form": ReclaimSettingsForm(
+            initial={
+                "reclaim_notice_seconds": quota.group.reclaim_notice_seconds,
+                "checkpoint_webhook_url": quota.checkpoint_webhook_url,
+                "equal_borrowing_share": quota.equal_borrowing_share,
+            }
+        ),
     }
     forms_.update(bound or {})
     return {
@@ -411,6 +421,7 @@ def _fairness_context(
         "budget_rows": [{"view": v, "sentence": v.sentence()} for v in report.budgets],
         "loan_rows": loans,
         "can_request_loan": operator or quota.tenant_id in admin_of,
+        "reclaim_plan": reclaim_plan(quota),
         **forms_,
     }
 
@@ -477,6 +488,8 @@ def quota_fairness_action(request: HttpRequest, pk: int) -> HttpResponse:
         form, key = TopUpForm(request.POST), "top_up_form"
     elif kind == "user_cap":
         form, key = UserCapForm(request.POST), "user_cap_form"
+    elif kind == "reclaim_settings":
+        form, key = ReclaimSettingsForm(request.POST), "reclaim_form"
     else:
         messages.error(request, "Unknown action.")
         return redirect("quotas:quota", pk=pk)
@@ -507,7 +520,7 @@ def _apply_fairness_action(
             reason=data["reason"],
             actor=request.user,
         )
-        return f"Asked {loan.lender.name} for {loan.gpus} GPUs of min."
+        return f"Asked {lender_name(loan)} for {loan.gpus} GPUs of min."
     if kind == "decide_loan":
         loan_row = get_object_or_404(
             QuotaLoan.objects.filter(Q(lender=quota) | Q(borrower=quota)), pk=data["loan"]
@@ -528,6 +541,9 @@ def _apply_fairness_action(
     if kind == "add_budget":
         budgets.create_budget(quota, data, actor=request.user)
         return "Budget added."
+    if kind == "reclaim_settings":
+        save_reclaim_settings(quota, **data, actor=request.user)
+        return "Polite reclaim settings saved."
     if kind == "user_cap":
         cap = set_user_cap(quota, data["max_gpus_per_user"], actor=request.user).max_gpus_per_user
         return f"Per-person cap: {cap} GPUs." if cap else "Per-person cap removed."

@@ -35,6 +35,10 @@ class FollowUps(Protocol):
         """Queue removing the cluster objects of one placement of a workload."""
         ...
 
+    def deliver_reclaim_notice(self, notice_id: int) -> None:
+        """Queue telling a reclaim notice's workload (backend signal, checkpoint webhook)."""
+        ...
+
 
 _installed: list[FollowUps] = []
 

@@ -316,6 +316,11 @@ class SimulatedPod(models.Model):
     running_after = models.DateTimeField()
     failed = models.BooleanField(default=False)
     message = models.TextField(blank=True)
+    reclaim_signal = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Polite reclaim: the notice the workload was signalled (deadline, reason).",
+    )
 
     class Meta:
         ordering = ["workload_id"]

@@ -16,6 +16,7 @@ from scheduling.backends.registry import get_backend
 from scheduling.queues import queue_for_group
 from scheduling.services import audit, reconcile
 from scheduling.services.cycle import run_cycle
+from scheduling.services.polite_reclaim import deliver_reclaim_notice
 from scheduling.services.workloads import (
     clear_cycle_queued,
     expire_gangs,
@@ -182,6 +183,13 @@ def audit_invariants_task() -> dict[str, int]:
     return report.counts
 
 
+@shared_task(acks_late=True)
+def deliver_reclaim_notice_task(notice_id: int) -> dict[str, str]:
+    """Polite reclaim: signal a notice's workload through the backend and call its quota's
+    checkpoint webhook (outcomes recorded on the notice, never raised: the deadline stands)."""
+    return deliver_reclaim_notice(notice_id, get_backend())
+
+
 class TaskFollowUps:
     """scheduling.followups.FollowUps through these Celery tasks (installed at app ready)."""
 
@@ -205,3 +213,6 @@ class TaskFollowUps:
         release_backend_task.delay(
             workload_id, name, delete_home, home_name, placement_id=placement_id
         )
+
+    def deliver_reclaim_notice(self, notice_id: int) -> None:
+        deliver_reclaim_notice_task.delay(notice_id)

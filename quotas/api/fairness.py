@@ -19,6 +19,7 @@ from portal.errors import InvalidInput
 from portal.scoping import is_operator, scope_queryset, tenant_ids_for
 from quotas import budgets, loans
 from quotas.fairness_report import BudgetView, budget_json, fair_share_json, quota_fairness
+from quotas.loans import lender_name
 from quotas.models import (
     MAX_BUDGET_GPU_HOURS,
     MAX_LOAN_GPUS,
@@ -41,7 +42,9 @@ ERRORS = {
 
 
 class QuotaLoanSerializer(serializers.ModelSerializer):
-    lender_name = serializers.CharField(source="lender.name", read_only=True)
+    lender_name = serializers.SerializerMethodField(
+        help_text='The lending quota, or "the operators" (lender null: the group\'s unassigned GPUs).'
+    )
     borrower_name = serializers.CharField(source="borrower.name", read_only=True)
     requested_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True
@@ -75,6 +78,9 @@ class QuotaLoanSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    def get_lender_name(self, loan: QuotaLoan) -> str:
+        return lender_name(loan)
+
     def get_active(self, loan: QuotaLoan) -> bool:
         now = timezone.now()
         return loan.state == "approved" and loan.starts_at <= now < loan.ends_at
@@ -82,7 +88,12 @@ class QuotaLoanSerializer(serializers.ModelSerializer):
 
 class LoanRequestSerializer(serializers.Serializer):
     borrower = serializers.IntegerField(min_value=1)
-    lender = serializers.IntegerField(min_value=1)
+    lender = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        help_text="The sibling quota that lends; omit or null to ask the operators.",
+    )
     gpus = serializers.IntegerField(min_value=1, max_value=MAX_LOAN_GPUS)
     starts_at = serializers.DateTimeField()
     ends_at = serializers.DateTimeField()
@@ -128,7 +139,7 @@ class QuotaLoanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         borrower = _quota_for(data["borrower"], "borrower")
-        lender = Quota.objects.select_related("group", "tenant").filter(pk=data["lender"]).first()
+        lender = _quota_for(data["lender"], "lender") if data.get("lender") else None
         loan = loans.request_loan(
             borrower=borrower,
             lender=lender,

@@ -81,6 +81,9 @@ class QuotaSerializer(serializers.ModelSerializer):
         slug_field="slug", read_only=True
     )
     group_name = serializers.CharField(source="group.name", read_only=True)
+    checkpoint_webhook_url = serializers.CharField(
+        read_only=True, help_text="Polite reclaim: the checkpoint webhook (empty = none)."
+    )
     status = serializers.SerializerMethodField()
 
     class Meta:
@@ -95,6 +98,8 @@ class QuotaSerializer(serializers.ModelSerializer):
             "shared_weight",
             "lend_idle_min",
             "max_gpus_per_user",
+            "equal_borrowing_share",
+            "checkpoint_webhook_url",
             "version",
             "status",
             "created_at",
@@ -275,6 +280,7 @@ class QuotaGroupSerializer(serializers.ModelSerializer):
             "allow_overcommitted_min",
             "fair_share_half_life_hours",
             "min_runtime_seconds",
+            "reclaim_notice_seconds",
             "sharing_mode",
             "mig_profiles",
             "timeslice_replicas",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -26,6 +26,12 @@ from portal.models import Tenant
 from portal.scoping import is_operator, scope_queryset, tenant_ids_for
 from quotas import services
 from quotas.api.fairness import QuotaFairnessSerializer, UserCapSerializer, fairness_body
+from quotas.api.reclaim import (
+    ReclaimNoticeSerializer,
+    ReclaimNoticeSettingSerializer,
+    ReclaimSettingsSerializer,
+    reclaim_notices_body,
+)
 from quotas.api.serializers import (
     NewQuotaWhatIfSerializer,
     QuotaChangeSerializer,
@@ -41,7 +47,8 @@ from quotas.api.serializers import (
     what_if_row,
 )
 from quotas.delete_preview import group_delete_impact, quota_delete_impact
-from quotas.models import Quota, QuotaChange, QuotaGroup
+from quotas.models import Quota, QuotaChange, QuotaGroup, ReclaimNoticeState
+from quotas.reclaim_notices import set_reclaim_notice, set_reclaim_settings
 from quotas.user_caps import set_user_cap
 
 ERRORS = {
@@ -112,6 +119,25 @@ class QuotaGroupViewSet(ETagMixin, viewsets.ModelViewSet):
     )
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self.update(request, *args, **kwargs)
+
+    @extend_schema(
+        request=ReclaimNoticeSettingSerializer,
+        responses={200: QuotaGroupSerializer, **ERRORS},
+        description="Polite reclaim: seconds of notice borrowed work gets before it is stopped "
+        "(0 = at once, today's behaviour). Operators only; audited.",
+    )
+    @action(detail=True, methods=["post"], url_path="reclaim-notice")
+    def reclaim_notice(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        group = self.get_object()
+        payload = ReclaimNoticeSettingSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        saved = set_reclaim_notice(
+            group, payload.validated_data["reclaim_notice_seconds"], actor=request.user
+        )
+        return _with_etag(
+            Response(QuotaGroupSerializer(saved, context=self.get_serializer_context()).data),
+            saved.version,
+        )
 
     @extend_schema(
         request=NewQuotaWhatIfSerializer,
@@ -264,6 +290,51 @@ class QuotaViewSet(ETagMixin, viewsets.ModelViewSet):
         payload.is_valid(raise_exception=True)
         saved = set_user_cap(
             quota, payload.validated_data.get("max_gpus_per_user"), actor=request.user
+        )
+        return _with_etag(
+            Response(QuotaSerializer(saved, context=self.get_serializer_context()).data),
+            saved.version,
+        )
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "state",
+                str,
+                enum=list(ReclaimNoticeState.values),
+                required=False,
+                description="Only notices in this state.",
+            )
+        ],
+        responses={200: ReclaimNoticeSerializer(many=True), 400: ERRORS[400], 404: ERRORS[404]},
+        description="The reclaim plan that concerns this quota (what, whose, when): notices given "
+        "to its borrowed work, and to other teams' work stopped for it; live ones first.",
+    )
+    @action(detail=True, methods=["get"], url_path="reclaim-notices", filter_backends=[])
+    def reclaim_notices(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        state = request.query_params.get("state", "")
+        if state and state not in ReclaimNoticeState.values:
+            message = f"One of {', '.join(ReclaimNoticeState.values)}."
+            raise InvalidInput(f"state: {message}", fields={"state": [message]})
+        return Response(reclaim_notices_body(quota, state=state))
+
+    @extend_schema(
+        request=ReclaimSettingsSerializer,
+        responses={200: QuotaSerializer, **ERRORS},
+        description="Set the quota's checkpoint webhook (polite reclaim) and/or its equal share of "
+        "borrowing among active users. Operators only; audited.",
+    )
+    @action(detail=True, methods=["post"], url_path="reclaim-settings")
+    def reclaim_settings(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        payload = ReclaimSettingsSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        saved = set_reclaim_settings(
+            quota,
+            checkpoint_webhook_url=payload.validated_data.get("checkpoint_webhook_url"),
+            equal_borrowing_share=payload.validated_data.get("equal_borrowing_share"),
+            actor=request.user,
         )
         return _with_etag(
             Response(QuotaSerializer(saved, context=self.get_serializer_context()).data),

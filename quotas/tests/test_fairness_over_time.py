@@ -383,3 +383,83 @@ def test_operators_top_up_and_cap_from_the_quota_page_and_bad_input_is_a_form_er
     assert "Only platform operators set the per-person cap of a quota." in refused.content.decode()
     pool["a"].refresh_from_db()
     assert pool["a"].max_gpus_per_user == 3
+
+
+# ------------------------------------------------------------------------------ loans from operators
+
+
+def test_the_operators_lend_unassigned_capacity_for_a_window_and_it_expires_by_itself(
+    pool: dict[str, Any], api_as: Any, operator: Any, client: Any
+) -> None:
+    make_node("g2", pool="training", gpu_count=4)  # 12 GPUs, 8 promised (lab's min): 4 unassigned
+    base = {
+        "borrower": pool["a"].pk,
+        "gpus": 2,
+        "starts_at": "2026-12-02T12:00:00Z",
+        "ends_at": "2026-12-03T12:00:00Z",
+    }
+    with time_machine.travel(NOW, tick=False):
+        too_many = api_as(pool["alice"]).post(
+            "/api/v1/quota-loans/", {**base, "gpus": 5}, format="json"
+        )
+        asked = api_as(pool["alice"]).post("/api/v1/quota-loans/", base, format="json")
+        loan_id = asked.json()["id"]
+        by_lea = api_as(pool["lea"]).post(f"/api/v1/quota-loans/{loan_id}/approve/", {},
+                                          format="json")  # fmt: skip
+        by_alice = api_as(pool["alice"]).post(f"/api/v1/quota-loans/{loan_id}/approve/", {},
+                                              format="json")  # fmt: skip
+        approved = api_as(operator).post(f"/api/v1/quota-loans/{loan_id}/approve/", {},
+                                         format="json")  # fmt: skip
+        during = group_snapshot(pool["group"]).quota(pool["a"].pk).spec.min[Side.GPU].gpu_milli
+        client.force_login(pool["alice"])
+        page = client.get(f"/quotas/{pool['a'].pk}/").content.decode()
+    assert too_many.status_code == 400
+    assert too_many.json()["error"]["fields"]["gpus"] == [
+        "training has 12 GPUs, 8 promised as min and 0 already lent by the operators in that "
+        "window: 4 unassigned, 5 asked."
+    ]
+    assert (asked.status_code, asked.json()["lender"], asked.json()["lender_name"]) == (
+        201, None, "the operators",
+    )  # fmt: skip
+    assert by_lea.status_code == 404  # not lab's loan: lab's admin does not even see it
+    assert by_alice.status_code == 403
+    assert by_alice.json()["error"]["message"] == (
+        "Only an operator decides a loan asked of the operators."
+    )
+    assert (approved.status_code, approved.json()["state"], approved.json()["active"]) == (
+        200, "approved", True,
+    )  # fmt: skip
+    assert during == 2000  # team-a's min grows by 2 GPUs; nobody else's shrinks
+    assert group_snapshot(pool["group"]).quota(pool["lab"].pk).spec.min[Side.GPU].gpu_milli == 8000
+    assert "borrowed from the operators" in page
+    assert OperatorAction.objects.filter(action="loan_approve").count() == 1
+    with time_machine.travel(NOW + timedelta(days=1, seconds=1), tick=False):
+        report = loans.expire_loans()
+        after = group_snapshot(pool["group"]).quota(pool["a"].pk).spec.min[Side.GPU].gpu_milli
+    assert (report.expired, after) == (1, 0)
+    assert QuotaLoan.objects.get(pk=loan_id).state == LoanState.EXPIRED
+
+
+def test_a_team_admin_asks_the_operators_from_the_quota_page(
+    pool: dict[str, Any], client: Any
+) -> None:
+    make_node("g2", pool="training", gpu_count=4)
+    client.force_login(pool["alice"])
+    with time_machine.travel(NOW, tick=False):
+        form = client.get(f"/quotas/{pool['a'].pk}/").content.decode()
+        response = client.post(
+            f"/quotas/{pool['a'].pk}/fairness/",
+            {
+                "action": "request_loan",
+                "lender": "",
+                "gpus": 3,
+                "starts_at": "2026-12-02T12:00",
+                "ends_at": "2026-12-03T12:00",
+            },
+        )
+    assert "The operators (the group&#x27;s unassigned GPUs)" in form
+    assert response.status_code == 302
+    loan = QuotaLoan.objects.get()
+    assert (loan.lender, loan.borrower, loan.gpus, loan.state) == (
+        None, pool["a"], 3, LoanState.REQUESTED,
+    )  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 
@@ -157,6 +158,19 @@ class Backend(Protocol):
         """Remove the running object(s) of placement `placement_id` (an object of another placement of
         the same workload is kept; None: whatever the workload has); keep the home volume
         (`home_name`, or the one derived from `name`) unless `delete_home`. Missing is fine."""
+
+    def signal_reclaim(
+        self,
+        workload_id: int,
+        name: str,
+        *,
+        deadline: datetime | None,
+        reason: str,
+        placement_id: int | None = None,
+    ) -> bool:
+        """Polite reclaim: tell the running object of placement `placement_id` that it will be stopped
+        at `deadline` (None: the notice was cancelled, clear it) and why, so it can checkpoint.
+        Returns False when the cluster has no such object (nothing to tell)."""
 
     def list_objects(self) -> Sequence[BackendObject]:
         """Every running object Tessera made that the cluster has now (the orphan reconciler)."""

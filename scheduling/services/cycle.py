@@ -48,6 +48,7 @@ from scheduling.services.decide import (
     propose,
 )
 from scheduling.services.mig_cards import mig_cards, record_mig_slots
+from scheduling.services.polite_reclaim import reclaim_politely
 from scheduling.services.quota_bridge import cycle_snapshot, warm_capacity
 from scheduling.services.snapshot import (
     GroupCluster,
@@ -288,7 +289,7 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
             if any(w.gang is not None and w.gang.topology_level for w in pending)
             else ()
         ),
-        quota=cycle_snapshot(group),
+        quota=cycle_snapshot(group, shard.version),
         cluster=cluster.state,
         policy=policy,
         recent=tuple(cluster.recent),
@@ -366,7 +367,13 @@ def _apply(
     version and stats; materialization and observers on commit."""
     placed_ids = _persist(read.cluster, decision.placements, read.rows, now)
     record_mig_slots(decision.mig)
-    reclaimed = _stop_victims(group, decision.reclaim) if decision.reclaim is not None else []
+    # Polite reclaim (scheduling.services.polite_reclaim): notices and countdowns; 0 s = at once.
+    polite = reclaim_politely(
+        group, decision.reclaim, decision.waiting, now=now, stop=_stop_victims
+    )
+    reclaimed = polite.reclaimed
+    if polite.waiting:
+        decision = replace(decision, waiting={**decision.waiting, **polite.waiting})
     _record_waiting(read.rows, decision)
     refresh_gang_states({g for i in placed_ids if (g := read.rows[i].gang_id) is not None})
     took = (time.perf_counter() - started) * 1000
@@ -419,6 +426,8 @@ def _run_once(group: QuotaGroup, *, limit: int, policy: str) -> CycleReport:
             # (cheap when they already are) for the burst that comes next.
             cached_group_cluster(group, shard.version)
             warm_capacity(group)
+            # Nothing waits: no reclaim is needed, live notices are cancelled.
+            reclaim_politely(group, None, {}, now=now, stop=_stop_victims)
             Shard.objects.filter(pk=shard.pk).update(
                 last_cycle_at=now,
                 last_cycle_ms=(time.perf_counter() - started) * 1000,

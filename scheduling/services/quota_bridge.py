@@ -71,10 +71,13 @@ def warm_capacity(group: QuotaGroup) -> None:
     _cached_capacity(group)
 
 
-def cycle_snapshot(group: QuotaGroup) -> GroupSnapshot:
+def cycle_snapshot(group: QuotaGroup, shard_version: int | None = None) -> GroupSnapshot:
     """quotas.usage.group_snapshot for a cycle: the live workloads summed per quota and side, the capacity
-    cached (see the module docstring), without the per-quota headroom the cycle does not read."""
-    specs = group_specs(group)
+    cached (see the module docstring), without the per-quota headroom the cycle does not read. With
+    `shard_version`, the decayed fair-share reading is reused while the shard's version is unchanged
+    (`quotas.time_inputs.cached_group_fair_shares`)."""
+    key = ("shard", shard_version) if shard_version is not None else None
+    specs = group_specs(group, fair_share_key=key)
     return build_snapshot(
         group_id=int(group.pk),
         group_name=group.name,

@@ -140,3 +140,30 @@ def _operator() -> Any:
     from portal.tests.factories import UserFactory
 
     return UserFactory(username="operator", is_staff=True, is_superuser=True)
+
+
+def test_the_fair_share_reading_is_reused_while_the_shard_version_is_unchanged() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduling.services.quota_bridge import cycle_snapshot
+
+    a = two_teams_and_a_lender(half_life=168).a
+    record_gpu_hours(a, NOW - timedelta(hours=168, minutes=30), 400.0)
+    group = a.group
+    with time_machine.travel(NOW, tick=False):
+        with CaptureQueriesContext(connection) as first:
+            cold = cycle_snapshot(group, 1)
+        with CaptureQueriesContext(connection) as second:
+            warm = cycle_snapshot(group, 1)
+        with CaptureQueriesContext(connection) as third:
+            moved = cycle_snapshot(group, 2)  # the shard moved on: read again
+    with time_machine.travel(NOW + timedelta(seconds=61), tick=False):
+        with CaptureQueriesContext(connection) as aged:
+            cycle_snapshot(group, 2)  # same version, but older than a minute: read again
+    # (the first also fills the worker's capacity cache)
+    assert len(second) < len(third) == len(aged) < len(first)
+    fair = cold.quota(a.pk).spec.fair_share
+    assert fair is not None
+    assert warm.quota(a.pk).spec.fair_share == fair == moved.quota(a.pk).spec.fair_share
+    assert fair.percent == 300

@@ -137,6 +137,36 @@ class KubernetesBackend:
             self._delete_owned(Kind.PVC, home_pvc_name(name), workload_id)
         self.tracker.forget(workload_id)
 
+    def signal_reclaim(
+        self,
+        workload_id: int,
+        name: str,
+        *,
+        deadline: datetime | None,
+        reason: str,
+        placement_id: int | None = None,
+    ) -> bool:
+        """Annotate the workload's pod with the reclaim deadline (RFC 3339, UTC) and the reason, a
+        merge patch (None clears both). A pod that is missing, not Tessera's or of another placement
+        is left alone (False)."""
+        namespace = self.config.namespace
+        pod = self.gateway.get(Kind.POD, namespace, name)
+        if pod is None or not self._owned(pod, workload_id):
+            return False
+        made_for = _placement_of(pod)
+        if None not in (placement_id, made_for) and made_for != placement_id:
+            return False
+        annotations: dict[str, str | None] = {
+            c.RECLAIM_DEADLINE_ANNOTATION: None
+            if deadline is None
+            else deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            c.RECLAIM_REASON_ANNOTATION: None
+            if deadline is None
+            else reason[: c.MAX_ANNOTATION_REASON],
+        }
+        self.gateway.patch_pod_metadata(namespace, name, annotations=annotations)
+        return True
+
     def sync_status(self, workload_ids: Iterable[int]) -> Sequence[StatusReport]:
         """Refresh the pod cache (list once, then resume the watch) and report each workload."""
         self.tracker.refresh()

@@ -35,6 +35,10 @@ PRIORITY_ANNOTATION = "tessera.io/priority"
 GANG_MIN_AVAILABLE_ANNOTATION = "tessera.io/gang-min-available"
 CLAIM_SUFFIX = "-gpu"  # a placement's ResourceClaim is named after its pod (dra mode)
 POD_CLAIM_NAME = "gpu"  # the pod's name for that claim (spec.resourceClaims, container claims)
+# Polite reclaim: the workload is told when it will be stopped and why (checkpoint before then).
+RECLAIM_DEADLINE_ANNOTATION = "tessera.io/reclaim-deadline"
+RECLAIM_REASON_ANNOTATION = "tessera.io/reclaim-reason"
+MAX_ANNOTATION_REASON = 1000
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 
 HOME_VOLUME_SUFFIX = "-home"

@@ -2,7 +2,7 @@
 
 `materialize` creates a SimulatedPod row (create-or-get by workload id and placement, so it is
 idempotent) that reports RUNNING once `TESSERA_SIM_START_DELAY_SECONDS` have passed; `release`
-deletes the pod of the given placement; `list_objects` lists every pod (the orphan reconciler);
+deletes the pod of the given placement; `signal_reclaim` records a polite-reclaim notice on it; `list_objects` lists every pod (the orphan reconciler);
 `sync_inventory` reads `TESSERA_SIM_INVENTORY` (the bundled demo cluster, a JSON inventory or an
 openb node CSV). Failures of a GPU or a node are injected by `scheduling.services.fail_gpu` /
 `fail_node`, which mark the pods FAILED. Synthetic GPU utilization comes from
@@ -11,7 +11,7 @@ openb node CSV). Failures of a GPU or a node are injected by `scheduling.service
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -71,6 +71,24 @@ class SimulatedBackend:
             # a pod made before placements were kept (null) is matched by workload, as before
             pods = pods.filter(Q(placement_id=placement_id) | Q(placement_id__isnull=True))
         pods.delete()
+
+    def signal_reclaim(
+        self,
+        workload_id: int,
+        name: str,
+        *,
+        deadline: datetime | None,
+        reason: str,
+        placement_id: int | None = None,
+    ) -> bool:
+        """Record the notice on the workload's pod (`reclaim_signal`; None clears it)."""
+        from scheduling.models import SimulatedPod
+
+        pods = SimulatedPod.objects.filter(workload_id=workload_id)
+        if placement_id is not None:
+            pods = pods.filter(Q(placement_id=placement_id) | Q(placement_id__isnull=True))
+        signal = None if deadline is None else {"deadline": deadline.isoformat(), "reason": reason}
+        return bool(pods.update(reclaim_signal=signal))
 
     def list_objects(self) -> Sequence[BackendObject]:
         from scheduling.models import SimulatedPod

@@ -441,3 +441,21 @@ def test_from_settings_with_fake_cluster_runs_a_demo_codespace(monkeypatch):
     ]
     assert backend_module.from_settings().gateway is backend.gateway
     backend_module._demo_cluster.cache_clear()
+
+
+def test_signal_reclaim_leaves_a_pod_of_a_later_placement_alone():
+    backend, cluster = make()
+    backend.materialize(dataclasses.replace(codespace(), placement_id=2))
+    deadline = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
+
+    stale = backend.signal_reclaim(
+        7, "cs-alice-7f3k", deadline=deadline, reason="r", placement_id=1
+    )
+    current = backend.signal_reclaim(
+        7, "cs-alice-7f3k", deadline=deadline, reason="r", placement_id=2
+    )
+
+    pod = cluster.get(Kind.POD, NAMESPACE, "cs-alice-7f3k")
+    assert (stale, current) == (False, True)
+    assert pod is not None
+    assert pod["metadata"]["annotations"]["tessera.io/reclaim-deadline"] == "2026-12-02T12:05:00Z"

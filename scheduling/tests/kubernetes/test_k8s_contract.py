@@ -355,3 +355,33 @@ def test_missing_kubeconfig_is_a_permanent_error(tmp_path):
         api_client_from_kubeconfig(str(tmp_path / "nope"))
 
     assert caught.value.permanent is True
+
+
+def test_polite_reclaim_annotates_the_pod_with_its_deadline_and_reason_then_clears_it(
+    apiserver, gateway
+):
+    backend = KubernetesBackend(gateway, config(), clock=lambda: NOW)
+    backend.materialize(codespace())
+    deadline = datetime(2026, 12, 2, 12, 5, tzinfo=UTC)
+
+    told = backend.signal_reclaim(
+        7, "cs-alice-7f3k", deadline=deadline, reason="team-b needs its min back"
+    )
+
+    (patch,) = sent(apiserver, "PATCH", f"{POD_PATH}/cs-alice-7f3k")
+    assert json.loads(patch.body)["metadata"]["annotations"] == {
+        "tessera.io/reclaim-deadline": "2026-12-02T12:05:00Z",
+        "tessera.io/reclaim-reason": "team-b needs its min back",
+    }
+    pod = gateway.get(Kind.POD, NAMESPACE, "cs-alice-7f3k")
+    assert told is True
+    assert pod is not None
+    assert pod["metadata"]["annotations"]["tessera.io/reclaim-deadline"] == "2026-12-02T12:05:00Z"
+
+    cleared = backend.signal_reclaim(7, "cs-alice-7f3k", deadline=None, reason="")
+    pod = gateway.get(Kind.POD, NAMESPACE, "cs-alice-7f3k")
+    assert cleared is True
+    assert pod is not None
+    assert "tessera.io/reclaim-deadline" not in pod["metadata"]["annotations"]
+    # a pod the cluster does not have (or not Tessera's) is left alone
+    assert backend.signal_reclaim(8, "cs-other", deadline=deadline, reason="x") is False
