@@ -14,7 +14,7 @@ from quotas.models import QuotaGroup
 from scheduling.backends.base import BackendError
 from scheduling.backends.registry import get_backend
 from scheduling.queues import queue_for_group
-from scheduling.services import audit, reconcile
+from scheduling.services import audit, defrag, reconcile
 from scheduling.services.cycle import run_cycle
 from scheduling.services.workloads import (
     clear_cycle_queued,
@@ -180,6 +180,19 @@ def audit_invariants_task() -> dict[str, int]:
     if report.violations:
         logger.warning("audit: %s invariant violations: %s", report.violations, report.counts)
     return report.counts
+
+
+@shared_task
+def defrag_pools_task() -> dict[str, Any]:
+    """Beat: expire stale defragmentation plans; when scheduled defragmentation is on, plan each pool
+    and apply inside a maintenance window or when the waiting demand unlocked reaches the threshold.
+    One pool that raises is logged and the others still run."""
+    report = defrag.run_scheduled_defrag()
+    return {
+        "applied": report.applied,
+        "skipped": report.skipped,
+        "failed": list(report.failures.failed_ids),
+    }
 
 
 class TaskFollowUps:
