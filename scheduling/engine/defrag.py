@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .filters import feasible_mask, validate
+from .filters import feasible_mask, label_mask, model_mask, validate
 from .fragmentation import typical_pods
 from .gpu_select import best_slice_gpu, make_assignment, whole_gpus
 from .placer import place_one
@@ -40,6 +40,8 @@ from .types import GPU_MILLI, Assignment, PlacementRequest, TypicalPod
 
 #: Nodes whose victim sets are tried for real per waiting request (the cheapest first).
 NODES_TRIED_PER_REQUEST = 6
+#: Nodes whose victim sets are costed per waiting request (those with the fewest GPUs to clear).
+NODES_COSTED_PER_REQUEST = 48
 #: Longest plan the engine builds whatever the limits say (bounded work per call).
 MAX_MOVES_CAP = 200
 
@@ -218,6 +220,13 @@ def _whole_free_total(state: ClusterState) -> int:
     return int(state.whole_free.sum())
 
 
+def _consolidation(state: ClusterState) -> tuple[int, int]:
+    """(whole free GPUs, sum over nodes of their square): the second rises when free cards gather on
+    fewer nodes, which is what multi-GPU requests need."""
+    whole = state.whole_free.astype(np.int64)
+    return int(whole.sum()), int((whole * whole).sum())
+
+
 def _idle_nodes(state: ClusterState) -> np.ndarray:
     """Mask of GPU nodes whose every healthy GPU is completely free."""
     healthy = state.gpu_ok.sum(axis=1)
@@ -239,7 +248,12 @@ class _Planner:
         self.policy = policy
         self.budget = _Budget(limits)
         self.by_node: dict[int, list[MoveCandidate]] = {}
+        #: Per GPU, the compute and memory the remaining candidates hold (what their leaving would free).
+        self.movable_milli = np.zeros(state.gpu_free.shape, np.int64)
+        self.movable_mem = np.zeros(state.gpu_free.shape, np.int64)
         ids: set[str] = set()
+        cpu_claim = np.zeros(len(state), np.int64)
+        mem_claim = np.zeros(len(state), np.int64)
         for c in candidates:
             if c.workload_id in ids:
                 raise ValueError(f"duplicate move candidate {c.workload_id!r}")
@@ -247,11 +261,89 @@ class _Planner:
             i = state.index.get(c.node)
             if i is None:
                 raise ValueError(f"move candidate {c.workload_id!r} is on unknown node {c.node!r}")
+            if len(set(c.gpus)) != len(c.gpus) or any(
+                not 0 <= j < state.gpu_count[i] for j in c.gpus
+            ):
+                raise ValueError(f"move candidate {c.workload_id!r} names GPUs {c.node} lacks")
+            if min(c.cpu_milli, c.memory_mib, c.gpu_milli, c.gpu_memory_mib) < 0:
+                raise ValueError(f"move candidate {c.workload_id!r} has negative amounts")
+            if c.gpus and c.gpu_milli == 0:
+                raise ValueError(f"move candidate {c.workload_id!r} holds GPUs but no compute")
+            self._account(i, c, +1)
+            cpu_claim[i] += c.cpu_milli
+            mem_claim[i] += c.memory_mib
             self.by_node.setdefault(i, []).append(c)
+        over = (
+            (state.gpu_free + self.movable_milli > GPU_MILLI).any(axis=1)
+            | (state.gpu_mem_free + self.movable_mem > state.gpu_mem_cap).any(axis=1)
+            | (state.cpu_free + cpu_claim > state.cpu_cap)
+            | (state.mem_free + mem_claim > state.mem_cap)
+        )
+        if over.any():
+            name = state.names[int(np.flatnonzero(over)[0])]
+            raise ValueError(f"move candidates on {name} claim more than is allocated there")
         self.moves: list[Move] = []
         self.unlocks: list[Unlock] = []
         #: Nodes being freed: moved workloads never land there.
         self.protected: set[int] = set()
+        #: Nodes a waiting request was planned on: nothing more is taken from them.
+        self.unlocked: set[int] = set()
+
+    def _account(self, i: int, c: MoveCandidate, sign: int) -> None:
+        for j in c.gpus:
+            if c.is_whole_gpu:
+                self.movable_milli[i, j] += sign * GPU_MILLI
+                self.movable_mem[i, j] += sign * int(self.work.gpu_mem_cap[i, j])
+            else:
+                self.movable_milli[i, j] += sign * c.gpu_milli
+                self.movable_mem[i, j] += sign * c.gpu_memory_mib
+
+    def _clearable(self) -> np.ndarray:
+        """Per GPU: healthy and completely free once the remaining candidates on it leave."""
+        w = self.work
+        out: np.ndarray = (
+            w.gpu_ok
+            & (w.gpu_free + self.movable_milli == GPU_MILLI)
+            & (w.gpu_mem_free + self.movable_mem == w.gpu_mem_cap)
+        )
+        return out
+
+    def _shortlist(self, r: PlacementRequest) -> list[int]:
+        """Nodes worth costing for ``r``: they pass its static filters, and once their candidates leave
+        they would hold it (GPU and CPU/memory); fewest GPUs to clear first, at most
+        :data:`NODES_COSTED_PER_REQUEST`."""
+        w = self.work
+        m = (
+            feasible_mask_static(w, r) & w.has_gpu
+            if not r.is_cpu_only
+            else feasible_mask_static(w, r)
+        )
+        cpu_room = w.cpu_free.copy()
+        mem_room = w.mem_free.copy()
+        for i, cands in self.by_node.items():
+            cpu_room[i] += sum(c.cpu_milli for c in cands)
+            mem_room[i] += sum(c.memory_mib for c in cands)
+        m &= (cpu_room >= r.cpu_milli) & (mem_room >= r.memory_mib)
+        if self.unlocked:
+            m[sorted(self.unlocked)] = False
+        has = np.zeros(len(w), np.bool_)
+        has[[i for i, c in self.by_node.items() if c]] = True
+        m &= has
+        if r.is_whole_gpu:
+            clear = self._clearable().sum(axis=1)
+            m &= clear >= r.gpu_count
+            need = r.gpu_count - w.whole_free
+        elif not r.is_cpu_only:
+            base = w.gpu_free + self.movable_milli
+            fits = w.gpu_ok & (base >= r.gpu_milli)
+            fits &= w.gpu_mem_free + self.movable_mem >= r.gpu_memory_mib
+            m &= fits.any(axis=1)
+            need = -w.max_free_milli
+        else:
+            need = -w.cpu_free
+        cand = np.flatnonzero(m)
+        order = cand[np.lexsort((cand, need[cand]))]
+        return [int(i) for i in order[:NODES_COSTED_PER_REQUEST]]
 
     # ------------------------------------------------------------------ trying a set of victims
     def _relocate(self, victims: Sequence[MoveCandidate], node: int) -> list[Move] | None:
@@ -278,11 +370,11 @@ class _Planner:
             targets: dict[int, Assignment] = {}
             for k in order:
                 r = victims[k].request()
-                found = None if validate(r) is not None else place_one(w, r, self.policy)
-                if found is None:
+                landed = None if validate(r) is not None else place_one(w, r, self.policy)
+                if landed is None:
                     break
-                placed.append(found)
-                targets[k] = found
+                placed.append(landed)
+                targets[k] = landed
         finally:
             w.schedulable[blocked] = was
         if len(placed) < len(victims):
@@ -317,6 +409,8 @@ class _Planner:
 
     def _keep(self, victims: Sequence[MoveCandidate], moves: Sequence[Move], node: int) -> None:
         self.budget.spend(victims)
+        for v in victims:
+            self._account(node, v, -1)
         self.moves.extend(moves)
         gone = {v.workload_id for v in victims}
         self.by_node[node] = [c for c in self.by_node.get(node, []) if c.workload_id not in gone]
@@ -420,14 +514,16 @@ class _Planner:
     def unlock_waiting(self, blocked: Sequence[PlacementRequest]) -> None:
         """Free a node for each blocked request in turn, cheapest node first (see the module docstring)."""
         w = self.work
+        hopeless: set[tuple[object, ...]] = set()
         for r in blocked:
             if self.budget.moves <= 0:
                 break
-            shape = feasible_mask_static(w, r)
+            key = _shape(r)
+            if key in hopeless:
+                continue
+            hopeless.add(key)
             options: list[tuple[int, int, int, list[MoveCandidate]]] = []
-            for i in sorted(self.by_node):
-                if i in self.protected or not shape[i]:
-                    continue
+            for i in self._shortlist(r):
                 victims = self._victims_for(i, r)
                 if victims is None or not self.budget.allows(victims):
                     continue
@@ -448,55 +544,52 @@ class _Planner:
                 w.apply(a)
                 self._keep(victims, moves, i)
                 self.protected.add(i)
+                self.unlocked.add(i)
                 self.unlocks.append(Unlock(r.request_id, w.names[i], a.gpu_indices))
+                hopeless.clear()
                 break
 
     def free_whole_gpus(self) -> None:
         """Vacate GPUs (fewest moves per freed card, nodes nearest to idle first) while it pays."""
         w = self.work
-        failed: set[tuple[int, int]] = set()
+        failed: set[int] = set()
         while self.budget.moves > 0:
-            units: list[tuple[float, int, int, int, int, list[MoveCandidate]]] = []
+            units: list[tuple[float, int, int, int, list[MoveCandidate]]] = []
             for i in sorted(self.by_node):
-                cands = self.by_node[i]
-                if not cands or i in self.protected:
+                if not self.by_node[i] or i in failed:
                     continue
                 g = int(w.gpu_count[i])
                 ok = w.gpu_ok[i, :g]
-                whole = (
-                    ok
-                    & (w.gpu_free[i, :g] == GPU_MILLI)
-                    & (w.gpu_mem_free[i, :g] == w.gpu_mem_cap[i, :g])
-                )
-                busy = int((ok & ~whole).sum())
-                for j in np.flatnonzero(ok & ~whole).tolist():
-                    if (i, j) in failed:
-                        continue
-                    victims = self._victims_for(
-                        i, PlacementRequest("_gpu", 0, 0, int(whole.sum()) + 1, GPU_MILLI)
-                    )
-                    if victims is None or not self.budget.allows(victims):
-                        continue
-                    freed = {k for v in victims for k in v.gpus}
-                    ratio = len(victims) / max(1, len(freed))
-                    cost = sum(v.cost_seconds for v in victims)
-                    units.append((ratio, busy - len(freed), cost, i, j, victims))
-                    break
+                whole = int(w.whole_free[i])
+                busy = int(ok.sum()) - whole
+                if busy <= 0:
+                    continue
+                probe = PlacementRequest("defrag-probe", 0, 0, whole + 1, GPU_MILLI)
+                victims = self._victims_for(i, probe)
+                if victims is None or not self.budget.allows(victims):
+                    failed.add(i)
+                    continue
+                freed = {k for v in victims for k in v.gpus}
+                ratio = len(victims) / max(1, len(freed))
+                cost = sum(v.cost_seconds for v in victims)
+                units.append((ratio, busy - len(freed), cost, i, victims))
             if not units:
                 return
-            units.sort(key=lambda u: u[:5])
+            units.sort(key=lambda u: u[:4])
             kept = False
-            for _, _, _, i, j, victims in units[:NODES_TRIED_PER_REQUEST]:
-                before = _whole_free_total(w)
+            for _, _, _, i, victims in units[:NODES_TRIED_PER_REQUEST]:
+                before = _consolidation(w)
                 moves = self._relocate(victims, i)
                 if moves is None:
-                    failed.add((i, j))
+                    failed.add(i)
                     continue
-                if _whole_free_total(w) <= before:
+                now = _consolidation(w)
+                if now[0] < before[0] or now[1] <= before[1]:
                     self._undo(moves)
-                    failed.add((i, j))
+                    failed.add(i)
                     continue
                 self._keep(victims, moves, i)
+                self.protected.add(i)
                 kept = True
                 break
             if not kept:
@@ -506,8 +599,6 @@ class _Planner:
 def feasible_mask_static(state: ClusterState, r: PlacementRequest) -> np.ndarray:
     """Nodes ``r`` could use if their work left: schedulable, labels, GPU model, enough healthy GPUs, CPU
     and memory capacity."""
-    from .filters import label_mask, model_mask  # noqa: PLC0415 (same package, kept local to the helper)
-
     m = state.schedulable & (state.cpu_cap >= r.cpu_milli) & (state.mem_cap >= r.memory_mib)
     if r.node_labels:
         m = m & label_mask(state, r.node_labels)
@@ -516,6 +607,20 @@ def feasible_mask_static(state: ClusterState, r: PlacementRequest) -> np.ndarray
         m = m & (state.gpu_ok.sum(axis=1) >= r.gpu_count)
     out: np.ndarray = m
     return out
+
+
+def _shape(r: PlacementRequest) -> tuple[object, ...]:
+    """Everything of a request its placement depends on (all but its id and priority)."""
+    return (
+        r.cpu_milli,
+        r.memory_mib,
+        r.gpu_count,
+        r.gpu_milli,
+        r.gpu_memory_mib,
+        r.gpu_models,
+        r.node_labels,
+        r.topology,
+    )
 
 
 def _gpus_for(state: ClusterState, i: int, r: PlacementRequest) -> tuple[int, ...] | None:
@@ -542,16 +647,21 @@ def _describe(
     if not plan_moves:
         return 0, 0, "No move helps: nothing can be freed within the limits."
     n = len(plan_moves)
-    parts = [f"{n} move{'s' if n != 1 else ''}"]
+    parts = ["1 move" if n == 1 else f"{n} moves"]
     new_idle = np.flatnonzero(idle_after & ~idle_before)
     models = sorted(
         {state.models[int(state.model_id[i])] for i in new_idle if state.model_id[i] >= 0}
     )
+    verb = "frees" if n == 1 else "free"
+    cards = f"{gpus} whole GPU{'s' if gpus != 1 else ''}"
     if nodes > 0:
-        what = f"{nodes} whole {'/'.join(models) + ' ' if models else ''}node{'s' if nodes != 1 else ''}"
-        parts.append(f"free {what} ({gpus} whole GPU{'s' if gpus != 1 else ''})")
+        kind = "/".join(models) + " " if models else ""
+        what = f"{nodes} whole {kind}node{'s' if nodes != 1 else ''}"
+        parts.append(f"{verb} {what}" + (f" ({cards} more in all)" if gpus > 0 else ""))
+    elif gpus > 0:
+        parts.append(f"{verb} {cards}")
     else:
-        parts.append(f"free {gpus} whole GPU{'s' if gpus != 1 else ''}")
+        parts.append(f"{'gathers' if n == 1 else 'gather'} free GPUs on fewer nodes")
     text = " ".join(parts)
     if unlocks:
         shapes = []
@@ -563,8 +673,7 @@ def _describe(
                 shapes.append(f"the waiting CPU request {r.request_id}")
             else:
                 shapes.append(f"the waiting {r.gpu_milli / GPU_MILLI:.2f}-GPU slice {r.request_id}")
-        verb = "can start" if len(shapes) == 1 else "can start"
-        text += "; " + ", ".join(shapes) + f" {verb}"
+        text += "; " + ", ".join(shapes) + " can start"
     return gpus, nodes, text + "."
 
 
