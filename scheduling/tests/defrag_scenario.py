@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +31,16 @@ def run(w: Workload) -> None:
     apply_status_reports([StatusReport(w.pk, ObservedPhase.RUNNING)])
 
 
-def place_on(node: Node, other: Node, w: Workload, group_id: int) -> None:
-    """Place `w` on `node` by cordoning `other` for the cycle."""
+def place_on(node: Node, other: Node, make: Callable[[], Workload], group_id: int) -> Workload:
+    """Submit `make()` while `other` is cordoned, so it lands on `node` (also when Celery is eager and
+    the cycle runs at the submit's commit), and report it running."""
     services.cordon_node(other.pk, reason="test: steer the placement")
+    w = make()
     services.run_cycle(group_id)
     services.uncordon_node(other.pk)
     w.refresh_from_db()
     run(w)
+    return w
 
 
 def submit(quota: Quota, name: str, shape: dict[str, int], **extra: Any) -> Workload:
@@ -49,10 +53,8 @@ def fragmented_pool(tenant: Tenant | None = None, *, first_kind: str = "job_pod"
     small_cluster(gpu_nodes=2, gpus_per_node=8, model="H100", gpu_memory_mib=81920)
     quota = make_quota(make_group(), tenant)
     g0, g1 = Node.objects.get(name="training-g0"), Node.objects.get(name="training-g1")
-    first = submit(quota, "small-a", SMALL)
-    place_on(g0, g1, first, quota.group_id)
-    second = submit(quota, "small-b", SMALL)
-    place_on(g1, g0, second, quota.group_id)
+    first = place_on(g0, g1, lambda: submit(quota, "small-a", SMALL), quota.group_id)
+    second = place_on(g1, g0, lambda: submit(quota, "small-b", SMALL), quota.group_id)
     waiting = submit(quota, "big", BIG)
     services.run_cycle(quota.group_id)
     for w in (first, second, waiting):
