@@ -80,3 +80,22 @@ def test_the_moved_codespace_restarts_elsewhere_with_its_home_and_its_timeline_s
     assert after == (
         f"Moved from {move.from_node} to {move.to_node} by defragmentation plan {plan.pk}."
     )
+
+
+def test_the_owner_allows_moves_while_in_use_from_the_codespace_page(bob: Any, team_a: Any) -> None:
+    from django.test import Client
+
+    scene = codespace_blocking_a_node(bob, team_a, consent=False)
+    c = Client()
+    c.force_login(bob)
+    page = c.get(f"/codespaces/{scene.codespace.pk}/").content.decode()
+    assert "moves it only when idle" in page
+    r = c.post(f"/codespaces/{scene.codespace.pk}/move-consent/", {"consent": "yes"})
+    assert r.status_code == 302
+    assert Codespace.objects.get(pk=scene.codespace.pk).move_consent is True
+    assert scene.codespace.workload_id in moved_ids(scene.group_id)
+    bad = c.post(
+        f"/codespaces/{scene.codespace.pk}/move-consent/", {"consent": "maybe"}, follow=True
+    )
+    assert "consent: choose yes or no." in bad.content.decode()
+    assert Codespace.objects.get(pk=scene.codespace.pk).move_consent is True
