@@ -497,6 +497,52 @@ def cmd_budget(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+DEFRAG_MOVE_COLUMNS = (
+    "workload",
+    "kind",
+    "tenant",
+    "from_node",
+    "to_node",
+    "cost_seconds",
+    "reason",
+)
+
+
+def emit_defrag_plan(args: argparse.Namespace, plan: dict[str, Any]) -> None:
+    """A plan: its state and value, then one line per move (`--json`: the API's JSON)."""
+    if args.json:
+        emit(args, plan)
+        return
+    print(f"plan {plan['id']} of {plan['group_name']}: {plan['state']}")
+    print(plan["value"])
+    if plan.get("error"):
+        print(plan["error"])
+    moves = plan.get("moves") or []
+    print(render_table(moves, DEFRAG_MOVE_COLUMNS) if moves else "(no moves)")
+
+
+def cmd_defrag(args: argparse.Namespace) -> int:
+    """`tessera defrag preview --group ID | show ID | apply ID` (operators)."""
+    client = client_from_config()
+    if args.action == "preview":
+        plan = client.post("/defrag/plans/", {"group": args.group})
+    elif args.action == "show":
+        plan = client.get(f"/defrag/plans/{args.id}/")
+    else:
+        plan = client.post(f"/defrag/plans/{args.id}/apply/", {})
+    emit_defrag_plan(args, plan)
+    return EXIT_OK
+
+
+def _defrag_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    defrag = sub.add_parser("defrag", help="plan and apply defragmentation of a pool (operators)")
+    verbs = defrag.add_subparsers(dest="action", required=True)
+    verbs.add_parser("preview", parents=[common]).add_argument("--group", type=int, required=True)
+    verbs.add_parser("show", parents=[common]).add_argument("id", type=int)
+    verbs.add_parser("apply", parents=[common]).add_argument("id", type=int)
+    defrag.set_defaults(func=cmd_defrag)
+
+
 def _fairness_parsers(sub: Any, quotas: Any, common: argparse.ArgumentParser) -> None:
     """`quota fairness`, `loan ...` and `budget ...` (fairness over time, docs/quotas.md)."""
     fairness = quotas.add_parser("fairness", parents=[common], help="fair share, budgets, loans")
@@ -613,6 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--tenant", help="tenant slug")
     quota.set_defaults(func=cmd_quota)
     _fairness_parsers(sub, quotas, common)
+    _defrag_parsers(sub, common)
     return parser
 
 
