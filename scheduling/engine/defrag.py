@@ -451,7 +451,12 @@ class _Planner:
             cleared: set[int] = set()
             gpu_order = sorted(
                 np.flatnonzero(clearable).tolist(),
-                key=lambda j: (len(on_gpu[j]), sum(c.cost_seconds for c in on_gpu[j]), j),
+                key=lambda j: (
+                    len(on_gpu[j]),
+                    sum(c.cost_seconds for c in on_gpu[j]),
+                    sum(c.gpu_milli for c in on_gpu[j]),
+                    j,
+                ),
             )
             for j in gpu_order:
                 if len(cleared) >= need:
@@ -510,6 +515,29 @@ class _Planner:
             if place_one(self.work, r, self.policy) is None:
                 blocked.append(r)
         return blocked
+
+    def drop_unplaceable(self) -> None:
+        """Forget the candidates that fit no other node now (by shape): moving them cannot succeed, and
+        costing nodes as if they could leave wastes the shortlist on nodes that cannot be freed."""
+        masks: dict[tuple[object, ...], np.ndarray] = {}
+        for i, cands in self.by_node.items():
+            keep = []
+            for c in cands:
+                r = c.request()
+                key = _shape(r)
+                m = masks.get(key)
+                if m is None:
+                    m = (
+                        feasible_mask(self.work, r)
+                        if validate(r) is None
+                        else np.zeros(0, np.bool_)
+                    )
+                    masks[key] = m
+                if m.size and (int(m.sum()) - int(m[i])) > 0:
+                    keep.append(c)
+                else:
+                    self._account(i, c, -1)
+            self.by_node[i] = keep
 
     def unlock_waiting(self, blocked: Sequence[PlacementRequest]) -> None:
         """Free a node for each blocked request in turn, cheapest node first (see the module docstring)."""
@@ -711,6 +739,7 @@ def plan_defrag(
     pol = POLICIES[policy](typical=target, seed=0)
     planner = _Planner(state, candidates, limits, pol)
     blocked = planner.reserve_fitting(waiting)
+    planner.drop_unplaceable()
     if waiting:
         planner.unlock_waiting(blocked)
     else:

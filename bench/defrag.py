@@ -1,0 +1,162 @@
+"""Defragmentation on the dynamic replay of the openb traces (protocol: docs/engine.md, "Defragmentation").
+
+    python -m bench.defrag [--traces default,multigpu50] [--budgets 0,0.5,1,2] [--seed 42] [--load 0.9]
+                           [--hours 1] [--move-cost 60] [--nodes N] [--pods N] [--json PATH]
+
+Same workload as ``bench.dynamic`` (its :func:`~bench.dynamic.load_workload`), one process. Per trace it
+replays FGD and Tessera without moves, then Tessera with defragmentation at each budget (moves per 100
+placements), and prints time-weighted allocation (as held, and net of the GPU-seconds moved work loses),
+the waits of whole-GPU requests and the never-started ones, each as a difference or ratio against Tessera
+without moves measured in the same run, plus the replay's CPU time as a ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.dynamic import DRAIN, load_workload
+from bench.replay import load_nodes, load_tool, to_request
+from scheduling.engine import ClusterState, typical_pods
+from scheduling.simulation import ReplayOptions, TimedRequest, replay, summarize
+from scheduling.simulation.defrag import DefragOptions, replay_with_defrag
+
+TRACES = ("default", "multigpu50", "gpushare40")
+BUDGETS = (0.0, 0.5, 1.0, 2.0)
+
+
+def whole_gpu_waits(requests: Sequence[TimedRequest], outcomes: Sequence[Any]) -> dict[str, float]:
+    """Mean and p95 wait of the whole-GPU requests that started, how many never did, and the mean
+    wait counting those at the horizon (``end``)."""
+    started = [o.wait for t, o in zip(requests, outcomes, strict=True) if t.request.is_whole_gpu]
+    waits = [w for w in started if w is not None]
+    return {
+        "count": len(started),
+        "mean": float(np.mean(waits)) if waits else 0.0,
+        "p95": float(np.percentile(waits, 95)) if waits else 0.0,
+        "never": len(started) - len(waits),
+    }
+
+
+def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
+    trace_dir = Path(args.trace_dir)
+    nodes = load_nodes(trace_dir)[: args.nodes]
+    tool = load_tool(trace_dir.parent.parent / "tools" / "openb_workload.py")
+    gpus = sum(len(n.gpus) for n in nodes)
+    wl = load_workload(trace_dir, trace, args.seed, args.load, 0, gpus, args.hours, args.pods)
+    csv_path = trace_dir / f"openb_pod_list_{trace}.csv"
+    _, prefix = tool.build(str(csv_path), args.seed, [n.name for n in nodes])
+    typical = typical_pods(to_request(p) for p in tool.load_pods(str(csv_path)))
+    last = max(t.submit for t in wl.requests)
+    base = ReplayOptions(
+        policy="tessera",
+        seed=args.seed,
+        typical=typical,
+        node_priority=tuple(prefix[n.name] for n in nodes),
+        horizon=last + int(last * DRAIN),
+    )
+    state = ClusterState.from_nodes(nodes)
+    capacity = int(state.gpu_ok.sum())
+    rows = []
+    runs: list[tuple[str, str, float | None]] = [("fgd", "fgd", None), ("tessera", "tessera", None)]
+    runs += [(f"tessera+{b:g}", "tessera", b) for b in args.budgets]
+    for label, policy, budget in runs:
+        options = replace(base, policy=policy)
+        c0 = time.process_time()
+        if budget is None:
+            result = replay(state, wl.requests, options)
+            plans = moves = unlocked = 0
+            lost = 0.0
+        else:
+            defrag = DefragOptions(
+                moves_per_100_placements=budget, move_cost_seconds=args.move_cost
+            )
+            result, stats = replay_with_defrag(state, wl.requests, options, defrag)
+            plans, moves, unlocked, lost = (
+                stats.plans,
+                stats.moves,
+                stats.unlocked,
+                stats.lost_gpu_seconds,
+            )
+        seconds = time.process_time() - c0
+        summary = summarize(result, wl.requests, window=(0, last))
+        rows.append(
+            {
+                "trace": trace,
+                "run": label,
+                "requests": len(wl.requests),
+                "placements": result.placements,
+                "alloc_pct": summary.allocation_pct,
+                "net_alloc_pct": summary.allocation_pct - 100 * lost / (capacity * max(1, last)),
+                "never": summary.never_started,
+                "whole": whole_gpu_waits(wl.requests, result.outcomes),
+                "plans": plans,
+                "moves": moves,
+                "unlocked": unlocked,
+                "moves_per_100": 100 * moves / max(1, result.placements),
+                "seconds": seconds,
+            }
+        )
+        print(f"  {trace} {label}: {seconds:.1f} s", flush=True)
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(
+        "trace        run           alloc%  Δpts   net%   Δnet  whole wait mean (×)  p95 (×)   "
+        "never(whole)  moves /100pl unlocked  cpu ×"
+    )
+    for trace in dict.fromkeys(r["trace"] for r in rows):
+        ref = next(r for r in rows if r["trace"] == trace and r["run"] == "tessera")
+        for r in (x for x in rows if x["trace"] == trace):
+            w, rw = r["whole"], ref["whole"]
+            print(
+                f"{trace:<12} {r['run']:<12} {r['alloc_pct']:6.2f} {r['alloc_pct'] - ref['alloc_pct']:+5.2f} "
+                f"{r['net_alloc_pct']:6.2f} {r['net_alloc_pct'] - ref['net_alloc_pct']:+5.2f}  "
+                f"{w['mean']:7.0f} ({w['mean'] / max(rw['mean'], 1e-9):4.2f})  "
+                f"{w['p95']:6.0f} ({w['p95'] / max(rw['p95'], 1e-9):4.2f})  "
+                f"{r['never']:5d}({w['never']:4d})  {r['moves']:5d} {r['moves_per_100']:5.2f} "
+                f"{r['unlocked']:6d}  {r['seconds'] / max(ref['seconds'], 1e-9):5.2f}"
+            )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.defrag", description=__doc__.split("\n")[0])
+    ap.add_argument("--trace-dir", default="../shared/traces/openb")
+    ap.add_argument("--traces", default=",".join(TRACES))
+    ap.add_argument("--budgets", default=",".join(f"{b:g}" for b in BUDGETS))
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument("--hours", type=float, default=1.0)
+    ap.add_argument("--move-cost", type=int, default=60)
+    ap.add_argument("--nodes", type=int, default=None, help="first N nodes only (development)")
+    ap.add_argument(
+        "--pods", type=int, default=None, help="every k-th pod, at most N (development)"
+    )
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    args.budgets = [float(b) for b in args.budgets.split(",")]
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    for trace in args.traces.split(","):
+        rows.extend(run_trace(args, trace))
+    print(
+        f"\ndefragmentation on the dynamic replay: seed {args.seed}, load {args.load:.2f}, "
+        f"{args.hours:g} h window, move cost {args.move_cost} s, {time.perf_counter() - t0:.0f} s"
+    )
+    print("Δ and × are against tessera without moves in the same run\n")
+    print_table(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
