@@ -211,8 +211,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "id", "kind", "name", "tenant", "quota", "owner", "gang", "state", "pending_code",
             "pending_reason", "queue_position", "failure_reason", "cpu_milli", "memory_mib",
             "gpu_count", "gpu_milli", "gpu_memory_mib", "mig_profile", "gpu_models", "node_labels",
-            "topology", "priority", "preemptible", "profile", "image", "submitted_at", "placed_at",
-            "started_at", "finished_at", "placement",
+            "topology", "priority", "preemptible", "movable", "profile", "image", "submitted_at",
+            "placed_at", "started_at", "finished_at", "placement",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -257,6 +257,10 @@ class JobCreateSerializer(serializers.Serializer):
     timeout_seconds = serializers.IntegerField(min_value=1, max_value=604800, default=600)
     priority = serializers.IntegerField(min_value=-1000, max_value=1000, default=0)
     preemptible = serializers.BooleanField(default=True)
+    movable = serializers.BooleanField(
+        default=True,
+        help_text="Defragmentation may requeue its pods to free whole GPUs (false: exempt).",
+    )
 
 
 class JobMemberStatusSerializer(serializers.ModelSerializer):

@@ -330,6 +330,7 @@ class JobViewSet(
             timeout_seconds=data["timeout_seconds"],
             priority=data["priority"],
             preemptible=data["preemptible"],
+            movable=data["movable"],
         )
         gang = self.get_queryset().get(pk=gang.pk)
         return Response(JobSerializer(gang).data, status=status.HTTP_201_CREATED)

@@ -367,6 +367,7 @@ def submit_gang(
     timeout_seconds: int,
     priority: int = 0,
     preemptible: bool = True,
+    movable: bool = True,
 ) -> Gang:
     """Queue a gang job: its members (dicts of submit_workload resource fields) are placed together, at
     least `min_available` of them, or none; after `timeout_seconds` without that it times out. A job
@@ -460,6 +461,7 @@ def submit_gang(
                         name=f"{name}-{i}"[:63],
                         gang=gang,
                         preemptible=bool(preemptible),
+                        movable=bool(movable),
                         pending_reason="Waiting for the next scheduling cycle.",
                         pending_code="queued",
                         **spec,

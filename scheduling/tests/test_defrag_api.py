@@ -69,3 +69,24 @@ def test_an_unknown_plan_is_a_404(operator: Any, api_as: Any) -> None:
     client = api_as(operator)
     assert client.get("/api/v1/defrag/plans/987654/").status_code == 404
     assert client.post("/api/v1/defrag/plans/987654/apply/").status_code == 404
+
+
+def test_the_jobs_api_records_a_job_submitted_as_exempt_from_defragmentation(
+    operator: Any, team_a: Any, api_as: Any
+) -> None:
+    pool = fragmented_pool(team_a)
+    job = {
+        "name": "pinned",
+        "pods": 1,
+        "quota": pool.quota.pk,
+        "tenant": team_a.slug,
+        "member": {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 1},
+        "movable": False,
+    }
+    from scheduling.models import Gang
+
+    r = api_as(operator).post("/api/v1/jobs/", job, format="json")
+    assert r.status_code == 201, r.json()
+    pinned = Gang.objects.get(name="pinned").members.get()
+    assert pinned.movable is False
+    assert api_as(operator).get(f"/api/v1/workloads/{pinned.pk}/").json()["movable"] is False
