@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .filters import feasible_mask, label_mask, model_mask, validate
+from .filters import feasible_mask, label_mask, model_mask, validate, whole_gpu_mask
 from .fragmentation import typical_pods
 from .gpu_select import best_slice_gpu, make_assignment, whole_gpus
 from .placer import place_one
@@ -251,6 +251,8 @@ class _Planner:
         #: Per GPU, the compute and memory the remaining candidates hold (what their leaving would free).
         self.movable_milli = np.zeros(state.gpu_free.shape, np.int64)
         self.movable_mem = np.zeros(state.gpu_free.shape, np.int64)
+        #: Per GPU, how many of the remaining candidates sit on it (the moves clearing it costs).
+        self.movable_count = np.zeros(state.gpu_free.shape, np.int64)
         ids: set[str] = set()
         cpu_claim = np.zeros(len(state), np.int64)
         mem_claim = np.zeros(len(state), np.int64)
@@ -291,6 +293,7 @@ class _Planner:
 
     def _account(self, i: int, c: MoveCandidate, sign: int) -> None:
         for j in c.gpus:
+            self.movable_count[i, j] += sign
             if c.is_whole_gpu:
                 self.movable_milli[i, j] += sign * GPU_MILLI
                 self.movable_mem[i, j] += sign * int(self.work.gpu_mem_cap[i, j])
@@ -332,7 +335,15 @@ class _Planner:
         if r.is_whole_gpu:
             clear = self._clearable().sum(axis=1)
             m &= clear >= r.gpu_count
-            need = r.gpu_count - w.whole_free
+            # Estimated price of a node: the moves (then the milli to re-place) of clearing its cheapest
+            # ``gpu_count - whole_free`` clearable busy GPUs.
+            busy = self._clearable() & ~whole_gpu_mask(w)
+            big = np.int64(1 << 40)
+            price = np.where(busy, self.movable_count * (1 << 20) + self.movable_milli, big)
+            price.sort(axis=1)
+            missing = np.clip(r.gpu_count - w.whole_free, 0, w.max_gpus)
+            take = np.arange(w.max_gpus)[None, :] < missing[:, None]
+            need = np.where(take, np.minimum(price, big), 0).sum(axis=1)
         elif not r.is_cpu_only:
             base = w.gpu_free + self.movable_milli
             fits = w.gpu_ok & (base >= r.gpu_milli)

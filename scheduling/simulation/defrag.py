@@ -37,7 +37,7 @@ class DefragOptions:
     move_cost_seconds: int = 60
     min_running_seconds: int = 0
     max_waiting: int = 24
-    retry_after_placements: int = 20
+    retry_after_placements: int = 100
 
 
 @dataclass(frozen=True, slots=True)
