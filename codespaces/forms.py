@@ -197,6 +197,11 @@ class TemplateForm(forms.Form):
         label="Teams",
         help_text="None ticked: every team may use it.",
     )
+    defrag_movable = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Defragmentation may move its codespaces (when idle or with the owner's consent)",
+    )
     active = forms.BooleanField(
         required=False, initial=True, label="Offered to developers (off: retired)"
     )

@@ -114,6 +114,11 @@ class CodespaceTemplate(models.Model):
     allowed_tenants = models.ManyToManyField(
         Tenant, blank=True, related_name="codespace_templates", help_text="Empty = every tenant."
     )
+    defrag_movable = models.BooleanField(
+        default=True,
+        help_text="Defragmentation may stop its codespaces and restart them elsewhere (home kept), "
+        "when idle or with the owner's consent.",
+    )
     active = models.BooleanField(default=True)
     version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -239,6 +244,11 @@ class Codespace(models.Model):
     idle_warned_at = models.DateTimeField(null=True, blank=True)
     idle_stopped_at = models.DateTimeField(null=True, blank=True)
     gpu_hours_freed = models.FloatField(default=0.0)
+    move_consent = models.BooleanField(
+        default=False,
+        help_text="The owner agrees that defragmentation may restart it elsewhere while in use "
+        "(home kept); without it, only an idle codespace is moved.",
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)

@@ -24,4 +24,5 @@ urlpatterns = [
     path("<int:pk>/stop/", views.stop, name="stop"),
     path("<int:pk>/delete/", views.delete, name="delete"),
     path("<int:pk>/keep/", views.keep, name="keep"),
+    path("<int:pk>/move-consent/", views.move_consent, name="move-consent"),
 ]

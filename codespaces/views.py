@@ -287,6 +287,27 @@ def keep(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
+@require_POST
+def move_consent(request: HttpRequest, pk: int) -> HttpResponse:
+    """The owner allows (consent=yes) or stops allowing defragmentation to move it while in use."""
+    user = current_user(request)
+    codespace = codespace_for(user, pk)
+    if not can_manage(user, codespace):
+        raise PermissionDenied("Only the owner, a tenant admin or an operator may do that.")
+    consent = request.POST.get("consent", "")
+    if consent not in ("yes", "no"):
+        messages.error(request, "consent: choose yes or no.")
+        return redirect("codespaces:detail", pk=codespace.pk)
+    services.set_move_consent(codespace, actor=user, consent=consent == "yes")
+    messages.success(
+        request,
+        f"Codespace “{codespace.name}”: defragmentation may move it "
+        + ("while in use." if consent == "yes" else "only when idle."),
+    )
+    return redirect("codespaces:detail", pk=codespace.pk)
+
+
+@login_required
 @require_GET
 def status_json(request: HttpRequest) -> JsonResponse:
     """Polled by the list and detail pages: state, location and a 60-minute utilization series for the

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from dashboards import views
+from dashboards import defrag_views, views
 
 app_name = "dashboards"
 urlpatterns = [
@@ -12,6 +12,12 @@ urlpatterns = [
     path("tenants/data/", views.tenant_data, name="tenant-data"),
     path("fragmentation/", views.fragmentation, name="fragmentation"),
     path("fragmentation/data/", views.fragmentation_data, name="fragmentation-data"),
+    path("fragmentation/defrag/", defrag_views.defrag_preview, name="defrag-preview"),
+    path(
+        "fragmentation/defrag/<int:plan_id>/apply/",
+        defrag_views.defrag_apply,
+        name="defrag-apply",
+    ),
     path("savings/", views.savings, name="savings"),
     path("savings/data/", views.savings_data, name="savings-data"),
     path("chargeback/", views.chargeback, name="chargeback"),

@@ -20,6 +20,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboards.defrag_views import panel_context
 from portal import charts, numbers
 from portal.errors import DomainError, InvalidInput
 from portal.models import Tenant
@@ -271,13 +272,15 @@ def _amount_or_none(
 
 @login_required
 def fragmentation(request: HttpRequest) -> HttpResponse:
+    pool = _chosen_pool(request)
     return _page(
         request,
         "dashboards/fragmentation.html",
         reverse("dashboards:fragmentation-data"),
         pools=QuotaGroup.objects.order_by("name"),
-        chosen_pool=(pool := _chosen_pool(request)),
+        chosen_pool=pool,
         presets=frag.presets_for(pool),
+        defrag=panel_context(request, pool),
     )
 
 

@@ -541,6 +541,43 @@ def cmd_quota_reclaim_notice(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+DEFRAG_MOVE_COLUMNS = (
+    "workload",
+    "kind",
+    "tenant",
+    "from_node",
+    "to_node",
+    "cost_seconds",
+    "reason",
+)
+
+
+def emit_defrag_plan(args: argparse.Namespace, plan: dict[str, Any]) -> None:
+    """A plan: its state and value, then one line per move (`--json`: the API's JSON)."""
+    if args.json:
+        emit(args, plan)
+        return
+    print(f"plan {plan['id']} of {plan['group_name']}: {plan['state']}")
+    print(plan["value"])
+    if plan.get("error"):
+        print(plan["error"])
+    moves = plan.get("moves") or []
+    print(render_table(moves, DEFRAG_MOVE_COLUMNS) if moves else "(no moves)")
+
+
+def cmd_defrag(args: argparse.Namespace) -> int:
+    """`tessera defrag preview --group ID | show ID | apply ID` (operators)."""
+    client = client_from_config()
+    if args.action == "preview":
+        plan = client.post("/defrag/plans/", {"group": args.group})
+    elif args.action == "show":
+        plan = client.get(f"/defrag/plans/{args.id}/")
+    else:
+        plan = client.post(f"/defrag/plans/{args.id}/apply/", {})
+    emit_defrag_plan(args, plan)
+    return EXIT_OK
+
+
 @dataclass(frozen=True)
 class Arg:
     """One argparse argument: its name or flags and `add_argument`'s keyword options."""
@@ -730,6 +767,12 @@ BUDGET_VERBS = (
 )
 
 
+DEFRAG_VERBS = (
+    Verb("preview", (arg("--group", type=int, required=True),)),
+    *verbs(("show", "apply"), arg("id", type=int)),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tessera", description="Tessera GPU platform command-line client."
@@ -760,6 +803,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_command(
         sub, "budget", "GPU-hour budgets (operators write)", BUDGET_VERBS, cmd_budget, common
+    )
+    add_command(
+        sub,
+        "defrag",
+        "plan and apply defragmentation of a pool (operators)",
+        DEFRAG_VERBS,
+        cmd_defrag,
+        common,
     )
     return parser
 

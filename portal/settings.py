@@ -475,6 +475,60 @@ CELERY_BEAT_SCHEDULE["scheduling-audit-invariants"] = {
     "schedule": TESSERA_AUDIT_INTERVAL_SECONDS,
 }
 
+
+# scheduling: safe defragmentation (scheduling.services.defrag, docs/scheduling.md "Defragmentation"). The
+# disruption policy: how long work must have run before it may move, the budget per team (moves a day, share
+# of its running work at once), per-plan limits, exemptions; scheduled runs act only inside a maintenance
+# window (UTC "HH:MM-HH:MM", comma-separated) or when the waiting GPU demand a plan unlocks reaches the
+# threshold (GPUs; 0 = never outside a window). Scheduled runs are off unless TESSERA_DEFRAG_SCHEDULED.
+def _bounded_int(name: str, default: int, low: int, high: int) -> int:
+    value = env_int(name, default, minimum=low)
+    if value > high:
+        raise ImproperlyConfigured(f"{name}={value}: must be at most {high}")
+    return value
+
+
+TESSERA_DEFRAG_PLAN_TTL_SECONDS = _bounded_int("TESSERA_DEFRAG_PLAN_TTL_SECONDS", 900, 30, 86_400)
+TESSERA_DEFRAG_MIN_RUNTIME_SECONDS = _bounded_int(
+    "TESSERA_DEFRAG_MIN_RUNTIME_SECONDS", 1800, 0, 7 * 86_400
+)
+TESSERA_DEFRAG_MAX_TOTAL_COST_SECONDS = _bounded_int(
+    "TESSERA_DEFRAG_MAX_TOTAL_COST_SECONDS", 3600, 0, 7 * 86_400
+)
+TESSERA_DEFRAG_MAX_MOVES_PER_PLAN = _bounded_int("TESSERA_DEFRAG_MAX_MOVES_PER_PLAN", 5, 1, 200)
+TESSERA_DEFRAG_MAX_MOVES_PER_TEAM_PER_DAY = _bounded_int(
+    "TESSERA_DEFRAG_MAX_MOVES_PER_TEAM_PER_DAY", 2, 0, 1000
+)
+TESSERA_DEFRAG_MAX_TEAM_RUNNING_PERCENT = _bounded_int(
+    "TESSERA_DEFRAG_MAX_TEAM_RUNNING_PERCENT", 25, 0, 100
+)
+TESSERA_DEFRAG_MAX_COST_SECONDS_PER_MOVE = _bounded_int(
+    "TESSERA_DEFRAG_MAX_COST_SECONDS_PER_MOVE", 1800, 0, 86_400
+)
+TESSERA_DEFRAG_CODESPACE_RESTART_SECONDS = _bounded_int(
+    "TESSERA_DEFRAG_CODESPACE_RESTART_SECONDS", 120, 0, 86_400
+)
+TESSERA_DEFRAG_JOB_RESTART_SECONDS = _bounded_int(
+    "TESSERA_DEFRAG_JOB_RESTART_SECONDS", 600, 0, 86_400
+)
+TESSERA_DEFRAG_DEMAND_THRESHOLD_GPUS = _bounded_int(
+    "TESSERA_DEFRAG_DEMAND_THRESHOLD_GPUS", 8, 0, 100_000
+)
+TESSERA_DEFRAG_SCHEDULED = env_bool("TESSERA_DEFRAG_SCHEDULED", False)
+TESSERA_DEFRAG_INTERVAL_SECONDS = env_float("TESSERA_DEFRAG_INTERVAL_SECONDS", 900.0)
+TESSERA_DEFRAG_WINDOWS = env_list("TESSERA_DEFRAG_WINDOWS", ["01:00-05:00"])
+for _window in TESSERA_DEFRAG_WINDOWS:
+    if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d", _window):
+        raise ImproperlyConfigured(
+            f"TESSERA_DEFRAG_WINDOWS: {_window[:20]!r} is not a UTC window like 01:00-05:00"
+        )
+TESSERA_DEFRAG_EXEMPT_TENANTS = env_list("TESSERA_DEFRAG_EXEMPT_TENANTS", [])
+TESSERA_DEFRAG_EXEMPT_QUOTAS = env_list("TESSERA_DEFRAG_EXEMPT_QUOTAS", [])
+CELERY_BEAT_SCHEDULE["scheduling-defrag"] = {
+    "task": "scheduling.tasks.defrag_pools_task",
+    "schedule": TESSERA_DEFRAG_INTERVAL_SECONDS,
+}
+
 # telemetry (scheduling.telemetry, dashboards): ingest every minute, prune hourly; prices per GPU-hour.
 CELERY_BEAT_SCHEDULE["ingest-telemetry"] = {
     "task": "scheduling.telemetry.tasks.ingest_telemetry_task",

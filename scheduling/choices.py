@@ -55,3 +55,23 @@ class GangState(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+
+
+class DefragPlanState(models.TextChoices):
+    """PREVIEWED → APPLYING → APPLIED | FAILED; PREVIEWED → EXPIRED (too old, or the cluster moved on).
+
+    Every transition is a compare-and-set on the stored state (scheduling.services.defrag)."""
+
+    PREVIEWED = "previewed", "Previewed"
+    APPLYING = "applying", "Applying"
+    APPLIED = "applied", "Applied"
+    FAILED = "failed", "Failed"
+    EXPIRED = "expired", "Expired"
+
+
+DEFRAG_FINAL_STATES = (DefragPlanState.APPLIED, DefragPlanState.FAILED, DefragPlanState.EXPIRED)
+
+
+class DefragTrigger(models.TextChoices):
+    OPERATOR = "operator", "Operator (preview, then apply)"
+    SCHEDULED = "scheduled", "Scheduled (maintenance window or waiting demand)"

@@ -11,6 +11,8 @@ from portal.models import Tenant
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import (
     ACTIVE_STATES,
+    DefragPlanState,
+    DefragTrigger,
     GangState,
     GangTopologyMode,
     TopologyPolicy,
@@ -166,6 +168,10 @@ class Workload(models.Model):
     )
     priority = models.IntegerField(default=0)
     preemptible = models.BooleanField(default=True)
+    movable = models.BooleanField(
+        default=True,
+        help_text="Defragmentation may move it (stop and restart elsewhere); false = exempt",
+    )
     profile = models.CharField(
         max_length=20, choices=UtilizationProfile.choices, default=UtilizationProfile.DEVELOPMENT
     )
@@ -347,3 +353,86 @@ class InvariantAuditRun(models.Model):
 
     def __str__(self) -> str:
         return f"audit {self.started_at:%Y-%m-%d %H:%M:%S}: {self.violations} violations"
+
+
+class DefragPlan(models.Model):
+    """One defragmentation plan of a pool (scheduling.services.defrag): the moves the engine chose, what
+    they unlock and cost, who previewed and who applied it. A plan is data: previewed first, applied
+    once (compare-and-set on `state`); `result` is the answer of the apply, returned again on a retry.
+    Kept as the audit trail of every move defragmentation made."""
+
+    group = models.ForeignKey(QuotaGroup, on_delete=models.CASCADE, related_name="defrag_plans")
+    state = models.CharField(
+        max_length=16, choices=DefragPlanState.choices, default=DefragPlanState.PREVIEWED
+    )
+    trigger = models.CharField(
+        max_length=16, choices=DefragTrigger.choices, default=DefragTrigger.OPERATOR
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    applied_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    shard_version = models.PositiveBigIntegerField(default=0)
+    value = models.CharField(max_length=500, help_text="What the plan frees, in one sentence")
+    freed_whole_gpus = models.PositiveIntegerField(default=0)
+    freed_whole_nodes = models.PositiveIntegerField(default=0)
+    cost_seconds = models.PositiveIntegerField(default=0)
+    unlocks = models.JSONField(
+        default=list, blank=True, help_text="The waiting workloads the moves free capacity for"
+    )
+    result = models.JSONField(default=dict, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "expires_at"], name="defragplan_state_expiry")]
+
+    def __str__(self) -> str:
+        return f"defrag plan {self.pk} of {self.group_id}: {self.state}"
+
+
+class DefragMove(models.Model):
+    """One move of a plan: the workload, where it was, where it goes, its cost and why (the sentence its
+    owner reads)."""
+
+    plan = models.ForeignKey(DefragPlan, on_delete=models.CASCADE, related_name="moves")
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="defrag_moves")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    placement_id = models.PositiveBigIntegerField(help_text="The placement it held when planned")
+    from_node = models.CharField(max_length=253)
+    from_gpus = models.JSONField(default=list)
+    to_node = models.CharField(max_length=253)
+    to_gpus = models.JSONField(default=list)
+    gpu_milli = models.PositiveIntegerField(default=0)
+    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    target_gpu_memory_mib = models.PositiveIntegerField(default=0)
+    cpu_milli = models.PositiveIntegerField()
+    memory_mib = models.PositiveIntegerField()
+    cost_seconds = models.PositiveIntegerField(default=0)
+    running_seconds = models.PositiveBigIntegerField(default=0)
+    reason = models.CharField(max_length=500)
+    moved_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["plan", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["plan", "workload"], name="uniq_workload_in_defrag_plan"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workload_id}: {self.from_node} -> {self.to_node}"

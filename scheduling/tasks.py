@@ -14,7 +14,7 @@ from quotas.models import QuotaGroup
 from scheduling.backends.base import BackendError
 from scheduling.backends.registry import get_backend
 from scheduling.queues import queue_for_group
-from scheduling.services import audit, reconcile
+from scheduling.services import audit, defrag, reconcile
 from scheduling.services.cycle import run_cycle
 from scheduling.services.polite_reclaim import deliver_reclaim_notice
 from scheduling.services.workloads import (
@@ -188,6 +188,19 @@ def deliver_reclaim_notice_task(notice_id: int) -> dict[str, str]:
     """Polite reclaim: signal a notice's workload through the backend and call its quota's
     checkpoint webhook (outcomes recorded on the notice, never raised: the deadline stands)."""
     return deliver_reclaim_notice(notice_id, get_backend())
+
+
+@shared_task
+def defrag_pools_task() -> dict[str, Any]:
+    """Beat: expire stale defragmentation plans; when scheduled defragmentation is on, plan each pool
+    and apply inside a maintenance window or when the waiting demand unlocked reaches the threshold.
+    One pool that raises is logged and the others still run."""
+    report = defrag.run_scheduled_defrag()
+    return {
+        "applied": report.applied,
+        "skipped": report.skipped,
+        "failed": list(report.failures.failed_ids),
+    }
 
 
 class TaskFollowUps:

@@ -38,7 +38,8 @@ PUBLIC_PAGES = ("login", "api-root")
 NOT_PAGES = re.compile(
     r"^(\^api|admin/|metrics$|favicon\.ico$)"
     r"|(data/|\.json|\.csv|what-if/)$"
-    r"|/(revoke|start|stop|delete|keep|cancel|fairness)/$"  # POST-only actions
+    r"|/(revoke|start|stop|delete|keep|cancel|fairness|apply|move-consent)/$"  # POST-only actions
+    r"|^dashboards/fragmentation/defrag/$"  # POST-only: preview a defragmentation plan
     r"|<str:action>/$"
     r"|^(accounts/logout/|tenant/switch/)$"
     r"|^accounts/sso/"  # redirects to and from the identity provider (404 while single sign-on is off)

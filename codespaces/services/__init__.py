@@ -14,6 +14,7 @@ people's units → scheduler units, its one validation), `create` (the create tr
 from codespaces.services.actions import (
     delete_codespace,
     keep_codespace,
+    set_move_consent,
     start_codespace,
     stop_codespace,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "retire_template",
     "savings",
     "scoped_codespaces",
+    "set_move_consent",
     "slice_models",
     "start_codespace",
     "stop_codespace",

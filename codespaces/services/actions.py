@@ -200,3 +200,20 @@ def keep_codespace(codespace: Codespace, *, actor: Any) -> Codespace:
         codespace, EventKind.KEPT, "Kept running; the idle timer starts again.", actor=actor
     )
     return codespace
+
+
+def set_move_consent(codespace: Codespace, *, actor: Any, consent: bool) -> Codespace:
+    """The owner's answer to defragmentation: may it stop this codespace and restart it elsewhere (home
+    kept) while it is in use? Without consent only an idle codespace moves. Recorded in the timeline."""
+    Codespace.objects.filter(pk=codespace.pk).update(move_consent=consent)
+    codespace.move_consent = consent
+    lifecycle.record_event(
+        codespace,
+        EventKind.NOTICE,
+        "Defragmentation may move it while in use (restart elsewhere, home kept)."
+        if consent
+        else "Defragmentation moves it only when idle.",
+        actor=actor,
+        data={"move_consent": consent},
+    )
+    return codespace

@@ -108,7 +108,9 @@ def _record_step(codespace: Codespace, step: str, workload: Any, observed: Obser
             where = _last_placed_where(codespace)
             old = where.get("node_name", "")
             old = f"{old} / {where['gpu_names']}" if where.get("gpu_names") else old
-            why = f"its placement on {old} was released (GPU or node failure, drain)"
+            why = (
+                f"its placement on {old} was released (GPU or node failure, drain, defragmentation)"
+            )
         else:
             why = workload.failure_reason or workload.pending_reason or "capacity changed"
         lifecycle.transition(

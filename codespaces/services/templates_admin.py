@@ -45,6 +45,7 @@ TEMPLATE_FIELDS = (
     "idle_grace_minutes",
     "idle_threshold_percent",
     "max_per_user",
+    "defrag_movable",
     "active",
 )
 

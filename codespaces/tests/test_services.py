@@ -367,7 +367,7 @@ def test_gpu_failure_requeues_it_and_it_moves_to_a_healthy_gpu(
     notice = codespace.events.get(kind=EventKind.NOTICE, to_state=S.QUEUED)
     assert notice.message == (
         f"Requeued by the scheduler: its placement on h100-a / gpu{failed.index} was released "
-        "(GPU or node failure, drain)."
+        "(GPU or node failure, drain, defragmentation)."
     )
     assert list(codespace.events.order_by("id").values_list("to_state", flat=True))[4:] == [
         S.QUEUED,

@@ -211,8 +211,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
             "id", "kind", "name", "tenant", "quota", "owner", "gang", "state", "pending_code",
             "pending_reason", "queue_position", "failure_reason", "cpu_milli", "memory_mib",
             "gpu_count", "gpu_milli", "gpu_memory_mib", "mig_profile", "gpu_models", "node_labels",
-            "topology", "priority", "preemptible", "profile", "image", "submitted_at", "placed_at",
-            "started_at", "finished_at", "placement",
+            "topology", "priority", "preemptible", "movable", "profile", "image", "submitted_at",
+            "placed_at", "started_at", "finished_at", "placement",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -268,6 +268,10 @@ class JobCreateSerializer(serializers.Serializer):
         choices=GangTopologyMode.choices,
         default=GangTopologyMode.REQUIRED,
         help_text="required: one domain or wait; preferred: the tightest domain that fits, else anywhere.",
+    )
+    movable = serializers.BooleanField(
+        default=True,
+        help_text="Defragmentation may requeue its pods to free whole GPUs (false: exempt).",
     )
 
 

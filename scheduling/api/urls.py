@@ -2,6 +2,7 @@
 
 from rest_framework.routers import SimpleRouter
 
+from scheduling.api.defrag import DefragPlanViewSet
 from scheduling.api.demand import DemandViewSet
 from scheduling.api.views import (
     GpuViewSet,
@@ -20,4 +21,5 @@ router.register("workloads", WorkloadViewSet, basename="workload")
 router.register("jobs", JobViewSet, basename="job")
 router.register("demand", DemandViewSet, basename="demand")
 router.register("what-if", WhatIfViewSet, basename="what-if")
+router.register("defrag/plans", DefragPlanViewSet, basename="defrag-plan")
 urlpatterns = router.urls

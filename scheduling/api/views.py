@@ -332,6 +332,7 @@ class JobViewSet(
             preemptible=data["preemptible"],
             topology_level=data["topology_level"],
             topology_mode=data["topology_mode"],
+            movable=data["movable"],
         )
         gang = self.get_queryset().get(pk=gang.pk)
         return Response(JobSerializer(gang).data, status=status.HTTP_201_CREATED)

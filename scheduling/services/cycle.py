@@ -52,6 +52,7 @@ from scheduling.services.polite_reclaim import reclaim_politely
 from scheduling.services.quota_bridge import cycle_snapshot, warm_capacity
 from scheduling.services.snapshot import (
     GroupCluster,
+    bump_shards_for_nodes,
     cached_group_cluster,
     ensure_shard,
     forget,
@@ -500,3 +501,21 @@ def run_cycle(group_id: int, *, limit: int | None = None, policy: str | None = N
             )
         return report
     return CycleReport(group.pk, retried=True)
+
+
+def commit_assignments(
+    cluster: GroupCluster,
+    assignments: Sequence[Assignment],
+    rows: dict[int, Workload],
+    now: datetime,
+) -> list[int]:
+    """Write placements decided outside a cycle (a defragmentation plan) the way a cycle writes its own:
+    PENDING→PLACED compare-and-set, capacity re-checked under node row locks (StaleSnapshot when they no
+    longer fit), whole cards charged the card they got, gang states, the shards' versions bumped;
+    observers and materialization on commit. The caller holds the shard lock, inside its transaction."""
+    placed_ids = _persist(cluster, assignments, rows, now)
+    refresh_gang_states({g for i in placed_ids if (g := rows[i].gang_id) is not None})
+    bump_shards_for_nodes({cluster.nodes[a.node].pk for a in assignments})
+    observers.notify_on_commit([(rows[i].kind, i) for i in placed_ids])
+    _materialize_on_commit(placed_ids)
+    return placed_ids

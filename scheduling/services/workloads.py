@@ -396,6 +396,7 @@ def submit_gang(
     preemptible: bool = True,
     topology_level: str = "",
     topology_mode: str = GangTopologyMode.REQUIRED,
+    movable: bool = True,
 ) -> Gang:
     """Queue a gang job: its members (dicts of submit_workload resource fields) are placed together, at
     least `min_available` of them, or none; after `timeout_seconds` without that it times out. A job
@@ -495,6 +496,7 @@ def submit_gang(
                         name=f"{name}-{i}"[:63],
                         gang=gang,
                         preemptible=bool(preemptible),
+                        movable=bool(movable),
                         pending_reason="Waiting for the next scheduling cycle.",
                         pending_code="queued",
                         **spec,

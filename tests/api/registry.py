@@ -165,6 +165,20 @@ def _quota_group(owner: Owner) -> Model:
     return _quota(owner).group  # type: ignore[attr-defined]
 
 
+def _defrag_plan(owner: Owner) -> Model:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.models import DefragPlan
+
+    return DefragPlan.objects.create(
+        group=_quota_group(owner),
+        value="No move helps: nothing can be freed within the limits.",
+        expires_at=timezone.now() + timedelta(minutes=15),
+    )
+
+
 def _budget(owner: Owner) -> Model:
     from quotas.models import GpuHourBudget
 
@@ -316,6 +330,13 @@ REGISTRY: dict[str, Resource] = {
     "what-if": Resource(
         kind="global",
         reason="the operators' capacity planner over every team's recorded demand: members get 403",
+    ),
+    "defrag": Resource(
+        kind="global",
+        make=_defrag_plan,
+        model="scheduling.DefragPlan",
+        reason="the operators' defragmentation plans of a pool (moves of every team's work): members "
+        "get 403 on every operation",
     ),
     "codespaces": Resource(
         kind="tenant",
