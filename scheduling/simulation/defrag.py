@@ -24,7 +24,7 @@ from scheduling.engine import GPU_MILLI, ClusterState, typical_pods
 from scheduling.engine.defrag import DefragLimits, MoveCandidate, plan_defrag
 from scheduling.engine.gpu_select import make_assignment
 
-from .replay import CAPACITY, ClassKey, _Replay
+from .replay import CAPACITY, ClassKey, Replay
 from .types import ReplayOptions, ReplayResult, TimedRequest
 
 
@@ -50,7 +50,7 @@ class DefragStats:
     lost_gpu_seconds: float
 
 
-class _DefragReplay(_Replay):
+class _DefragReplay(Replay):
     def __init__(
         self,
         state: ClusterState,

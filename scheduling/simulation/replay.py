@@ -107,8 +107,9 @@ def may_fit(state: ClusterState, r: PlacementRequest, nodes: IntArray) -> bool:
     return bool((ok & fits.any(axis=1)).any())
 
 
-class _Replay:
-    """The replay's mutable state; :func:`replay` is the only entry point."""
+class Replay:
+    """The replay's mutable state; :func:`replay` is the entry point (the defragmentation replay,
+    `scheduling.simulation.defrag`, extends it)."""
 
     def __init__(
         self,
@@ -393,4 +394,4 @@ def replay(
         The outcome of every request (input order) and the allocation / queue / team step functions.
         Deterministic: the same input gives the same result. Malformed requests never start.
     """
-    return _Replay(state.copy(), requests, options, running).run(options.horizon, observer)
+    return Replay(state.copy(), requests, options, running).run(options.horizon, observer)
