@@ -326,10 +326,13 @@ def plan_reclaim(
                 )
                 continue
             # Assign back: keep running whatever is not needed, newest choice first.
+            # (a running sum: what the others free is the sum less this one; linear, not quadratic)
+            kept_total = total(u.freed for u in picked)
             for unit in list(reversed(picked)):
-                rest = total(u.freed for u in picked if u is not unit)
+                rest = kept_total - unit.freed
                 if _covers(rest, need, dims):
                     picked.remove(unit)
+                    kept_total = rest
             for unit in picked:
                 owner = snapshot.quota(unit.quota_id).side(side)
                 primary = "gpu_milli" if side is Side.GPU else "cpu_milli"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from quotas.reclaim import Victim
 from scheduling.engine import (
@@ -74,11 +75,15 @@ def choose_by_node(
         policy, topology_levels: the cycle's placement policy and the pool's topology.
     """
     trial = state.copy()
-    held = [tuple(running[w] for w in v.workload_ids if w in running) for v in candidates]
-    on_node: dict[str, list[int]] = {}
+    held = [
+        tuple(running[w] for w in v.workload_ids if w in running and running[w].node in state.index)
+        for v in candidates
+    ]
+    on_node: dict[int, list[int]] = {}
     for index, assignments in enumerate(held):
         for node_name in dict.fromkeys(a.node for a in assignments):
-            on_node.setdefault(node_name, []).append(index)
+            if node_name in trial.index:
+                on_node.setdefault(trial.index[node_name], []).append(index)
     chosen: set[int] = set()
     nodes: dict[str, str] = {}
     # The `need` cheapest pods are enough; the largest of them is fitted first.
@@ -87,50 +92,130 @@ def choose_by_node(
         by_size[: max(need, 0)],
         key=lambda r: (-r.gpu_count * r.gpu_milli, -r.cpu_milli, r.request_id),
     )
+    # The nodes a pod could use at all once every permitted victim stopped (labels, models, cordons
+    # and capacity as the engine filters them); reserving pods only narrows this.
+    upper = state.copy()
+    for assignments in held:
+        for a in assignments:
+            upper.release(a)
+    # Per (pod shape, node, the node's version): the victims that make room there, and their cost; a
+    # node's version moves when a choice releases or reserves anything on it (pods of one shape, as a
+    # gang's are, look at each node once plus the nodes earlier choices touched).
+    version = [0] * len(trial)
+    rooms: dict[tuple[Any, ...], tuple[tuple[int, int, int, int], list[int]] | None] = {}
     for pod in targets:
-        best: tuple[tuple[int, int, int, int], str, list[int]] | None = None
         fits_now = feasible_mask(trial, pod)
-        for i, node_name in enumerate(trial.names):
-            if fits_now[i]:
-                best = ((0, 0, 0, i), node_name, [])
-                break
-            released = _make_room(
-                trial, pod, i, [c for c in on_node.get(node_name, ()) if c not in chosen], held
+        if fits_now.any():
+            node_name = trial.names[int(fits_now.argmax())]
+            released: list[int] = []
+        else:
+            best: tuple[tuple[int, int, int, int], list[int]] | None = None
+            shape = (
+                pod.cpu_milli,
+                pod.memory_mib,
+                pod.gpu_count,
+                pod.gpu_milli,
+                pod.gpu_memory_mib,
             )
-            if released is None:
-                continue
-            cost = (
-                max(candidates[c].priority for c in released),
-                len(released),
-                sum(candidates[c].freed.gpu_milli for c in released),
-                i,
-            )
-            if best is None or cost < best[0]:
-                best = (cost, node_name, released)
-        if best is None:
-            return NoFit(
-                f"reclaim cannot make room for pod {pod.request_id} "
-                f"({_shape(pod)}): no node has enough free or reclaimable capacity for it; "
-                "nothing is reclaimed."
-            )
-        _, node_name, released = best
+            for i in feasible_mask(upper, pod).nonzero()[0].tolist():
+                key = (shape, i, version[i])
+                if key not in rooms:
+                    local = [c for c in on_node.get(i, ()) if c not in chosen]
+                    room = _make_room(trial, pod, i, local, held)
+                    rooms[key] = None if room is None else (_cost(candidates, room, i), room)
+                found = rooms[key]
+                if found is not None and (best is None or found[0] < best[0]):
+                    best = found
+            if best is None:
+                return NoFit(
+                    f"reclaim cannot make room for pod {pod.request_id} ({_shape(pod)}): no node "
+                    "has enough free or reclaimable capacity for it; nothing is reclaimed."
+                )
+            node_name = trial.names[best[0][3]]
+            released = best[1]
         for c in released:
             for a in held[c]:
                 trial.release(a)
+                version[trial.index[a.node]] += 1
+        version[trial.index[node_name]] += 1
         chosen.update(released)
         nodes[pod.request_id] = node_name
         reservation = _reserve(trial, pod, node_name)
         if reservation is not None:
             trial.apply(reservation)
-    victims = tuple(candidates[c] for c in sorted(chosen))
+        upper_hold = _reserve(upper, pod, node_name)
+        if upper_hold is not None:
+            upper.apply(upper_hold)
+    picked = sorted(chosen)
     if not _engine_places(
-        state, pods, need, [held[c] for c in sorted(chosen)], gang, policy, topology_levels
+        state, pods, need, [held[c] for c in picked], gang, policy, topology_levels
     ):
         return NoFit(
-            "reclaim cannot make room for it: even with every permitted victim chosen node by node "
+            "reclaim cannot make room for it: even with the permitted victims chosen node by node "
             "stopped, the engine would not place it; nothing is reclaimed."
         )
-    return NodeChoice(victims, nodes)
+    return NodeChoice(tuple(candidates[c] for c in picked), nodes)
+
+
+def _cost(candidates: Sequence[Victim], room: Sequence[int], i: int) -> tuple[int, int, int, int]:
+    """Lowest first: the highest priority stopped, how many units, the GPU compute freed, the node."""
+    return (
+        max(candidates[c].priority for c in room),
+        len(room),
+        sum(candidates[c].freed.gpu_milli for c in room),
+        i,
+    )
+
+
+@dataclass
+class _Node:
+    """One node's free CPU, memory and GPUs (compute, memory, capacity, healthy), for trial releases."""
+
+    cpu: int
+    mem: int
+    gpus: list[list[int]]
+
+    @classmethod
+    def of(cls, state: ClusterState, i: int) -> _Node:
+        return cls(
+            int(state.cpu_free[i]),
+            int(state.mem_free[i]),
+            [
+                [
+                    int(state.gpu_free[i, j]),
+                    int(state.gpu_mem_free[i, j]),
+                    int(state.gpu_mem_cap[i, j]),
+                    int(state.gpu_ok[i, j]),
+                ]
+                for j in range(int(state.gpu_count[i]))
+            ],
+        )
+
+    def release(self, a: Assignment) -> None:
+        self.cpu += a.cpu_milli
+        self.mem += a.memory_mib
+        for j in a.gpu_indices:
+            gpu = self.gpus[j]
+            if a.gpu_milli >= GPU_MILLI:
+                gpu[0], gpu[1] = GPU_MILLI, gpu[2]
+            else:
+                gpu[0] += a.gpu_milli
+                gpu[1] += a.gpu_memory_mib
+
+    def fits(self, pod: PlacementRequest) -> bool:
+        if self.cpu < pod.cpu_milli or self.mem < pod.memory_mib:
+            return False
+        if pod.gpu_count == 0:
+            return True
+        if pod.gpu_milli >= GPU_MILLI:
+            usable = sum(1 for g in self.gpus if g[3] and g[0] == GPU_MILLI and g[1] == g[2])
+        else:
+            usable = sum(
+                1
+                for g in self.gpus
+                if g[3] and g[0] >= pod.gpu_milli and g[1] >= pod.gpu_memory_mib
+            )
+        return usable >= pod.gpu_count
 
 
 def _make_room(
@@ -140,31 +225,35 @@ def _make_room(
     local: list[int],
     held: Sequence[tuple[Assignment, ...]],
 ) -> list[int] | None:
-    """The units of `local` (in order) whose release makes `pod` fit on node `i`, the unneeded ones
-    kept; None when all of them are not enough. `trial` is left as it was."""
+    """The units of `local` (in reclaim's order) whose release makes `pod` fit on node `i` of `trial`,
+    the unneeded ones kept (newest choice first); None when all of them are not enough. The node's
+    filters (labels, models, cordon) are the caller's; `trial` is not changed."""
+    name = trial.names[i]
+
+    def fits_without(units: Sequence[int]) -> bool:
+        node = _Node.of(trial, i)
+        for c in units:
+            for a in held[c]:
+                if a.node == name:
+                    node.release(a)
+        return node.fits(pod)
+
     released: list[int] = []
-    fits = False
+    node = _Node.of(trial, i)
     for c in local:
         for a in held[c]:
-            trial.release(a)
+            if a.node == name:
+                node.release(a)
         released.append(c)
-        if feasible_mask(trial, pod)[i]:
-            fits = True
+        if node.fits(pod):
             break
-    if fits:
-        # Assign back: keep running whatever is not needed, newest choice first.
-        for c in reversed(released[:-1]):
-            for a in held[c]:
-                trial.apply(a)
-            if feasible_mask(trial, pod)[i]:
-                released.remove(c)
-            else:
-                for a in held[c]:
-                    trial.release(a)
-    for c in reversed(released):
-        for a in held[c]:
-            trial.apply(a)
-    return released if fits else None
+    else:
+        return None
+    for c in reversed(released[:-1] if len(released) > 1 else ()):
+        rest = [u for u in released if u != c]
+        if fits_without(rest):
+            released = rest
+    return released
 
 
 def _reserve(trial: ClusterState, pod: PlacementRequest, node_name: str) -> Assignment | None:
