@@ -19,7 +19,7 @@ home kept); this module only decides. Pure given a snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -204,6 +204,7 @@ def plan_reclaim(
     *,
     shortfall: Resources | None = None,
     protect_started_after: datetime | None = None,
+    among: Collection[int] | None = None,
 ) -> ReclaimPlan:
     """Choose the work to stop so that `pending` can start.
 
@@ -215,6 +216,8 @@ def plan_reclaim(
         pending: a pending Workload, a list of them (a gang's members are one request), or WorkloadUsage.
         shortfall: what has to be freed for a single request, when the caller knows better than "request
             minus the group's free capacity" (e.g. the placement engine needs a whole node free).
+        among: when given, only units whose members are all in it may be chosen (the scheduling cycle
+            passes the victims it chose node by node, see scheduling.services.reclaim_fit).
 
     Returns:
         ReclaimPlan: victims in the order to stop them, each with a reason, and an outcome per request.
@@ -292,6 +295,8 @@ def plan_reclaim(
                     continue
                 if any(m.workload_id in taken for m in unit.members):
                     continue
+                if among is not None and not all(m.workload_id in among for m in unit.members):
+                    continue
                 over = remaining_over[unit.quota_id]
                 useful = any(
                     still_needed.get(d) > 0 and over.get(d) > 0 and unit.freed.get(d) > 0
@@ -321,10 +326,13 @@ def plan_reclaim(
                 )
                 continue
             # Assign back: keep running whatever is not needed, newest choice first.
+            # (a running sum: what the others free is the sum less this one; linear, not quadratic)
+            kept_total = total(u.freed for u in picked)
             for unit in list(reversed(picked)):
-                rest = total(u.freed for u in picked if u is not unit)
+                rest = kept_total - unit.freed
                 if _covers(rest, need, dims):
                     picked.remove(unit)
+                    kept_total = rest
             for unit in picked:
                 owner = snapshot.quota(unit.quota_id).side(side)
                 primary = "gpu_milli" if side is Side.GPU else "cpu_milli"
@@ -367,6 +375,70 @@ def plan_reclaim(
                 )
             )
     return ReclaimPlan(victims=tuple(chosen), claims=tuple(outcomes))
+
+
+def reclaimable(
+    snapshot: GroupSnapshot,
+    pending: Any,
+    *,
+    protect_started_after: datetime | None = None,
+) -> tuple[Victim, ...]:
+    """Every unit the quota rules let `pending` (one request: a workload or a gang's members) take
+    back, in the order reclaim prefers them: the claimant must be entitled to reclaim on its side
+    (quotas.admission), and a unit must be whole, preemptible, past the minimum runtime, and belong to a
+    sibling quota running above its runtime share in a dimension the unit frees. No budget is applied
+    (how much a quota gives back is `plan_reclaim`'s rule); a caller choosing where capacity is freed
+    picks among these and then asks `plan_reclaim(..., among=...)` for the plan."""
+    claims = _claims(pending)
+    counted = snapshot.pending_ids
+    missing = [
+        u for claim in claims for u in claim if not (u.workload_id and u.workload_id in counted)
+    ]
+    if missing:
+        snapshot = snapshot.with_workloads([replace(u, active=False) for u in missing])
+    out: list[Victim] = []
+    for claim in claims:
+        for side in (Side.GPU, Side.CPU):
+            on_side = [u for u in claim if u.side is side]
+            if not on_side:
+                continue
+            dims = side.dimensions
+            quota_id = on_side[0].quota_id
+            admission = check_request(
+                snapshot,
+                quota_id,
+                side,
+                total(u.resources.only(dims) for u in on_side),
+                preemptible=all(u.preemptible for u in on_side),
+                already_counted=True,
+            )
+            if not admission.allowed:
+                continue
+            over = {
+                q.quota_id: q.side(side).over_runtime
+                for q in snapshot.quotas.values()
+                if q.quota_id != quota_id
+            }
+            for unit in _units(snapshot, side, protect_started_after):
+                if unit.quota_id not in over:
+                    continue
+                if not any(over[unit.quota_id].get(d) > 0 and unit.freed.get(d) > 0 for d in dims):
+                    continue
+                out.append(
+                    Victim(
+                        workload_ids=tuple(m.workload_id for m in unit.members),
+                        gang_id=unit.gang_id,
+                        name=unit.name,
+                        kinds=tuple(sorted({m.kind for m in unit.members})),
+                        quota_id=unit.quota_id,
+                        quota_name=snapshot.quota(unit.quota_id).name,
+                        side=side,
+                        priority=unit.priority,
+                        freed=unit.freed,
+                        reason=f"may be reclaimed: {_describe_unit(unit, side)}",
+                    )
+                )
+    return tuple(out)
 
 
 def victims_for(snapshot: GroupSnapshot, pending: Sequence[Any]) -> tuple[int, ...]:

@@ -301,6 +301,7 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
             else None
         ),
         mig_cards=mig_cards(group, cluster.nodes) if any(w.mig_profile for w in pending) else (),
+        running=dict(cluster.applied),
     )
     return _CycleRead(cycle_input, {w.pk: w for w in pending}, cluster, cached)
 

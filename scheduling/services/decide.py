@@ -33,7 +33,8 @@ from datetime import datetime
 from typing import Any
 
 from quotas.admission import Admission, AdmissionSession
-from quotas.reclaim import Victim, plan_reclaim
+from quotas.reclaim import Victim, plan_reclaim, reclaimable
+from quotas.resources import Resources
 from quotas.usage import GroupSnapshot, WorkloadUsage
 from scheduling.engine import (
     GPU_MILLI,
@@ -49,6 +50,7 @@ from scheduling.engine import (
 from scheduling.engine.mig import MigCard, MigInstance, MigRequest, plan_mig, request_order
 from scheduling.engine.planner import plan_in_place, queue_key
 from scheduling.engine.types import UnplacedReason
+from scheduling.services.reclaim_fit import NoFit, choose_by_node
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,10 @@ class CycleInput:
 
     topology_levels: tuple[TopologyLevel, ...] = ()
     """The pool's cross-node topology, widest first (for gangs with a `gang_topology`)."""
+
+    running: Mapping[int, Assignment] = field(default_factory=dict)
+    """Per active workload id, its placement on `cluster`: reclaim chooses its victims node by node
+    (`scheduling.services.reclaim_fit`). Empty: victims by quota share alone (no node is known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +167,10 @@ class Proposal:
     state: ClusterState
     requests: tuple[PlacementRequest, ...]
     mig: Mapping[int, MigSlot] = field(default_factory=dict)
+    running: Mapping[int, Assignment] = field(default_factory=dict)
+    """The cycle's `running` placements plus this cycle's own (where each active workload is)."""
+    policy: str = "tessera"
+    topology_levels: tuple[TopologyLevel, ...] = ()
 
     @property
     def reclaim_candidates(self) -> tuple[Unit, ...]:
@@ -261,6 +271,11 @@ def propose(cycle: CycleInput) -> Proposal:
         state=state,
         requests=requests,
         mig=mig,
+        running={**cycle.running, **{int(a.request_id): a for a in placements}}
+        if cycle.running
+        else {},
+        policy=cycle.policy,
+        topology_levels=cycle.topology_levels,
     )
 
 
@@ -273,8 +288,11 @@ def conclude(
     """Steps 5–6: the reclaim claim (on `workloads`, the group's workloads one by one; work started
     after `protect_started_after` is protected) and everyone's waiting reason and position."""
     claim = None
+    no_room: dict[int, str] = {}
     if workloads is not None and proposal.reclaim_candidates:
-        claim = _reclaim(proposal, _with_placements(workloads, proposal), protect_started_after)
+        claim = _reclaim(
+            proposal, _with_placements(workloads, proposal), protect_started_after, no_room
+        )
     placed = {int(a.request_id) for a in proposal.placements}
     waiting: dict[int, Waiting] = {}
     position = 0
@@ -290,6 +308,8 @@ def conclude(
                 code, reason = "reclaiming", claim.message
             else:
                 code, reason = proposal.unplaced[wid].reason.value, proposal.unplaced[wid].message
+                if wid in no_room:
+                    reason = f"{reason} ({no_room[wid]})"
             waiting[wid] = Waiting(code, reason, position)
     return CycleDecision(
         placements=proposal.placements,
@@ -472,18 +492,54 @@ def _with_placements(workloads: GroupSnapshot, proposal: Proposal) -> GroupSnaps
 
 
 def _reclaim(
-    proposal: Proposal, workloads: GroupSnapshot, protect_started_after: datetime | None = None
+    proposal: Proposal,
+    workloads: GroupSnapshot,
+    protect_started_after: datetime | None = None,
+    no_room: dict[int, str] | None = None,
 ) -> Reclaim | None:
     """The quota rule: the first unit admitted within its runtime share that found no capacity takes back
-    capacity lent to sibling quotas (a gang as one request, all or nothing)."""
+    capacity lent to sibling quotas (a gang as one request, all or nothing). When the cycle knows where
+    the running work is (`Proposal.running`), the victims are chosen node by node so that the unit can
+    place once they stopped (`reclaim_fit.choose_by_node`), and a unit no permitted victims would make
+    room for reclaims nothing (why goes into `no_room`, per member id, for its waiting reason)."""
     for unit in proposal.reclaim_candidates:
         usages = [m.usage for m in unit.members]
+        claim = usages if unit.gang_need else usages[0]
+        among = None
+        shortfall = None
+        if proposal.running and not any(m.mig_profile for m in unit.members):
+            candidates = reclaimable(workloads, claim, protect_started_after=protect_started_after)
+            if not candidates:
+                continue
+            choice = choose_by_node(
+                proposal.state,
+                [m.request for m in unit.members],
+                unit.gang_need or 1,
+                candidates,
+                proposal.running,
+                gang=_gang_spec(unit) if unit.gang_need else None,
+                policy=proposal.policy,
+                topology_levels=proposal.topology_levels,
+            )
+            if isinstance(choice, NoFit):
+                if no_room is not None:
+                    no_room.update(dict.fromkeys(unit.ids, choice.reason))
+                continue
+            if not choice.victims:
+                continue
+            among = {i for v in choice.victims for i in v.workload_ids}
+            shortfall = _freed(choice.victims)
         plan = plan_reclaim(
             workloads,
-            usages if unit.gang_need else usages[0],
+            claim,
             protect_started_after=protect_started_after,
+            among=among,
+            shortfall=shortfall,
         )
         if not plan.victims:
+            if among is not None and no_room is not None:
+                why = "; ".join(c.reason for c in plan.claims if not c.satisfied)
+                no_room.update(dict.fromkeys(unit.ids, why or "reclaim would not free enough"))
             continue
         names = ", ".join(v.name for v in plan.victims)
         message = (
@@ -492,3 +548,19 @@ def _reclaim(
         )
         return Reclaim(unit.ids, message, plan.victims)
     return None
+
+
+def _gang_spec(unit: Unit) -> GangSpec:
+    return GangSpec(
+        unit.head.usage.gang_name or str(unit.head.usage.gang_id),
+        tuple(map(str, unit.ids)),
+        unit.gang_need,
+        unit.head.gang_topology,
+    )
+
+
+def _freed(victims: Sequence[Victim]) -> Resources:
+    freed = Resources()
+    for v in victims:
+        freed = freed + v.freed
+    return freed

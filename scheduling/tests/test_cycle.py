@@ -400,3 +400,40 @@ def test_group_sharing_nodes_with_an_older_group_places_nothing_on_them() -> Non
     assert [w.state for w in b_jobs] == [WorkloadState.PENDING, WorkloadState.PENDING]
     assert a_job.state == WorkloadState.PLACED
     assert_no_overcommit()
+
+
+def test_reclaim_for_a_multi_gpu_pod_stops_single_gpu_borrowers_on_one_node_only(
+    team_a: Any, team_b: Any
+) -> None:
+    # given team-a (no min) borrowing all 12 GPUs of three 4-GPU nodes with single-GPU pods
+    small_cluster(gpu_nodes=3, gpus_per_node=4)
+    group = make_group()
+    qa = make_quota(group, team_a, name="a")
+    qb = make_quota(group, team_b, name="b", gpu_min_milli=4000)
+    borrowers = [submit(qa, f"a{i}", gpu_count=1, gpu_milli=1000) for i in range(12)]
+    assert services.run_cycle(group.pk).placed == 12
+    node_of = dict(
+        Placement.objects.filter(workload__in=borrowers, released_at__isnull=True).values_list(
+            "workload_id", "node__name"
+        )
+    )
+    # when team-b asks for one pod of 4 whole GPUs (its min)
+    claimant = submit(qb, "b", gpu_count=4, gpu_milli=1000)
+    report = services.run_cycle(group.pk)
+    # then exactly the 4 pods of one node are requeued, and the next cycle places team-b there
+    assert report.reclaimed == 4
+    requeued = list(
+        Workload.objects.filter(pk__in=[w.pk for w in borrowers], state="pending").values_list(
+            "pk", flat=True
+        )
+    )
+    assert len(requeued) == 4
+    assert len({node_of[w] for w in requeued}) == 1
+    services.run_cycle(group.pk)
+    claimant.refresh_from_db()
+    assert claimant.state == WorkloadState.PLACED
+    assert (
+        Placement.objects.get(workload=claimant, released_at__isnull=True).node.name
+        == node_of[requeued[0]]
+    )
+    assert_no_overcommit()

@@ -105,24 +105,27 @@ def cycle_input(
     reservation: ReservationPolicy | None = None,
     reclaim: bool = True,
     capacity_gpus: int | None = None,
+    where_known: bool = True,
 ) -> CycleInput:
     """The input of a cycle: `running` workloads (usage, node, GPU indices) applied to an engine state of
     `nodes`; the quota snapshot counts them as used and `waiting` as pending demand. `capacity_gpus`:
     the GPU capacity the quota snapshot counts (default: the nodes' GPUs); more than the nodes have makes
-    the engine, not the quota, the one that says no (as fragmentation does on a real pool)."""
+    the engine, not the quota, the one that says no (as fragmentation does on a real pool).
+    `where_known`: the cycle is told where each running workload is placed (as the real cycle is), so
+    reclaim chooses its victims node by node; False: by quota share alone."""
     state = ClusterState.from_nodes(nodes, reservation or ReservationPolicy())
+    where: dict[int, Assignment] = {}
     for u, node_name, gpus in running:
-        state.apply(
-            Assignment(
-                str(u.workload_id),
-                node_name,
-                gpus,
-                1000 if gpus else 0,
-                CARD_MIB if gpus else 0,
-                u.resources.cpu_milli,
-                1024,
-            )
+        where[u.workload_id] = Assignment(
+            str(u.workload_id),
+            node_name,
+            gpus,
+            1000 if gpus else 0,
+            CARD_MIB if gpus else 0,
+            u.resources.cpu_milli,
+            1024,
         )
+        state.apply(where[u.workload_id])
     gpu_count = capacity_gpus or sum(len(n.gpus) for n in nodes)
     gpu_nodes_cpu = sum(n.cpu_milli for n in nodes if n.gpus)
     snapshot = build_snapshot(
@@ -143,6 +146,7 @@ def cycle_input(
         cluster=state,
         gang_active=gang_active or {},
         workloads=snapshot if reclaim else None,
+        running=where if where_known else {},
     )
 
 
