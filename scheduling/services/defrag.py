@@ -232,7 +232,7 @@ def _check_still_valid(plan: DefragPlan, moves: list[DefragMove]) -> dict[int, W
     ids = sorted({m.workload_id for m in moves} | set(unlock_ids))
     rows = {
         w.pk: w
-        for w in Workload.objects.select_for_update()
+        for w in Workload.objects.select_for_update(of=("self",))
         .filter(pk__in=ids)
         .select_related("tenant", "gang", "owner")
         .order_by("pk")
