@@ -38,7 +38,12 @@ def fgd_scores(
     few are recomputed with :func:`fgd_score` on ``exact(j)`` (the scalar delta of entry ``j``; default:
     ``delta[j]`` itself).
     """
-    raw = (1.0 / (1.0 + np.exp(-(delta / scale)))) * 100.0
+    # The same float operations as :func:`fgd_score`, in place: ``x / -s`` is ``-(x / s)`` exactly (IEEE
+    # division rounds symmetrically), and ``1 / (1 + e) * 100`` keeps its order.
+    raw = np.exp(delta / -scale)
+    raw += 1.0
+    np.divide(1.0, raw, out=raw)
+    raw *= 100.0
     out: IntArray = raw.astype(np.int64)
     near = np.flatnonzero(np.abs(raw - np.round(raw)) < EXACT_MARGIN)
     for j in near.tolist():
@@ -215,8 +220,10 @@ class FgdPolicy(CachedNodeScorer):
             v = srt[owner, col][:, None]
             w = v - m
             tm = fm.type_milli[None, :]
-            cnt = count_ge[owner] - (v >= tm) + (w >= tm)
-            low = sum_lt[owner] - np.where(v < tm, v, 0) + np.where(w < tm, w, 0)
+            v_ge = v >= tm
+            w_ge = w >= tm
+            cnt = count_ge[owner] - v_ge + w_ge
+            low = sum_lt[owner] - np.where(v_ge, 0, v) + np.where(w_ge, 0, w)
             after = self.total_frag_rows(model[owner], cpu[owner] - c, total[owner] - m, cnt, low)
             per_value = fgd_scores(
                 t0[owner] - after,
