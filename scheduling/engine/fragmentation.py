@@ -110,6 +110,20 @@ class FragModel:
             if m > 0 and access is not None:
                 for row in range(self._no_access.shape[0]):
                     self._no_access[row, col] = (row - 1) not in access
+        # Per model row, the masks of :meth:`frag_rows` that do not depend on the node state (computed
+        # once here rather than on every call).
+        cpu_only = self.type_milli == 0
+        #: Types that use the node's GPUs (a GPU type with access to the model), per model row.
+        self._gpu_use = ~cpu_only[None, :] & ~self._no_access
+        counted = (
+            cpu_only[None, :] | self._gpu_use | self._no_access
+            if no_access_is_fragment
+            else cpu_only[None, :] | self._gpu_use
+        )
+        #: Types whose fragment counts the node's idle GPU milli when they do not fit, per model row.
+        self._counted = counted
+        self._all_counted = bool(counted.all())
+        self._type_milli_3d = self.type_milli[None, None, :]
 
     def frag(self, key: NodeKey) -> float:
         """``F(node)`` in GPU milli for a node state ``(model id, free CPU, sorted free GPU milli)``."""
@@ -156,9 +170,10 @@ class FragModel:
         """Per row of free GPU milli (``R × G``, 0 for a missing or unhealthy GPU) and per typical type:
         how many GPUs have at least the type's milli, and the sum of the free milli of the others
         (``n − pos`` and ``prefix[pos]`` of :meth:`_frag`; order-free, so rows need not be sorted)."""
-        ge = rows[:, :, None] >= self.type_milli[None, None, :]
-        count_ge: IntArray = ge.sum(axis=1)
-        sum_lt: IntArray = np.where(ge, 0, rows[:, :, None]).sum(axis=1)
+        r3 = rows[:, :, None]
+        ge = r3 >= self._type_milli_3d
+        count_ge: IntArray = np.count_nonzero(ge, axis=1)
+        sum_lt: IntArray = (r3 * ~ge).sum(axis=1)
         return count_ge, sum_lt
 
     def frag_rows(
@@ -186,13 +201,14 @@ class FragModel:
         """
         if not self.types:
             return np.zeros(model.shape[0], np.float64)
-        cpu_ok = cpu[:, None] >= self.type_cpu[None, :]
-        cpu_only = (self.type_milli == 0)[None, :]
-        no_access = self._no_access[model + 1]
-        gpu = ~cpu_only & ~no_access
-        partial = gpu & cpu_ok & (count_ge >= self.type_count[None, :])
-        counted = cpu_only | gpu | no_access if self.no_access_is_fragment else cpu_only | gpu
-        x = np.where(partial, sum_lt, np.where(counted, total[:, None], 0))
+        row = model + 1
+        partial = self._gpu_use[row]
+        partial &= cpu[:, None] >= self.type_cpu
+        partial &= count_ge >= self.type_count
+        if self._all_counted:
+            x = np.where(partial, sum_lt, total[:, None])
+        else:
+            x = np.where(partial, sum_lt, np.where(self._counted[row], total[:, None], 0))
         out: FloatArray = x.astype(np.float64) @ self.type_freq
         return out
 

@@ -175,15 +175,25 @@ class ClusterState:
     # ------------------------------------------------------------------ mutation
     def _refresh(self, i: int) -> None:
         """Recompute the per-node aggregates of node ``i`` and bump its version."""
-        ok = self.gpu_ok[i]
-        free = np.where(ok, self.gpu_free[i], 0)
-        self.max_free_milli[i] = int(free.max()) if free.size else 0
-        whole = ok & (self.gpu_free[i] == GPU_MILLI) & (self.gpu_mem_free[i] == self.gpu_mem_cap[i])
-        self.whole_free[i] = int(whole.sum())
-        self.idle_milli[i] = int(free.sum())
+        # One node has a handful of GPUs: plain Python over its row beats a dozen numpy calls.
+        ok = self.gpu_ok[i].tolist()
+        free = self.gpu_free[i].tolist()
+        mem = self.gpu_mem_free[i].tolist()
+        cap = self.gpu_mem_cap[i].tolist()
+        healthy = [f if o else 0 for f, o in zip(free, ok, strict=True)]
+        self.max_free_milli[i] = max(healthy, default=0)
+        self.whole_free[i] = sum(
+            1
+            for f, o, m, c in zip(free, ok, mem, cap, strict=True)
+            if o and f == GPU_MILLI and m == c
+        )
+        self.idle_milli[i] = sum(healthy)
         self.version[i] += 1
         self._keys[i] = None
-        self._classify(i)
+        gpus = sorted((f, m) for f, m, o in zip(free, mem, ok, strict=True) if o)
+        self._classify(
+            i, (int(self.model_id[i]), int(self.cpu_free[i]), int(self.mem_free[i]), tuple(gpus))
+        )
 
     def _row(self, i: int) -> tuple[Any, ...]:
         ok = self.gpu_ok[i]
@@ -192,7 +202,7 @@ class ClusterState:
         )
         return (int(self.model_id[i]), int(self.cpu_free[i]), int(self.mem_free[i]), tuple(gpus))
 
-    def _classify(self, i: int) -> None:
+    def _classify(self, i: int, row: tuple[Any, ...]) -> None:
         ids = self._class_ids
         if len(ids) > 4 * len(self.names) + 64:
             # Ids of rows no node has any more pile up on a long-lived state: intern the current rows
@@ -201,7 +211,7 @@ class ClusterState:
             for k in range(len(self.names)):
                 if k != i:
                     self.row_class[k] = ids.setdefault(self._row(k), len(ids))
-        self.row_class[i] = ids.setdefault(self._row(i), len(ids))
+        self.row_class[i] = ids.setdefault(row, len(ids))
 
     def _check(self, a: Assignment) -> int:
         i = self.index.get(a.node)

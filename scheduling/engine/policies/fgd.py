@@ -19,6 +19,10 @@ from ..state import ClusterState, NodeKey
 from ..types import GPU_MILLI, PlacementRequest, TypicalPod
 from .base import CachedNodeScorer, Choice, FloatArray, IntArray
 
+#: Node states for :meth:`FgdPolicy.total_frag_rows`: model id, free CPU, idle GPU milli, and per typical
+#: type the GPUs with at least its milli and the free milli of the others.
+AfterRows = tuple[IntArray, IntArray, IntArray, IntArray, IntArray]
+
 #: Above this many nodes to score, :meth:`FgdPolicy.score_nodes` first keeps one node per row class.
 DEDUPLICATE_ABOVE = 32
 
@@ -38,7 +42,12 @@ def fgd_scores(
     few are recomputed with :func:`fgd_score` on ``exact(j)`` (the scalar delta of entry ``j``; default:
     ``delta[j]`` itself).
     """
-    raw = (1.0 / (1.0 + np.exp(-(delta / scale)))) * 100.0
+    # The same float operations as :func:`fgd_score`, in place: ``x / -s`` is ``-(x / s)`` exactly (IEEE
+    # division rounds symmetrically), and ``1 / (1 + e) * 100`` keeps its order.
+    raw = np.exp(delta / -scale)
+    raw += 1.0
+    np.divide(1.0, raw, out=raw)
+    raw *= 100.0
     out: IntArray = raw.astype(np.int64)
     near = np.flatnonzero(np.abs(raw - np.round(raw)) < EXACT_MARGIN)
     for j in near.tolist():
@@ -131,10 +140,17 @@ class FgdPolicy(CachedNodeScorer):
         cpu: IntArray,
         total: IntArray,
         stats: tuple[IntArray, IntArray] | None,
-    ) -> FloatArray:
+        after: AfterRows,
+    ) -> tuple[FloatArray, FloatArray]:
         """The fragmentation of ``nodes`` as they are, kept per node version (it does not depend on the
-        request, so each node state is evaluated once, not once per request shape). ``stats``: the rows'
-        :meth:`.FragModel.row_stats` when the caller has them (else computed for the stale rows only)."""
+        request, so each node state is evaluated once, not once per request shape), and that of the
+        states ``after`` the placement (``model, cpu, total, count_ge, sum_lt`` of :meth:`total_frag_rows`).
+        ``stats``: the rows' :meth:`.FragModel.row_stats` when the caller has them (else computed for the
+        stale rows only).
+
+        The stale rows and the ``after`` rows go through :meth:`total_frag_rows` as one batch: one call's
+        fixed cost instead of two (row-wise, so at most the last bits move, which :func:`fgd_scores`
+        absorbs exactly as it does for every vectorised value)."""
         n = len(state)
         if self._base_uid != state.uid or self._base_vals.size != n:
             self._base_uid = state.uid
@@ -148,13 +164,21 @@ class FgdPolicy(CachedNodeScorer):
             count_ge, sum_lt = (
                 fm.row_stats(rows[miss]) if stats is None else (stats[0][miss], stats[1][miss])
             )
-            at = nodes[miss]
-            self._base_vals[at] = self.total_frag_rows(
-                model[miss], cpu[miss], total[miss], count_ge, sum_lt
+            both = self.total_frag_rows(
+                np.concatenate((model[miss], after[0])),
+                np.concatenate((cpu[miss], after[1])),
+                np.concatenate((total[miss], after[2])),
+                np.concatenate((count_ge, after[3])),
+                np.concatenate((sum_lt, after[4])),
             )
+            at = nodes[miss]
+            self._base_vals[at] = both[: miss.size]
             self._base_vers[at] = version[miss]
+            after_frag: FloatArray = both[miss.size :]
+        else:
+            after_frag = self.total_frag_rows(*after)
         out: FloatArray = self._base_vals[nodes]
-        return out
+        return out, after_frag
 
     def exact_delta(
         self, state: ClusterState, i: int, pk: tuple[int, int, int], value: int | None
@@ -206,7 +230,6 @@ class FgdPolicy(CachedNodeScorer):
         healthy = ok.sum(axis=1)
         if k == 1 and 0 < m < GPU_MILLI:
             count_ge, sum_lt = fm.row_stats(rows)
-            t0 = self._base_frag(state, nodes, rows, model, cpu, total, (count_ge, sum_lt))
             # Every distinct free value v >= m of a row, in ascending order, grouped by row.
             srt = np.sort(rows, axis=1)
             distinct = srt >= m
@@ -215,9 +238,20 @@ class FgdPolicy(CachedNodeScorer):
             v = srt[owner, col][:, None]
             w = v - m
             tm = fm.type_milli[None, :]
-            cnt = count_ge[owner] - (v >= tm) + (w >= tm)
-            low = sum_lt[owner] - np.where(v < tm, v, 0) + np.where(w < tm, w, 0)
-            after = self.total_frag_rows(model[owner], cpu[owner] - c, total[owner] - m, cnt, low)
+            v_ge = v >= tm
+            w_ge = w >= tm
+            cnt = count_ge[owner] - v_ge + w_ge
+            low = sum_lt[owner] - np.where(v_ge, 0, v) + np.where(w_ge, 0, w)
+            t0, after = self._base_frag(
+                state,
+                nodes,
+                rows,
+                model,
+                cpu,
+                total,
+                (count_ge, sum_lt),
+                (model[owner], cpu[owner] - c, total[owner] - m, cnt, low),
+            )
             per_value = fgd_scores(
                 t0[owner] - after,
                 self.scale,
@@ -236,16 +270,25 @@ class FgdPolicy(CachedNodeScorer):
             scores = best.astype(np.float64)
         else:
             if k > 0 and m > 0:
-                t0 = self._base_frag(state, nodes, rows, model, cpu, total, None)
                 srt = np.sort(rows, axis=1)
                 big = srt >= m
                 new = srt - m * (big & (np.cumsum(big, axis=1) <= k))
                 cnt, low = fm.row_stats(new)
-                after = self.total_frag_rows(model, cpu - c, new.sum(axis=1), cnt, low)
+                t0, after = self._base_frag(
+                    state,
+                    nodes,
+                    rows,
+                    model,
+                    cpu,
+                    total,
+                    None,
+                    (model, cpu - c, new.sum(axis=1), cnt, low),
+                )
             else:
                 stats = fm.row_stats(rows)
-                t0 = self._base_frag(state, nodes, rows, model, cpu, total, stats)
-                after = self.total_frag_rows(model, cpu - c, total, *stats)
+                t0, after = self._base_frag(
+                    state, nodes, rows, model, cpu, total, stats, (model, cpu - c, total, *stats)
+                )
             scores = fgd_scores(
                 t0 - after, self.scale, lambda j: self.exact_delta(state, int(nodes[j]), pk, None)
             ).astype(np.float64)
