@@ -345,20 +345,7 @@ def plan_reclaim(
                     f"{human_amount(primary, request.get(primary))}"
                     f"{' within its min' if admission.within_min else ''}."
                 )
-                chosen.append(
-                    Victim(
-                        workload_ids=tuple(m.workload_id for m in unit.members),
-                        gang_id=unit.gang_id,
-                        name=unit.name,
-                        kinds=tuple(sorted({m.kind for m in unit.members})),
-                        quota_id=unit.quota_id,
-                        quota_name=snapshot.quota(unit.quota_id).name,
-                        side=side,
-                        priority=unit.priority,
-                        freed=unit.freed,
-                        reason=reason,
-                    )
-                )
+                chosen.append(_victim(snapshot, unit, side, reason))
                 taken.update(m.workload_id for m in unit.members)
                 freed_so_far[side] = freed_so_far[side] + unit.freed
             promised[side] = promised[side] + request
@@ -375,6 +362,22 @@ def plan_reclaim(
                 )
             )
     return ReclaimPlan(victims=tuple(chosen), claims=tuple(outcomes))
+
+
+def _victim(snapshot: GroupSnapshot, unit: _Unit, side: Side, reason: str) -> Victim:
+    """The Victim that stopping `unit` (a whole gang or one workload) on `side` makes."""
+    return Victim(
+        workload_ids=tuple(m.workload_id for m in unit.members),
+        gang_id=unit.gang_id,
+        name=unit.name,
+        kinds=tuple(sorted({m.kind for m in unit.members})),
+        quota_id=unit.quota_id,
+        quota_name=snapshot.quota(unit.quota_id).name,
+        side=side,
+        priority=unit.priority,
+        freed=unit.freed,
+        reason=reason,
+    )
 
 
 def reclaimable(
@@ -425,18 +428,7 @@ def reclaimable(
                 if not any(over[unit.quota_id].get(d) > 0 and unit.freed.get(d) > 0 for d in dims):
                     continue
                 out.append(
-                    Victim(
-                        workload_ids=tuple(m.workload_id for m in unit.members),
-                        gang_id=unit.gang_id,
-                        name=unit.name,
-                        kinds=tuple(sorted({m.kind for m in unit.members})),
-                        quota_id=unit.quota_id,
-                        quota_name=snapshot.quota(unit.quota_id).name,
-                        side=side,
-                        priority=unit.priority,
-                        freed=unit.freed,
-                        reason=f"may be reclaimed: {_describe_unit(unit, side)}",
-                    )
+                    _victim(snapshot, unit, side, f"may be reclaimed: {_describe_unit(unit, side)}")
                 )
     return tuple(out)
 
