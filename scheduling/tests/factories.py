@@ -9,6 +9,7 @@ from typing import Any
 from portal.models import Tenant
 from portal.tests.factories import TenantFactory
 from quotas.models import Quota, QuotaGroup
+from scheduling import services
 from scheduling.backends.base import GpuInventory, NodeInventory
 from scheduling.inventory import load_demo_inventory, sync_inventory_rows
 
@@ -115,3 +116,21 @@ def small_cluster(
         for i in range(cpu_nodes)
     ]
     sync_inventory_rows(inv)
+
+
+def submit_whole_gpu_jobs(quota: Quota, count: int, prefix: str) -> list[Any]:
+    """`count` one-GPU job pods (1 CPU, 1 GiB, a whole card of 40 GiB) of `quota`, named prefix-0..."""
+    return [
+        services.submit_workload(
+            tenant=quota.tenant,
+            quota=quota,
+            kind="job_pod",
+            name=f"{prefix}-{i}",
+            cpu_milli=1000,
+            memory_mib=1024,
+            gpu_count=1,
+            gpu_milli=1000,
+            gpu_memory_mib=40960,
+        )
+        for i in range(count)
+    ]

@@ -11,32 +11,15 @@ import time_machine
 
 from quotas.models import GpuHourBudget
 from quotas.tests.factories import record_gpu_hours, two_teams_and_a_lender
-from scheduling import services
 from scheduling.choices import WorkloadState
 from scheduling.models import Workload
 from scheduling.services.cycle import run_cycle
 from scheduling.tests.factories import make_group, make_quota, small_cluster
+from scheduling.tests.factories import submit_whole_gpu_jobs as submit
 
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)  # Wednesday noon
-
-
-def submit(quota: Any, count: int, prefix: str) -> list[Workload]:
-    return [
-        services.submit_workload(
-            tenant=quota.tenant,
-            quota=quota,
-            kind="job_pod",
-            name=f"{prefix}-{i}",
-            cpu_milli=1000,
-            memory_mib=1024,
-            gpu_count=1,
-            gpu_milli=1000,
-            gpu_memory_mib=40960,
-        )
-        for i in range(count)
-    ]
 
 
 def states(workloads: list[Workload]) -> list[str]:

@@ -25,28 +25,12 @@ from scheduling.models import SimulatedPod, Workload
 from scheduling.services.cycle import run_cycle
 from scheduling.services.polite_reclaim import deliver_reclaim_notice
 from scheduling.tests.factories import make_group, make_quota, small_cluster
+from scheduling.tests.factories import submit_whole_gpu_jobs as submit
 
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 ACTIVE = (WorkloadState.PLACED, WorkloadState.RUNNING)
-
-
-def submit(quota: Any, count: int, prefix: str) -> list[Workload]:
-    return [
-        services.submit_workload(
-            tenant=quota.tenant,
-            quota=quota,
-            kind="job_pod",
-            name=f"{prefix}-{i}",
-            cpu_milli=1000,
-            memory_mib=1024,
-            gpu_count=1,
-            gpu_milli=1000,
-            gpu_memory_mib=40960,
-        )
-        for i in range(count)
-    ]
 
 
 def fresh(workload: Workload) -> Workload:
