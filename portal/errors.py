@@ -32,6 +32,11 @@ class InvalidInput(DomainError):
     code = "invalid"
     http_status = 400
 
+    @classmethod
+    def for_field(cls, name: str, message: str) -> InvalidInput:
+        """The refusal of one field: "name: message", with the message under `fields[name]`."""
+        return cls(f"{name}: {message}", fields={name: [message]})
+
 
 class NotFoundError(DomainError):
     code = "not_found"

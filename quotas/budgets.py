@@ -45,30 +45,26 @@ THRESHOLDS = (80, 100)
 BUDGET_FIELDS = ("period", "window", "gpu_model", "weighting", "limit_gpu_hours", "hard")
 
 
-def _field_error(name: str, message: str) -> InvalidInput:
-    return InvalidInput(f"{name}: {message}", fields={name: [message]})
-
-
 def _choice(values: dict[str, Any], name: str, choices: Any, default: str) -> str:
     raw = values.get(name, default)
     allowed = [str(c) for c in choices.values]
     if raw not in allowed:
-        raise _field_error(name, f"One of {', '.join(allowed)}.")
+        raise InvalidInput.for_field(name, f"One of {', '.join(allowed)}.")
     return str(raw)
 
 
 def clean_gpu_hours(value: Any, name: str = "limit_gpu_hours") -> Decimal:
     """A number of GPU-hours: 0..MAX_BUDGET_GPU_HOURS with at most 2 decimals; InvalidInput otherwise."""
     if isinstance(value, bool) or value in (None, ""):
-        raise _field_error(name, "A number of GPU-hours is required.")
+        raise InvalidInput.for_field(name, "A number of GPU-hours is required.")
     try:
         number = Decimal(str(value))
     except InvalidOperation as exc:
-        raise _field_error(name, "A number of GPU-hours, e.g. 400 or 12.5.") from exc
+        raise InvalidInput.for_field(name, "A number of GPU-hours, e.g. 400 or 12.5.") from exc
     if not number.is_finite() or number < 0 or number > MAX_BUDGET_GPU_HOURS:
-        raise _field_error(name, f"From 0 to {MAX_BUDGET_GPU_HOURS} GPU-hours.")
+        raise InvalidInput.for_field(name, f"From 0 to {MAX_BUDGET_GPU_HOURS} GPU-hours.")
     if number != number.quantize(Decimal("0.01")):
-        raise _field_error(name, "At most 2 decimals.")
+        raise InvalidInput.for_field(name, "At most 2 decimals.")
     return number
 
 
@@ -76,13 +72,15 @@ def clean_budget(values: dict[str, Any]) -> dict[str, Any]:
     """The budget fields of `values`, checked (InvalidInput naming the field)."""
     unknown = sorted(set(values) - set(BUDGET_FIELDS))
     if unknown:
-        raise _field_error(unknown[0], "Unknown field.")
+        raise InvalidInput.for_field(unknown[0], "Unknown field.")
     model = values.get("gpu_model", "")
     if not isinstance(model, str) or len(model.strip()) > 63:
-        raise _field_error("gpu_model", "A GPU model name of at most 63 characters (empty = all).")
+        raise InvalidInput.for_field(
+            "gpu_model", "A GPU model name of at most 63 characters (empty = all)."
+        )
     hard = values.get("hard", False)
     if not isinstance(hard, bool):
-        raise _field_error("hard", "Must be true or false.")
+        raise InvalidInput.for_field("hard", "Must be true or false.")
     return {
         "period": _choice(values, "period", BudgetPeriod, BudgetPeriod.WEEK),
         "window": _choice(values, "window", BudgetWindow, BudgetWindow.CALENDAR),
@@ -147,7 +145,7 @@ def top_up_budget(
     _require_operator(actor)
     amount = clean_gpu_hours(gpu_hours, "gpu_hours")
     if amount <= 0:
-        raise _field_error("gpu_hours", "A top-up adds more than 0 GPU-hours.")
+        raise InvalidInput.for_field("gpu_hours", "A top-up adds more than 0 GPU-hours.")
     text = clean_reason(reason, required=True)
     locked = (
         GpuHourBudget.objects.select_for_update().select_related("quota__group").get(pk=budget.pk)

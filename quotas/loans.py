@@ -55,22 +55,20 @@ from quotas.usage import group_capacity
 logger = logging.getLogger(__name__)
 
 
-def _field_error(name: str, message: str) -> InvalidInput:
-    return InvalidInput(f"{name}: {message}", fields={name: [message]})
-
-
 def _when(value: Any, name: str) -> datetime:
     if isinstance(value, datetime):
         moment = value
     elif isinstance(value, str) and len(value) <= 64:
         parsed = parse_datetime(value)
         if parsed is None:
-            raise _field_error(name, "An ISO 8601 date and time, e.g. 2026-12-07T09:00:00Z.")
+            raise InvalidInput.for_field(
+                name, "An ISO 8601 date and time, e.g. 2026-12-07T09:00:00Z."
+            )
         moment = parsed
     else:
-        raise _field_error(name, "An ISO 8601 date and time, e.g. 2026-12-07T09:00:00Z.")
+        raise InvalidInput.for_field(name, "An ISO 8601 date and time, e.g. 2026-12-07T09:00:00Z.")
     if timezone.is_naive(moment):
-        raise _field_error(name, "Give a time zone (e.g. a trailing Z for UTC).")
+        raise InvalidInput.for_field(name, "Give a time zone (e.g. a trailing Z for UTC).")
     return moment
 
 
@@ -120,7 +118,7 @@ def _check_platform_room(
     capacity, promised, lent = unassigned_gpus(group, starts_at, ends_at, exclude=exclude)
     free = capacity - promised - lent
     if gpus > free:
-        raise _field_error(
+        raise InvalidInput.for_field(
             "gpus",
             f"{group.name} has {capacity} GPUs, {promised} promised as min and {lent} already lent "
             f"by the operators in that window: {max(0, free)} unassigned, {gpus} asked.",
@@ -171,7 +169,7 @@ def _check_lender_room(
     promised = lent_gpus(lender, starts_at, ends_at, exclude=exclude)
     own = min_gpus(lender)
     if promised + gpus > own:
-        raise _field_error(
+        raise InvalidInput.for_field(
             "gpus",
             f"{lender.name} has a min of {own} GPUs and already lends {promised} in that window; "
             f"{gpus} more would be {promised + gpus}.",
@@ -195,19 +193,19 @@ def request_loan(
     if not _can_speak_for(actor, borrower):
         raise Forbidden("Only a team admin of the borrowing team, or an operator, asks for a loan.")
     if lender is not None and lender.group_id != borrower.group_id:
-        raise _field_error("lender", "The lender must be a quota of the same group.")
+        raise InvalidInput.for_field("lender", "The lender must be a quota of the same group.")
     if lender is not None and lender.pk == borrower.pk:
-        raise _field_error("lender", "A quota cannot lend to itself.")
+        raise InvalidInput.for_field("lender", "A quota cannot lend to itself.")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_LOAN_GPUS:
-        raise _field_error("gpus", f"A whole number of GPUs from 1 to {MAX_LOAN_GPUS}.")
+        raise InvalidInput.for_field("gpus", f"A whole number of GPUs from 1 to {MAX_LOAN_GPUS}.")
     start, end = _when(starts_at, "starts_at"), _when(ends_at, "ends_at")
     now = timezone.now()
     if end <= start:
-        raise _field_error("ends_at", "Must be after starts_at.")
+        raise InvalidInput.for_field("ends_at", "Must be after starts_at.")
     if end <= now:
-        raise _field_error("ends_at", "Must be in the future.")
+        raise InvalidInput.for_field("ends_at", "Must be in the future.")
     if end - start > timedelta(days=MAX_LOAN_DAYS):
-        raise _field_error("ends_at", f"A loan lasts at most {MAX_LOAN_DAYS} days.")
+        raise InvalidInput.for_field("ends_at", f"A loan lasts at most {MAX_LOAN_DAYS} days.")
     text = clean_reason(reason, required=False)
     if lender is None:
         _check_platform_room(borrower.group, gpus, start, end)

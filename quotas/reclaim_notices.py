@@ -342,10 +342,6 @@ def notice_json(notice: ReclaimNotice, now: datetime | None = None) -> dict[str,
 # ----------------------------------------------------------------------------------------- settings
 
 
-def _field_error(name: str, message: str) -> InvalidInput:
-    return InvalidInput(f"{name}: {message}", fields={name: [message]})
-
-
 def clean_notice_seconds(value: Any) -> int:
     """A whole number of seconds from 0 (stop at once) to MAX_RECLAIM_NOTICE_SECONDS."""
     message = (
@@ -354,13 +350,13 @@ def clean_notice_seconds(value: Any) -> int:
     if value in (None, ""):
         return 0
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise _field_error("reclaim_notice_seconds", message)
+        raise InvalidInput.for_field("reclaim_notice_seconds", message)
     try:
         number = int(value)
     except ValueError as exc:
-        raise _field_error("reclaim_notice_seconds", message) from exc
+        raise InvalidInput.for_field("reclaim_notice_seconds", message) from exc
     if not 0 <= number <= MAX_RECLAIM_NOTICE_SECONDS:
-        raise _field_error("reclaim_notice_seconds", message)
+        raise InvalidInput.for_field("reclaim_notice_seconds", message)
     return number
 
 
@@ -370,11 +366,11 @@ def clean_webhook_url(value: Any) -> str:
         return ""
     message = "An http:// or https:// URL of at most 500 characters (empty = no hook)."
     if not isinstance(value, str) or len(value) > 500:
-        raise _field_error("checkpoint_webhook_url", message)
+        raise InvalidInput.for_field("checkpoint_webhook_url", message)
     try:
         URLValidator(schemes=["http", "https"])(value)
     except ValidationError as exc:
-        raise _field_error("checkpoint_webhook_url", message) from exc
+        raise InvalidInput.for_field("checkpoint_webhook_url", message) from exc
     return value
 
 
@@ -431,7 +427,7 @@ def set_reclaim_settings(
         changes["checkpoint_webhook_url"] = clean_webhook_url(checkpoint_webhook_url)
     if equal_borrowing_share is not None:
         if not isinstance(equal_borrowing_share, bool):
-            raise _field_error("equal_borrowing_share", "true or false.")
+            raise InvalidInput.for_field("equal_borrowing_share", "true or false.")
         changes["equal_borrowing_share"] = equal_borrowing_share
     if not changes:
         return locked
