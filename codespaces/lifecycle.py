@@ -29,6 +29,7 @@ from codespaces.models import Codespace, CodespaceEvent
 from codespaces.phase import desired_for, observed_phase
 from portal.db import insert
 from portal.errors import Conflict
+from portal.scoping import signed_in_or_none
 
 ACTION_NEEDS = {
     "start": "only a stopped or failed codespace can be started",
@@ -89,7 +90,7 @@ def record_event(
         codespace=codespace,
         kind=kind,
         message=message,
-        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        actor=signed_in_or_none(actor),
         from_state=from_state,
         to_state=to_state,
         data=data or {},

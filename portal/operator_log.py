@@ -18,6 +18,7 @@ from django.db.models import Q, QuerySet
 from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.errors import InvalidInput
 from portal.models import OperatorAction, OperatorActionWorkload
+from portal.scoping import signed_in_or_none
 
 # An operator's reason (drain, GPU health, ...), shown to the users whose workloads it moves.
 MAX_REASON_LENGTH = 500
@@ -83,7 +84,7 @@ def record_operator_action(
 ) -> OperatorAction:
     """Append one row to the audit trail (call it inside the action's transaction: no action, no row;
     no row, no action). `actor` is the signed-in user, or None for the system."""
-    user = actor if getattr(actor, "is_authenticated", False) else None
+    user = signed_in_or_none(actor)
     entry = OperatorAction.objects.create(
         actor=user,
         actor_name=user.get_username() if user is not None else "",

@@ -33,6 +33,12 @@ def current_user(request: Any) -> User:
     return cast(User, user)
 
 
+def signed_in_or_none(actor: Any) -> Any:
+    """`actor` when it is a signed-in user, else None (the system, or an anonymous caller): what an
+    audit or history row records as its actor."""
+    return actor if getattr(actor, "is_authenticated", False) else None
+
+
 def is_operator(user: Any) -> bool:
     return bool(getattr(user, "is_authenticated", False) and getattr(user, "is_staff", False))
 

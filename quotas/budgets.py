@@ -22,7 +22,7 @@ from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.errors import Forbidden, InvalidInput
 from portal.operator_log import ActionImpact, clean_reason, record_operator_action
 from portal.periodic import ItemFailures, run_each
-from portal.scoping import is_operator
+from portal.scoping import is_operator, signed_in_or_none
 from quotas.history import notify_team_admins, record_quota_change
 from quotas.models import (
     MAX_BUDGET_GPU_HOURS,
@@ -156,7 +156,7 @@ def top_up_budget(
         budget=locked,
         period_start=start,
         gpu_hours=amount,
-        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        actor=signed_in_or_none(actor),
         reason=text,
     )
     quota = locked.quota

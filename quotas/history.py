@@ -20,6 +20,7 @@ from django.db import transaction
 
 from portal.choices import MembershipRole
 from portal.models import Membership, Tenant
+from portal.scoping import signed_in_or_none
 from quotas.models import Quota, QuotaChange, QuotaGroup, QuotaNotice
 
 MAX_NOTE_LENGTH = 500
@@ -47,10 +48,6 @@ def notify_group_changed(group_id: int) -> None:
         transaction.on_commit(lambda cb=callback: cb(group_id))  # type: ignore[misc]
 
 
-def _actor_or_none(actor: Any) -> Any:
-    return actor if getattr(actor, "is_authenticated", False) else None
-
-
 def record_change(
     *,
     subject: str,
@@ -73,7 +70,7 @@ def record_change(
         subject=subject,
         subject_name=subject_name,
         action=action,
-        actor=_actor_or_none(actor),
+        actor=signed_in_or_none(actor),
         group=group,
         quota=quota,
         tenant=tenant,

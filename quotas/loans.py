@@ -36,7 +36,7 @@ from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.errors import Conflict, Forbidden, InvalidInput
 from portal.operator_log import ActionImpact, clean_reason, record_operator_action
 from portal.periodic import ItemFailures, run_each
-from portal.scoping import admin_tenant_ids_for, is_operator
+from portal.scoping import admin_tenant_ids_for, is_operator, signed_in_or_none
 from quotas.history import notify_group_changed, notify_team_admins, record_quota_change
 from quotas.models import (
     LOAN_TRANSITIONS,
@@ -219,7 +219,7 @@ def request_loan(
         starts_at=start,
         ends_at=end,
         reason=text,
-        requested_by=actor if getattr(actor, "is_authenticated", False) else None,
+        requested_by=signed_in_or_none(actor),
     )
     loan = QuotaLoan.objects.select_related("group", "lender__tenant", "borrower__tenant").get(
         pk=loan.pk
@@ -265,7 +265,7 @@ def _transition(
             current.lender, current.gpus, current.starts_at, current.ends_at, exclude=loan_id
         )
     now = timezone.now()
-    decided = {"decided_by": actor if getattr(actor, "is_authenticated", False) else None}
+    decided = {"decided_by": signed_in_or_none(actor)}
     if to in (LoanState.APPROVED, LoanState.DECLINED):
         decided.update(decided_at=now, decision_note=note[:500])
     changed = QuotaLoan.objects.filter(
