@@ -9,9 +9,20 @@ through `followups()`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
+
+
+class BackendRelease(NamedTuple):
+    """The cluster objects of one placement of a workload, to remove (placement None: whatever the
+    workload has)."""
+
+    workload_id: int
+    name: str
+    delete_home: bool
+    home_name: str
+    placement_id: int | None
 
 
 class FollowUps(Protocol):
@@ -23,16 +34,8 @@ class FollowUps(Protocol):
         """Queue making these placed workloads real on the backend."""
         ...
 
-    def release(
-        self,
-        workload_id: int,
-        name: str,
-        delete_home: bool,
-        home_name: str,
-        *,
-        placement_id: int | None,
-    ) -> None:
-        """Queue removing the cluster objects of one placement of a workload."""
+    def release_all(self, items: Sequence[BackendRelease]) -> None:
+        """Queue removing the cluster objects of these placements (batched: one task per chunk)."""
         ...
 
     def deliver_reclaim_notice(self, notice_id: int) -> None:

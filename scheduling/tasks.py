@@ -13,6 +13,7 @@ from portal.periodic import ItemFailures
 from quotas.models import QuotaGroup
 from scheduling.backends.base import BackendError
 from scheduling.backends.registry import get_backend
+from scheduling.followups import BackendRelease
 from scheduling.queues import queue_for_group
 from scheduling.services import audit, defrag, reconcile
 from scheduling.services.cycle import run_cycle
@@ -26,6 +27,7 @@ from scheduling.services.workloads import (
 logger = logging.getLogger(__name__)
 
 MATERIALIZE_BATCH = 200
+RELEASE_BATCH = 500
 
 
 @shared_task(acks_late=True)
@@ -56,18 +58,18 @@ def materialize_workloads_task(self: Any, workload_ids: Sequence[int]) -> int:
     """Make placed workloads real on the backend (create-or-get by deterministic name). A permanent
     backend error fails the workload with the message; a transient one is retried with backoff."""
     backend = get_backend()
-    done = 0
     retry: list[int] = []
     last: BackendError | None = None
-    for workload, placement in reconcile.placed_with_placement(workload_ids):
-        try:
-            done += reconcile.materialize_placement(workload, placement, backend)
-        except BackendError as exc:
-            if exc.permanent:
-                fail_workloads([workload.pk], reason=f"The cluster refused it: {exc.message}")
-            else:
-                retry.append(workload.pk)
-                last = exc
+    made, errors = reconcile.materialize_placements(
+        reconcile.placed_with_placement(workload_ids), backend
+    )
+    done = len(made)
+    for workload_id, exc in sorted(errors.items()):
+        if exc.permanent:
+            fail_workloads([workload_id], reason=f"The cluster refused it: {exc.message}")
+        else:
+            retry.append(workload_id)
+            last = exc
     if retry:
         logger.warning("materialize: transient error for %s: %s", retry, last)
         raise self.retry(
@@ -85,22 +87,45 @@ def release_backend_task(
     home_name: str = "",
     placement_id: int | None = None,
 ) -> None:
-    """Remove the cluster objects of one placement of a workload (missing is fine; objects of a later
-    placement of the same workload stay); retried on transient errors. `placement_id` None (a
-    workload that held none, or a message sent before releases were keyed): whatever it has."""
-    try:
-        get_backend().release(
-            workload_id,
-            name,
-            delete_home=delete_home,
-            home_name=home_name,
-            placement_id=placement_id,
+    """Remove the cluster objects of one placement of a workload (a message sent before releases
+    were batched): `release_backend_objects_task` of one, retried as it was sent."""
+    item = BackendRelease(workload_id, name, delete_home, home_name, placement_id)
+    retry = _release_logging_refusals([item])
+    if retry:
+        raise self.retry(exc=retry[0][1], countdown=min(60, 2 ** (self.request.retries + 1)))
+
+
+@shared_task(bind=True, acks_late=True, max_retries=5)
+def release_backend_objects_task(self: Any, items: Sequence[Sequence[Any]]) -> int:
+    """Remove the cluster objects of these placements (missing is fine; objects of a later placement
+    of the same workload stay; `placement_id` None: whatever the workload has), in one backend call
+    when the backend has `release_many`. A permanent refusal is logged; the items a transient error
+    hit are retried with backoff. Returns how many were removed."""
+    releases = [BackendRelease(*item) for item in items]
+    retry = _release_logging_refusals(releases)
+    if retry:
+        logger.warning(
+            "release: transient error for %s: %s", [r.workload_id for r, _ in retry], retry[0][1]
         )
-    except BackendError as exc:
+        raise self.retry(
+            args=([list(r) for r, _ in retry],),
+            exc=retry[0][1],
+            countdown=min(60, 2 ** (self.request.retries + 1)),
+        )
+    return len(releases)
+
+
+def _release_logging_refusals(
+    items: Sequence[BackendRelease],
+) -> list[tuple[BackendRelease, BackendError]]:
+    """Release through the backend; logs the permanent refusals, returns the transient failures."""
+    retry = []
+    for item, exc in reconcile.release_objects(items, get_backend()):
         if exc.permanent:
-            logger.error("release of %s (%s) refused: %s", workload_id, name, exc.message)
-            return
-        raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
+            logger.error("release of %s (%s) refused: %s", item.workload_id, item.name, exc.message)
+        else:
+            retry.append((item, exc))
+    return retry
 
 
 @shared_task(bind=True, max_retries=3)
@@ -214,18 +239,11 @@ class TaskFollowUps:
         for i in range(0, len(ids), MATERIALIZE_BATCH):
             materialize_workloads_task.delay(ids[i : i + MATERIALIZE_BATCH])
 
-    def release(
-        self,
-        workload_id: int,
-        name: str,
-        delete_home: bool,
-        home_name: str,
-        *,
-        placement_id: int | None,
-    ) -> None:
-        release_backend_task.delay(
-            workload_id, name, delete_home, home_name, placement_id=placement_id
-        )
+    def release_all(self, items: Sequence[BackendRelease]) -> None:
+        for i in range(0, len(items), RELEASE_BATCH):
+            release_backend_objects_task.delay(
+                [list(item) for item in items[i : i + RELEASE_BATCH]]
+            )
 
     def deliver_reclaim_notice(self, notice_id: int) -> None:
         deliver_reclaim_notice_task.delay(notice_id)

@@ -139,7 +139,9 @@ class BackendError(Exception):
 
 
 class Backend(Protocol):
-    """What the scheduling service needs from a cluster. Every method is idempotent."""
+    """What the scheduling service needs from a cluster. Every method is idempotent. A backend that
+    can create many objects in one call also has `materialize_many` (`BatchMaterialize`), which
+    `scheduling.services.reconcile.materialize_placements` uses instead of one call per placement."""
 
     name: str
 
@@ -180,3 +182,9 @@ class Backend(Protocol):
 
     def sync_inventory(self) -> Sequence[NodeInventory]:
         """List the nodes and GPUs the cluster has now."""
+
+
+class BatchMaterialize(Protocol):
+    def materialize_many(self, requests: Sequence[MaterializeRequest]) -> dict[int, BackendError]:
+        """`Backend.materialize` of every request in one call; the error per workload id of those it
+        refused (the others exist)."""

@@ -64,7 +64,8 @@ from scheduling.services.workloads import (
     expire_gangs,
     refresh_gang_states,
     release_workload,
-    requeue_workloads,
+    requeue_each,
+    trigger_cycle,
 )
 from scheduling.topology import gang_topology, pool_levels
 
@@ -326,10 +327,16 @@ def _stop_victims(group: QuotaGroup, claim: Reclaim) -> list[int]:
     for wid in sorted(kinds):
         if kinds[wid] == "codespace":
             release_workload(wid, reason=f"Reclaimed: {reasons[wid]}")
-    for victim in claim.victims:
-        jobs = [i for i in victim.workload_ids if kinds.get(i, "codespace") != "codespace"]
-        if jobs:
-            requeue_workloads(jobs, reason=f"Reclaimed: {victim.reason}", code="reclaimed")
+    # every job victim of the claim requeued at once: one transaction, one cycle triggered
+    requeue_each(
+        {
+            i: f"Reclaimed: {victim.reason}"
+            for victim in claim.victims
+            for i in victim.workload_ids
+            if kinds.get(i, "codespace") != "codespace"
+        },
+        code="reclaimed",
+    )
     logger.info("cycle %s: reclaim for %s: %s", group, list(claim.claimant_ids), claim.message)
     return sorted(kinds)
 
@@ -438,6 +445,10 @@ def _run_once(group: QuotaGroup, *, limit: int, policy: str) -> CycleReport:
             return CycleReport(group.pk, timed_out_gangs=len(timed_out))
         decision = _decide(group, read)
         applied = _apply(group, shard, read, decision, now=now, started=started)
+        if applied.placed_ids and len(read.input.pending) >= limit:
+            # The cycle read a full batch and made progress: more may wait behind it. The next
+            # cycle runs as soon as this one commits instead of at the next beat.
+            trigger_cycle(group.pk)
     _keep_warm(read, decision, applied, shard.version)
     considered = len(read.input.pending)
     return CycleReport(

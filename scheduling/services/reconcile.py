@@ -25,6 +25,7 @@ from scheduling.backends.base import (
 from scheduling.backends.base import WorkloadKind as BackendKind
 from scheduling.backends.registry import get_backend
 from scheduling.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
+from scheduling.followups import BackendRelease
 from scheduling.inventory import SyncReport, sync_inventory_rows
 from scheduling.lock_objects import lock_shards
 from scheduling.models import Placement, PlacementGpu, Workload
@@ -40,9 +41,14 @@ from scheduling.services.workloads import (
 logger = logging.getLogger(__name__)
 
 
-def materialize_request(w: Workload, placement: Placement) -> MaterializeRequest:
-    """What the backend needs to run a placed workload (deterministic name, node, GPU shares)."""
-    shares = sorted(placement.gpu_shares.select_related("gpu"), key=lambda s: s.gpu.index)
+def materialize_request(
+    w: Workload, placement: Placement, shares: Sequence[PlacementGpu] | None = None
+) -> MaterializeRequest:
+    """What the backend needs to run a placed workload (deterministic name, node, GPU shares).
+    `shares`: the placement's GPU shares with their GPUs, when the caller read them in bulk."""
+    if shares is None:
+        shares = list(placement.gpu_shares.select_related("gpu"))
+    shares = sorted(shares, key=lambda s: s.gpu.index)
     gang = w.gang
     return MaterializeRequest(
         workload_id=w.pk,
@@ -80,29 +86,112 @@ def placement_is_active(placement_id: int) -> bool:
     return Placement.objects.filter(pk=placement_id, released_at__isnull=True).exists()
 
 
+def _active_placements(placement_ids: Iterable[int]) -> set[int]:
+    return set(
+        Placement.objects.filter(pk__in=list(placement_ids), released_at__isnull=True).values_list(
+            "pk", flat=True
+        )
+    )
+
+
 def materialize_placement(
     w: Workload, placement: Placement, backend: Backend | None = None
 ) -> bool:
     """Make one placement real on the backend; False when the placement was released meanwhile and
-    nothing of it is left on the cluster.
+    nothing of it is left on the cluster (`materialize_placements` of one; a BackendError is raised)."""
+    made, errors = materialize_placements([(w, placement)], backend)
+    if errors:
+        raise errors[w.pk]
+    return bool(made)
 
-    The placement is checked just before the create (a release that already committed: nothing is
+
+def materialize_placements(
+    pairs: Sequence[tuple[Workload, Placement]], backend: Backend | None = None
+) -> tuple[list[int], dict[int, BackendError]]:
+    """Make placements real on the backend: (the workload ids whose objects now exist, the backend's
+    error per workload it refused). A constant number of queries for any number of placements, and
+    one backend call for all of them when the backend has `materialize_many` (the simulated one).
+
+    The placements are checked just before the create (a release that already committed: nothing is
     created) and again after it (compare-and-set on `released_at`, no lock held across the cluster
     call): a release that commits after the first check either commits before the second one (we
     delete what we just made) or after it, and then its release task, sent on that commit, runs after
     our create and finds the object. Either way no object outlives its placement."""
     backend = backend or get_backend()
-    if not placement_is_active(placement.pk):
-        return False
-    request = materialize_request(w, placement)
-    backend.materialize(request)
-    if placement_is_active(placement.pk):
-        return True
-    backend.release(
-        w.pk, request.name, delete_home=False, home_name=w.home_volume, placement_id=placement.pk
-    )
-    logger.info("materialize: placement %s of %s released meanwhile, removed", placement.pk, w.pk)
-    return False
+    active = _active_placements(p.pk for _, p in pairs)
+    pairs = [(w, p) for w, p in pairs if p.pk in active]
+    if not pairs:
+        return [], {}
+    shares: dict[int, list[PlacementGpu]] = {p.pk: [] for _, p in pairs}
+    for share in PlacementGpu.objects.filter(placement_id__in=list(shares)).select_related("gpu"):
+        shares[share.placement_id].append(share)
+    requests = [materialize_request(w, p, shares[p.pk]) for w, p in pairs]
+    errors = _create(backend, requests)
+    made = [r for r in requests if r.workload_id not in errors]
+    still = _active_placements(r.placement_id for r in made if r.placement_id is not None)
+    home = {w.pk: w.home_volume for w, _ in pairs}
+    for r in made:
+        if r.placement_id not in still:
+            try:
+                backend.release(
+                    r.workload_id,
+                    r.name,
+                    delete_home=False,
+                    home_name=home[r.workload_id],
+                    placement_id=r.placement_id,
+                )
+            except BackendError as exc:
+                errors[r.workload_id] = exc
+                continue
+            logger.info(
+                "materialize: placement %s of %s released meanwhile, removed",
+                r.placement_id,
+                r.workload_id,
+            )
+    return [
+        r.workload_id for r in made if r.placement_id in still and r.workload_id not in errors
+    ], errors
+
+
+def _create(backend: Backend, requests: Sequence[MaterializeRequest]) -> dict[int, BackendError]:
+    """The backend call of `materialize_placements`: one batch when the backend has
+    `materialize_many` and there is more than one, else one create per request."""
+    many = getattr(backend, "materialize_many", None)
+    if many is not None and len(requests) > 1:
+        return dict(many(requests))
+    errors: dict[int, BackendError] = {}
+    for request in requests:
+        try:
+            backend.materialize(request)
+        except BackendError as exc:
+            errors[request.workload_id] = exc
+    return errors
+
+
+def release_objects(
+    items: Sequence[BackendRelease], backend: Backend | None = None
+) -> list[tuple[BackendRelease, BackendError]]:
+    """Remove the cluster objects of these placements: one call when the backend has `release_many`
+    and there is more than one, else one per item. Returns the items the backend refused, with why
+    (the others are gone)."""
+    backend = backend or get_backend()
+    many = getattr(backend, "release_many", None)
+    if many is not None and len(items) > 1:
+        many(items)
+        return []
+    failed = []
+    for item in items:
+        try:
+            backend.release(
+                item.workload_id,
+                item.name,
+                delete_home=item.delete_home,
+                home_name=item.home_name,
+                placement_id=item.placement_id,
+            )
+        except BackendError as exc:
+            failed.append((item, exc))
+    return failed
 
 
 def placed_with_placement(workload_ids: Iterable[int]) -> list[tuple[Workload, Placement]]:

@@ -41,7 +41,7 @@ from scheduling.choices import (
     WorkloadKind,
     WorkloadState,
 )
-from scheduling.followups import followups
+from scheduling.followups import BackendRelease, followups
 from scheduling.lock_objects import lock_shard, lock_shards
 from scheduling.models import Gang, Placement, Workload
 from scheduling.services.charge import PoolCards, recharge_pending, whole_card_memory_mib
@@ -102,13 +102,15 @@ def release_on_backend(held: Iterable[HeldPlacement], *, delete_home: bool = Fal
     """Remove the cluster objects of these placements after commit (a task, retried on transient
     errors). Keyed by placement: the release may run after the workload was placed again, and must
     then leave the new placement's objects alone."""
-    items = [(w.pk, backend_name(w), w.home_volume, placement_id) for w, placement_id in held]
+    items = [
+        BackendRelease(w.pk, backend_name(w), delete_home, w.home_volume, placement_id)
+        for w, placement_id in held
+    ]
     if not items:
         return
 
     def send() -> None:
-        for wid, name, home_name, placement_id in items:
-            followups().release(wid, name, delete_home, home_name, placement_id=placement_id)
+        followups().release_all(items)
 
     transaction.on_commit(send)
 
@@ -677,7 +679,6 @@ def cancel_gang(gang_id: int, *, reason: str) -> Gang:
     return gang
 
 
-@retry_transaction
 def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) -> list[int]:
     """Put active workloads back in the queue (PENDING) with `reason`: their placements close, the backend
     removes their objects, observers hear it, cycles run. Used by GPU/node failures, drains, the status
@@ -688,6 +689,14 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
     it follows; the gang then gathers again with a fresh deadline (refresh_gang_states). Locks the
     shards (of the workloads and of their gangs), then the workload rows in pk order (docs/adr/0002);
     nested in a caller's transaction that already holds them, it takes them again at no cost."""
+    return requeue_each(dict.fromkeys(workload_ids, reason), code=code)
+
+
+@retry_transaction
+def requeue_each(reasons: Mapping[int, str], *, code: str) -> list[int]:
+    """`requeue_workloads` with a reason per workload (a reclaim's victims each say why they were
+    stopped), all in one transaction: the shards are locked once, the rows move in one UPDATE per
+    distinct reason, and one cycle per shard is triggered on commit, however many workloads move."""
 
     def moving(ids: list[int]) -> tuple[set[int], set[int]]:
         hit, whole = _requeue_set(ids)
@@ -696,20 +705,26 @@ def requeue_workloads(workload_ids: Iterable[int], *, reason: str, code: str) ->
     def requeue(workloads: list[Workload], hit: set[int], now: Any) -> list[HeldPlacement]:
         held = _release_placements(workloads, now)
         recharge_pending([w.pk for w in workloads])
-        for why, members in _requeue_reasons(workloads, hit, reason):
-            Workload.objects.filter(pk__in=[w.pk for w in members]).update(
-                state=WorkloadState.PENDING,
-                placed_at=None,
-                started_at=None,
-                failure_reason=why,
-                pending_reason=why,
-                pending_code=code,
-                queue_position=None,
-                updated_at=now,
-            )
+        left = list(workloads)
+        for reason in sorted({reasons[i] for i in hit}):
+            told: set[int] = set()
+            hit_here = {i for i in hit if reasons[i] == reason}
+            for why, members in _requeue_reasons(left, hit_here, reason):
+                told.update(w.pk for w in members)
+                Workload.objects.filter(pk__in=[w.pk for w in members]).update(
+                    state=WorkloadState.PENDING,
+                    placed_at=None,
+                    started_at=None,
+                    failure_reason=why,
+                    pending_reason=why,
+                    pending_code=code,
+                    queue_position=None,
+                    updated_at=now,
+                )
+            left = [w for w in left if w.pk not in told]
         return held
 
-    return _take_off(workload_ids, moving=moving, still=ACTIVE_STATES, leave=requeue)
+    return _take_off(reasons, moving=moving, still=ACTIVE_STATES, leave=requeue)
 
 
 def _take_off(

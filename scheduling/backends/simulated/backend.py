@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -19,12 +20,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from scheduling.backends.base import (
+    BackendError,
     BackendObject,
     MaterializeRequest,
     NodeInventory,
     ObservedPhase,
     StatusReport,
 )
+from scheduling.followups import BackendRelease
 from scheduling.inventory import load_configured_inventory
 
 
@@ -36,24 +39,50 @@ class SimulatedBackend:
     def materialize(self, request: MaterializeRequest) -> None:
         """Create-or-get the workload's pod for `request.placement_id`. A pod left by an earlier
         placement of the workload (its release has not run yet) becomes this placement's pod."""
+        self.materialize_many([request])
+
+    def materialize_many(self, requests: Sequence[MaterializeRequest]) -> dict[int, BackendError]:
+        """`materialize` of many requests in one transaction: the pods that exist are read at once,
+        the missing ones inserted in bulk (a pod another process made meanwhile is kept: create-or-get),
+        a pod of an earlier placement taken over. Never refuses one (no errors)."""
         from scheduling.models import SimulatedPod
 
-        fields = {
-            "placement_id": request.placement_id,
-            "name": request.name,
-            "node_name": request.node_name,
-            "gpu_uuids": [g.uuid for g in request.gpus],
-            "running_after": timezone.now()
-            + timedelta(seconds=float(settings.TESSERA_SIM_START_DELAY_SECONDS)),
-            "failed": False,
-            "message": "",
-        }
+        running_after = timezone.now() + timedelta(
+            seconds=float(settings.TESSERA_SIM_START_DELAY_SECONDS)
+        )
+
+        def fields(request: MaterializeRequest) -> dict[str, Any]:
+            return {
+                "placement_id": request.placement_id,
+                "name": request.name,
+                "node_name": request.node_name,
+                "gpu_uuids": [g.uuid for g in request.gpus],
+                "running_after": running_after,
+                "failed": False,
+                "message": "",
+            }
+
+        by_workload = {r.workload_id: r for r in requests}
         with transaction.atomic():
-            stale = SimulatedPod.objects.filter(workload_id=request.workload_id).exclude(
-                placement_id=request.placement_id
+            existing = dict(
+                SimulatedPod.objects.filter(workload_id__in=list(by_workload)).values_list(
+                    "workload_id", "placement_id"
+                )
             )
-            if not stale.update(**fields):
-                SimulatedPod.objects.get_or_create(workload_id=request.workload_id, defaults=fields)
+            for workload_id, placement_id in sorted(existing.items()):
+                request = by_workload[workload_id]
+                if placement_id != request.placement_id:
+                    SimulatedPod.objects.filter(workload_id=workload_id).update(**fields(request))
+            SimulatedPod.objects.bulk_create(
+                [
+                    SimulatedPod(workload_id=r.workload_id, **fields(r))
+                    for r in requests
+                    if r.workload_id not in existing
+                ],
+                batch_size=1000,
+                ignore_conflicts=True,
+            )
+        return {}
 
     def release(
         self,
@@ -64,13 +93,20 @@ class SimulatedBackend:
         home_name: str = "",
         placement_id: int | None = None,
     ) -> None:
+        self.release_many([BackendRelease(workload_id, name, delete_home, home_name, placement_id)])
+
+    def release_many(self, items: Sequence[BackendRelease]) -> None:
+        """`release` of every item in one DELETE (a pod of a later placement of its workload stays)."""
         from scheduling.models import SimulatedPod
 
-        pods = SimulatedPod.objects.filter(workload_id=workload_id)
-        if placement_id is not None:
-            # a pod made before placements were kept (null) is matched by workload, as before
-            pods = pods.filter(Q(placement_id=placement_id) | Q(placement_id__isnull=True))
-        pods.delete()
+        match = Q(pk__in=[])
+        for item in items:
+            pods = Q(workload_id=item.workload_id)
+            if item.placement_id is not None:
+                # a pod made before placements were kept (null) is matched by workload, as before
+                pods &= Q(placement_id=item.placement_id) | Q(placement_id__isnull=True)
+            match |= pods
+        SimulatedPod.objects.filter(match).delete()
 
     def signal_reclaim(
         self,
