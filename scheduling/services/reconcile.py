@@ -28,6 +28,7 @@ from scheduling.choices import ACTIVE_STATES, WorkloadKind, WorkloadState
 from scheduling.inventory import SyncReport, sync_inventory_rows
 from scheduling.lock_objects import lock_shards
 from scheduling.models import Placement, PlacementGpu, Workload
+from scheduling.services.mig_reconfig import waits_for_reconfiguration
 from scheduling.services.snapshot import bump_shards_for_nodes
 from scheduling.services.workloads import (
     backend_name,
@@ -92,7 +93,8 @@ def materialize_placement(
     delete what we just made) or after it, and then its release task, sent on that commit, runs after
     our create and finds the object. Either way no object outlives its placement."""
     backend = backend or get_backend()
-    if not placement_is_active(placement.pk):
+    if not placement_is_active(placement.pk) or waits_for_reconfiguration(placement.pk):
+        # a placement waiting for its card's MIG reconfiguration starts when it is ready (mig_reconfig)
         return False
     request = materialize_request(w, placement)
     backend.materialize(request)
