@@ -420,6 +420,9 @@ TESSERA_KUBE_DRA_DRIVER = env_str("TESSERA_KUBE_DRA_DRIVER", "gpu.nvidia.com")
 TESSERA_KUBE_DRA_DEVICE_CLASSES = env_str(
     "TESSERA_KUBE_DRA_DEVICE_CLASSES", "gpu.nvidia.com=gpu,mig.nvidia.com=mig"
 )
+# dynamic MIG (device-plugin modes): the mig-parted ConfigMap NVIDIA's MIG manager reads, and its namespace
+TESSERA_KUBE_MIG_CONFIG_MAP = env_str("TESSERA_KUBE_MIG_CONFIG_MAP", "tessera-mig-parted-config")
+TESSERA_KUBE_MIG_CONFIG_NAMESPACE = env_str("TESSERA_KUBE_MIG_CONFIG_NAMESPACE", "gpu-operator")
 TESSERA_KUBE_STORAGE_CLASS = env_str("TESSERA_KUBE_STORAGE_CLASS", "")
 TESSERA_KUBE_RUNTIME_CLASS = env_str("TESSERA_KUBE_RUNTIME_CLASS", "")
 TESSERA_KUBE_FAKE = env_bool("TESSERA_KUBE_FAKE", False)

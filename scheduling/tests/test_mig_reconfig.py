@@ -81,7 +81,9 @@ def test_a_cycle_reconfigures_an_empty_dynamic_card_and_the_job_starts_once_it_i
         reconcile.reconcile_backend_orphans()  # a PLACED workload without a pod is not started early
     assert not SimulatedPod.objects.exists()
     r.refresh_from_db()
-    assert r.state == "applying" and r.deadline_at is not None and r.applying_at is not None
+    assert r.state == "applying"
+    assert r.deadline_at is not None
+    assert r.applying_at is not None
 
     # ready: the card has the new layout and the job starts
     settings.TESSERA_SIM_MIG_RECONFIGURE_SECONDS = 0
@@ -124,7 +126,7 @@ def test_a_card_with_work_on_it_is_never_reconfigured(dynamic_quota: Any) -> Non
     assert services.run_cycle(dynamic_quota.group_id).placed == 0
     big.refresh_from_db()
     first.refresh_from_db()
-    assert first.state == WorkloadState.PLACED and big.state == WorkloadState.PENDING
+    assert (first.state, big.state) == (WorkloadState.PLACED, WorkloadState.PENDING)
     assert "no card has a free 3g.40gb position" in big.pending_reason
     assert not MigReconfiguration.objects.exists()
 
@@ -168,7 +170,8 @@ def test_a_stuck_reconfiguration_times_out_to_failed(dynamic_quota: Any, setting
     r.refresh_from_db()
     assert (r.state, r.reason) == ("failed", "timed out: not applied within 60 s")
     job.refresh_from_db()
-    assert job.state == WorkloadState.PENDING and "timed out" in job.pending_reason
+    assert job.state == WorkloadState.PENDING
+    assert "timed out" in job.pending_reason
 
 
 def test_one_bad_reconfiguration_does_not_stop_the_others(settings: Any) -> None:
