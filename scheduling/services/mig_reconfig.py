@@ -118,6 +118,48 @@ def waits_for_reconfiguration(placement_id: int) -> bool:
     ).exists()
 
 
+# ------------------------------------------------------------------ read model (cluster page)
+@dataclass(frozen=True)
+class ReconfigurationRow:
+    """One reconfiguration as the cluster page shows it."""
+
+    pk: int
+    node: str
+    gpu_index: int
+    old: str
+    new: str
+    state: str
+    since: datetime
+    reason: str
+
+
+def reconfiguration_rows(*, pool: str = "", limit: int = 10) -> list[ReconfigurationRow]:
+    """The active reconfigurations and then the latest finished ones (of `pool`'s nodes), at most
+    `limit`: the card, old → new layout, the state and since when it is in it."""
+    qs = MigReconfiguration.objects.select_related("gpu__node")
+    if pool:
+        qs = qs.filter(gpu__node__pool=pool)
+    active = list(qs.filter(state__in=ACTIVE_RECONFIGURATION_STATES).order_by("pk")[:limit])
+    done = list(
+        qs.exclude(state__in=ACTIVE_RECONFIGURATION_STATES).order_by("-finished_at", "-pk")[
+            : max(0, limit - len(active))
+        ]
+    )
+    return [
+        ReconfigurationRow(
+            r.pk,
+            r.gpu.node.name,
+            r.gpu.index,
+            describe_layout(_pairs(r.old_layout)),
+            describe_layout(_pairs(r.new_layout)),
+            r.state,
+            r.finished_at or r.applying_at or r.created_at,
+            r.reason,
+        )
+        for r in [*active, *done]
+    ]
+
+
 # ------------------------------------------------------------------ the periodic drive
 @dataclass
 class DriveReport:

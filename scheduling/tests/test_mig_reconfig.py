@@ -198,3 +198,36 @@ def test_only_one_active_reconfiguration_per_card() -> None:
     MigReconfiguration.objects.create(gpu=gpu, new_layout=[["1g.10gb", 0]])
     with pytest.raises(IntegrityError), transaction.atomic():
         MigReconfiguration.objects.create(gpu=gpu, new_layout=[["1g.10gb", 1]])
+
+
+def test_the_cluster_page_and_the_api_show_a_reconfiguring_card(
+    dynamic_quota: Any, settings: Any, client: Any
+) -> None:
+    from django.contrib.auth import get_user_model
+
+    settings.TESSERA_SIM_MIG_RECONFIGURE_SECONDS = 3600
+    _submit(dynamic_quota, "small", "1g.10gb")
+    services.run_cycle(dynamic_quota.group_id)
+    drive_reconfigurations()
+    r = MigReconfiguration.objects.get()
+    user = get_user_model().objects.create_user("viewer", password="pw-123456789")
+    dynamic_quota.tenant.memberships.create(user=user, role="member")
+    client.force_login(user)
+
+    page = client.get("/cluster/").content.decode()
+    assert 'data-testid="mig-reconfiguration-' + str(r.pk) + '"' in page
+    start = r.new_layout[0][1]
+    assert f"h100-01 GPU 0</td>\n      <td>empty → 1g.10gb@{start}</td>" in page
+    assert ">reconfiguring</span>" in page
+
+    listed = client.get("/api/v1/mig-reconfigurations/?node=h100-01&state=applying").json()
+    assert [
+        (x["id"], x["state"], x["old_layout"], x["new_layout"], x["waiting"])
+        for x in listed["results"]
+    ] == [(r.pk, "applying", [], [["1g.10gb", start]], 1)]
+    assert client.get("/api/v1/mig-reconfigurations/?state=ready").json()["results"] == []
+    bad = client.get("/api/v1/mig-reconfigurations/?state=done")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["fields"] == {
+        "state": ["Unknown value 'done'; use one of: planned, applying, ready, failed, cancelled."]
+    }
