@@ -119,10 +119,13 @@ def observe(
         return Observed(phase=phase)
     queued = phase == S.QUEUED
     placed = phase in PLACED_STATES and placement is not None
+    # A starting codespace may still wait, placed: for its card's MIG reconfiguration (the only reason
+    # a placed workload carries, scheduling.services.mig_reconfig); it is said while starting too.
+    waits = queued or phase == S.STARTING
     return Observed(
         phase=phase,
-        pending_reason=workload.pending_reason if queued else "",
-        pending_code=workload.pending_code if queued else "",
+        pending_reason=workload.pending_reason if waits else "",
+        pending_code=workload.pending_code if waits else "",
         queue_position=workload.queue_position if queued else None,
         failure_reason=workload.failure_reason if phase == S.FAILED else "",
         node_name=placement.node_name if placed and placement else "",

@@ -402,6 +402,13 @@ if len(TESSERA_TOPOLOGY_LEVELS) > 8 or not all(
     )
 TESSERA_SIM_INVENTORY = env_str("TESSERA_SIM_INVENTORY", "demo")
 TESSERA_SIM_START_DELAY_SECONDS = env_float("TESSERA_SIM_START_DELAY_SECONDS", 3.0)
+# Dynamic MIG (scheduling.services.mig_reconfig): the simulated card's reconfiguration time, GPU UUIDs
+# whose reconfiguration fails (drills), and how long any backend may take before it times out.
+TESSERA_SIM_MIG_RECONFIGURE_SECONDS = env_float("TESSERA_SIM_MIG_RECONFIGURE_SECONDS", 5.0)
+TESSERA_SIM_MIG_FAIL_GPUS = env_list("TESSERA_SIM_MIG_FAIL_GPUS", [])
+TESSERA_MIG_RECONFIGURE_TIMEOUT_SECONDS = env_int(
+    "TESSERA_MIG_RECONFIGURE_TIMEOUT_SECONDS", 900, minimum=10
+)
 TESSERA_KUBECONFIG = env_str("TESSERA_KUBECONFIG", "")
 TESSERA_KUBE_CONTEXT = env_str("TESSERA_KUBE_CONTEXT", "")
 TESSERA_KUBE_NAMESPACE = env_str("TESSERA_KUBE_NAMESPACE", "tessera-workloads")
@@ -413,6 +420,9 @@ TESSERA_KUBE_DRA_DRIVER = env_str("TESSERA_KUBE_DRA_DRIVER", "gpu.nvidia.com")
 TESSERA_KUBE_DRA_DEVICE_CLASSES = env_str(
     "TESSERA_KUBE_DRA_DEVICE_CLASSES", "gpu.nvidia.com=gpu,mig.nvidia.com=mig"
 )
+# dynamic MIG (device-plugin modes): the mig-parted ConfigMap NVIDIA's MIG manager reads, and its namespace
+TESSERA_KUBE_MIG_CONFIG_MAP = env_str("TESSERA_KUBE_MIG_CONFIG_MAP", "tessera-mig-parted-config")
+TESSERA_KUBE_MIG_CONFIG_NAMESPACE = env_str("TESSERA_KUBE_MIG_CONFIG_NAMESPACE", "gpu-operator")
 TESSERA_KUBE_STORAGE_CLASS = env_str("TESSERA_KUBE_STORAGE_CLASS", "")
 TESSERA_KUBE_RUNTIME_CLASS = env_str("TESSERA_KUBE_RUNTIME_CLASS", "")
 TESSERA_KUBE_FAKE = env_bool("TESSERA_KUBE_FAKE", False)
@@ -451,6 +461,10 @@ CELERY_BEAT_SCHEDULE["scheduling-sync-status"] = {
 CELERY_BEAT_SCHEDULE["scheduling-reconcile"] = {
     "task": "scheduling.tasks.reconcile_task",
     "schedule": TESSERA_RECONCILE_INTERVAL_SECONDS,
+}
+CELERY_BEAT_SCHEDULE["scheduling-mig-reconfigurations"] = {
+    "task": "scheduling.tasks.drive_mig_reconfigurations_task",
+    "schedule": TESSERA_CYCLE_INTERVAL_SECONDS,
 }
 CELERY_BEAT_SCHEDULE["scheduling-sync-inventory"] = {
     "task": "scheduling.tasks.sync_inventory_task",

@@ -17,6 +17,7 @@ from scheduling.models import (
     Gang,
     Gpu,
     InvariantAuditRun,
+    MigReconfiguration,
     Node,
     Placement,
     PlacementGpu,
@@ -94,8 +95,16 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "model", "memory_mib", "numa_node", "nvlink_group", "healthy")
-    list_filter = ("model", "healthy")
+    list_display = (
+        "__str__",
+        "model",
+        "memory_mib",
+        "numa_node",
+        "nvlink_group",
+        "healthy",
+        "mig_dynamic",
+    )
+    list_filter = ("model", "healthy", "mig_dynamic")
     search_fields = ("node__name", "uuid")
     list_select_related = ("node",)
     readonly_fields = ("healthy",)
@@ -265,4 +274,20 @@ class InvariantAuditRunAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(MigReconfiguration)
+class MigReconfigurationAdmin(admin.ModelAdmin):
+    """Dynamic MIG reconfigurations: read-only, the drive (scheduling.services.mig_reconfig) owns them."""
+
+    list_display = ("gpu", "state", "created_at", "applying_at", "finished_at", "reason")
+    list_filter = ("state",)
+    search_fields = ("gpu__node__name", "gpu__uuid")
+    list_select_related = ("gpu__node",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [f.name for f in MigReconfiguration._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:  # planned by the cycle only
         return False

@@ -75,3 +75,19 @@ DEFRAG_FINAL_STATES = (DefragPlanState.APPLIED, DefragPlanState.FAILED, DefragPl
 class DefragTrigger(models.TextChoices):
     OPERATOR = "operator", "Operator (preview, then apply)"
     SCHEDULED = "scheduled", "Scheduled (maintenance window or waiting demand)"
+
+
+class MigReconfigurationState(models.TextChoices):
+    """planned → applying → ready | failed (and planned → cancelled): the life of one dynamic card's MIG
+    reconfiguration. The values and allowed transitions are the engine's
+    (`scheduling.engine.mig.ReconfigurationState`, `RECONFIGURATION_TRANSITIONS`): one machine."""
+
+    PLANNED = "planned", "Planned"
+    APPLYING = "applying", "Applying"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+#: A reconfiguration in one of these states holds its card (no other change, no other work on it).
+ACTIVE_RECONFIGURATION_STATES = (MigReconfigurationState.PLANNED, MigReconfigurationState.APPLYING)

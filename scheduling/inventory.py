@@ -231,6 +231,9 @@ def sync_inventory_rows(
                     "nvlink_group": g.nvlink_group,
                     "mig_layout": [list(i) for i in g.mig_layout],
                 }
+                if row.mig_dynamic:
+                    # Tessera owns a dynamic card's layout (scheduling.services.mig_reconfig)
+                    del gfields["mig_layout"]
                 gchanged = [k for k, v in gfields.items() if getattr(row, k) != v]
                 if gchanged:
                     for k in gchanged:

@@ -10,11 +10,13 @@ from django.db.models import Q
 from portal.models import Tenant
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import (
+    ACTIVE_RECONFIGURATION_STATES,
     ACTIVE_STATES,
     DefragPlanState,
     DefragTrigger,
     GangState,
     GangTopologyMode,
+    MigReconfigurationState,
     TopologyPolicy,
     UtilizationProfile,
     WorkloadKind,
@@ -61,7 +63,13 @@ class Gpu(models.Model):
         default=list,
         blank=True,
         help_text="A static MIG layout the operator fixed, as inventory reports it: [[profile, start], "
-        "...]; empty = Tessera owns the layout (dynamic MIG)",
+        "...]; empty = Tessera owns the layout (dynamic MIG). On a `mig_dynamic` card: the layout it has now, "
+        "written by Tessera when a reconfiguration is ready",
+    )
+    mig_dynamic = models.BooleanField(
+        default=False,
+        help_text="Tessera may reconfigure this card's MIG layout while it is empty (a planned step applied "
+        "by the backend: the MIG manager's node label on Kubernetes); set by an operator",
     )
 
     class Meta:
@@ -222,6 +230,15 @@ class Placement(models.Model):
     gpu_milli_total = models.PositiveIntegerField(default=0, help_text="Sum over its GPUs")
     created_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
+    mig_reconfiguration = models.ForeignKey(
+        "MigReconfiguration",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="placements",
+        help_text="The card's MIG reconfiguration this placement waits for (its instance is created by "
+        "it); the workload starts when it is ready",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -236,6 +253,52 @@ class Placement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workload} on {self.node}"
+
+
+class MigReconfiguration(models.Model):
+    """One planned change of a dynamic MIG card's layout (`old_layout` → `new_layout`, ``[[profile,
+    start], ...]``), applied by the backend before the workloads placed on its new instances start.
+
+    planned → applying → ready | failed (planned → cancelled): `state` is the one source of truth,
+    changed only by `scheduling.services.mig_reconfig` (compare-and-set on the state); every transition
+    is appended to `transitions` with its time and reason (the audit trail). A reconfiguration still
+    applying at `deadline_at` fails (timed out)."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="mig_reconfigurations")
+    state = models.CharField(
+        max_length=16,
+        choices=MigReconfigurationState.choices,
+        default=MigReconfigurationState.PLANNED,
+        db_index=True,
+    )
+    old_layout = models.JSONField(default=list, blank=True)
+    new_layout = models.JSONField(default=list, blank=True)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    backend_ref = models.CharField(
+        max_length=253,
+        blank=True,
+        default="",
+        help_text="What the backend applied (the MIG manager's config name on Kubernetes)",
+    )
+    transitions = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    applying_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu"],
+                condition=Q(state__in=ACTIVE_RECONFIGURATION_STATES),
+                name="one_active_mig_reconfiguration_per_gpu",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu}: {self.state}"
 
 
 class PlacementGpu(models.Model):

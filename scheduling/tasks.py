@@ -17,6 +17,7 @@ from scheduling.followups import BackendRelease
 from scheduling.queues import queue_for_group
 from scheduling.services import audit, defrag, reconcile
 from scheduling.services.cycle import run_cycle
+from scheduling.services.mig_reconfig import drive_reconfigurations
 from scheduling.services.polite_reclaim import deliver_reclaim_notice
 from scheduling.services.workloads import (
     clear_cycle_queued,
@@ -181,6 +182,19 @@ def reconcile_backend_orphans_task(self: Any) -> dict[str, int]:
         "deleted_orphans": len(report.removed),
         "rematerialized": len(report.rematerialized),
         "requeued": len(report.requeued),
+    }
+
+
+@shared_task
+def drive_mig_reconfigurations_task() -> dict[str, int]:
+    """Beat: move every dynamic MIG reconfiguration one step (planned → applying → ready | failed,
+    timeouts included); a row whose step fails is logged and retried on the next beat."""
+    report = drive_reconfigurations()
+    return {
+        "applying": len(report.applying),
+        "ready": len(report.ready),
+        "failed": len(report.failed),
+        "errors": len(report.errors),
     }
 
 

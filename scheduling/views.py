@@ -44,6 +44,7 @@ from scheduling.forms import JobForm, ReasonForm, WhatIfForm
 from scheduling.models import Gang, Gpu, Node, Placement, Shard, Workload
 from scheduling.services.audit import invariant_statuses, latest_run
 from scheduling.services.cluster_view import cluster_totals, node_rows
+from scheduling.services.mig_reconfig import reconfiguration_rows
 from scheduling.services.operator_impact import (
     gpu_action_impact,
     job_cancel_impact,
@@ -77,6 +78,7 @@ def cluster(request: HttpRequest) -> HttpResponse:
         "shards": Shard.objects.select_related("group").order_by("group__name"),
         "simulated": settings.TESSERA_BACKEND == "simulated",
         "topology": cluster_topology(),
+        "mig_reconfigurations": reconfiguration_rows(pool=pool),
     }
     return render(request, "scheduling/cluster.html", context)
 

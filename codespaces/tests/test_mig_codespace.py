@@ -310,3 +310,45 @@ def test_a_mig_preset_is_refused_in_a_slice_pool_and_a_bad_profile_is_a_preset_e
     (option,) = services.picker_data(template, quota_a).options
     assert not option.starts_now
     assert option.refused == "mig_profile: Pool gpu: This pool does not offer MIG instances."
+
+
+def test_a_1g_codespace_on_a_dynamic_card_waits_for_the_reconfiguration_then_runs(
+    mig_pool: Any,
+    bob: Any,
+    team_a: Any,
+    quota_a: Any,
+    template: Any,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from scheduling.models import MigReconfiguration
+    from scheduling.services.mig_reconfig import drive_reconfigurations
+
+    capture = django_capture_on_commit_callbacks
+    settings.TESSERA_SIM_MIG_RECONFIGURE_SECONDS = 3600
+    Gpu.objects.update(mig_dynamic=True)
+    with capture(execute=True):
+        codespace = services.create_codespace(
+            user=bob, tenant=team_a, template="pytorch", name="bob-mig", size=MIG_1G
+        )
+    run_status_sync(capture)
+    codespace.refresh_from_db()
+    # placed on a new instance of an empty card: it waits for the card's reconfiguration, saying so
+    assert codespace.state == S.STARTING
+    assert codespace.waiting_reason == (
+        "Waiting for the card's MIG reconfiguration (h100-a GPU 0: empty → 1g.10gb@6)"
+    )
+    with capture(execute=True):
+        drive_reconfigurations()
+    run_status_sync(capture)
+    codespace.refresh_from_db()
+    assert codespace.state == S.STARTING
+    settings.TESSERA_SIM_MIG_RECONFIGURE_SECONDS = 0
+    with capture(execute=True):
+        assert drive_reconfigurations().ready == [MigReconfiguration.objects.get().pk]
+    run_status_sync(capture)
+    codespace.refresh_from_db()
+    assert codespace.state == S.RUNNING
+    assert codespace.waiting_reason == ""
+    assert Gpu.objects.get(node__name="h100-a", index=0).mig_layout == [["1g.10gb", 6]]
+    assert _instances() == [("h100-a", 0, "1g.10gb", 6, 142)]

@@ -10,7 +10,15 @@ from rest_framework import serializers
 
 from scheduling.choices import GangTopologyMode, TopologyPolicy, UtilizationProfile
 from scheduling.limits import MAX_REASON_LENGTH
-from scheduling.models import Gang, Gpu, Node, Placement, PlacementGpu, Workload
+from scheduling.models import (
+    Gang,
+    Gpu,
+    MigReconfiguration,
+    Node,
+    Placement,
+    PlacementGpu,
+    Workload,
+)
 
 
 class GpuShareSerializer(serializers.Serializer):
@@ -27,6 +35,31 @@ class GpuShareSerializer(serializers.Serializer):
     mig_start = serializers.IntegerField(
         allow_null=True, help_text="The MIG instance's memory-slice position (0-7), else null."
     )
+
+
+class MigReconfigurationSerializer(serializers.ModelSerializer):
+    """One dynamic MIG card's reconfiguration: the card, old → new layout, its state since when."""
+
+    node = serializers.CharField(source="gpu.node.name", read_only=True)
+    gpu_index = serializers.IntegerField(source="gpu.index", read_only=True)
+    gpu_uuid = serializers.CharField(source="gpu.uuid", read_only=True)
+    old_layout = serializers.ListField(child=serializers.ListField(), read_only=True)
+    new_layout = serializers.ListField(child=serializers.ListField(), read_only=True)
+    transitions = serializers.ListField(child=serializers.DictField(), read_only=True)
+    waiting = serializers.SerializerMethodField()
+
+    class Meta:
+        model = MigReconfiguration
+        fields = [
+            "id", "node", "gpu", "gpu_index", "gpu_uuid", "state", "old_layout", "new_layout",
+            "reason", "backend_ref", "transitions", "waiting", "created_at",
+            "applying_at", "deadline_at", "finished_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def get_waiting(self, obj: MigReconfiguration) -> int:
+        """How many workloads wait for it (their instance is one it creates)."""
+        return sum(1 for p in obj.placements.all() if p.released_at is None)
 
 
 class GpuSerializer(serializers.ModelSerializer):

@@ -7,6 +7,7 @@ from scheduling.api.demand import DemandViewSet
 from scheduling.api.views import (
     GpuViewSet,
     JobViewSet,
+    MigReconfigurationViewSet,
     NodeViewSet,
     PlacementViewSet,
     WorkloadViewSet,
@@ -17,6 +18,7 @@ router = SimpleRouter()
 router.register("nodes", NodeViewSet, basename="node")
 router.register("gpus", GpuViewSet, basename="gpu")
 router.register("placements", PlacementViewSet, basename="placement")
+router.register("mig-reconfigurations", MigReconfigurationViewSet, basename="mig-reconfiguration")
 router.register("workloads", WorkloadViewSet, basename="workload")
 router.register("jobs", JobViewSet, basename="job")
 router.register("demand", DemandViewSet, basename="demand")

@@ -33,6 +33,7 @@ from scheduling.api.serializers import (
     GpuSerializer,
     JobCreateSerializer,
     JobSerializer,
+    MigReconfigurationSerializer,
     NodeDetailSerializer,
     NodeSerializer,
     OperatorResultSerializer,
@@ -41,7 +42,7 @@ from scheduling.api.serializers import (
     StartEstimateSerializer,
     WorkloadSerializer,
 )
-from scheduling.models import Gang, Gpu, Node, Placement, Workload
+from scheduling.models import Gang, Gpu, MigReconfiguration, Node, Placement, Workload
 from scheduling.services.operator_impact import gpu_action_impact, node_action_impact
 from scheduling.services.start_estimates import start_estimate_payload
 
@@ -218,6 +219,19 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet):
         if dry_run_requested(request):
             return dry_run_response(Kind.GPU_FAILURE, gpu_action_impact(gpu, Kind.GPU_FAILURE))
         return Response({"requeued": services.fail_gpu(gpu.pk, reason=reason, actor=request.user)})
+
+
+class MigReconfigurationViewSet(viewsets.ReadOnlyModelViewSet):
+    """Dynamic MIG reconfigurations, newest first (inventory: read by every member); filter by `node`
+    and `state` (planned, applying, ready, failed, cancelled)."""
+
+    queryset = (
+        MigReconfiguration.objects.select_related("gpu__node")
+        .prefetch_related("placements")
+        .order_by("-created_at", "-id")
+    )
+    serializer_class = MigReconfigurationSerializer
+    filter_fields = {"node": "gpu__node__name", "state": "state", "gpu": "gpu_id"}
 
 
 class PlacementViewSet(TenantScopedQuerysetMixin, viewsets.ReadOnlyModelViewSet):

@@ -128,6 +128,61 @@ class NodeInventory:
     gpus: tuple[GpuInventory, ...] = field(default_factory=tuple)
 
 
+#: A MIG layout as backends see it: ``(profile, start)`` per instance, in start order.
+MigLayout = tuple[tuple[str, int], ...]
+
+
+class MigLayoutPhase(str, enum.Enum):
+    """Where a card's MIG reconfiguration is on the cluster."""
+
+    PENDING = "pending"  # asked for, not done yet
+    READY = "ready"  # the card has the new layout
+    FAILED = "failed"  # the cluster could not apply it (message says why)
+
+
+@dataclass(frozen=True, slots=True)
+class MigLayoutRequest:
+    """One dynamic card's new MIG layout to apply (`scheduling.services.mig_reconfig`).
+
+    `node_layouts` is the layout of every dynamic MIG card of the node after the change (index, layout):
+    a node-level mechanism (NVIDIA's MIG manager applies one named config per node) writes them all, and
+    the cards other than `gpu_index` keep the layout they have. `requested_at` is when Tessera started to
+    apply it (the simulated backend's clock)."""
+
+    reconfiguration_id: int
+    node_name: str
+    gpu_index: int
+    gpu_uuid: str
+    gpu_model: str
+    old_layout: MigLayout
+    new_layout: MigLayout
+    node_layouts: tuple[tuple[int, MigLayout], ...]
+    requested_at: datetime
+
+    def reverted(self) -> MigLayoutRequest:
+        """The request that puts the card back to its old layout (after a failure)."""
+        return MigLayoutRequest(
+            self.reconfiguration_id,
+            self.node_name,
+            self.gpu_index,
+            self.gpu_uuid,
+            self.gpu_model,
+            self.new_layout,
+            self.old_layout,
+            tuple(
+                (index, self.old_layout if index == self.gpu_index else layout)
+                for index, layout in self.node_layouts
+            ),
+            self.requested_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MigLayoutStatus:
+    phase: MigLayoutPhase
+    message: str = ""
+
+
 class BackendError(Exception):
     """A cluster call failed. `permanent=False` errors are retried by the task with backoff; permanent
     ones mark the workload FAILED with the message."""
@@ -183,6 +238,12 @@ class Backend(Protocol):
     def sync_inventory(self) -> Sequence[NodeInventory]:
         """List the nodes and GPUs the cluster has now."""
 
+    def apply_mig_layout(self, request: MigLayoutRequest) -> None:
+        """Ask the cluster to give the card `request.new_layout` (idempotent: asking again for what was
+        asked changes nothing). A BackendError(permanent=True) refuses it (the reconfiguration fails)."""
+
+    def mig_layout_status(self, request: MigLayoutRequest) -> MigLayoutStatus:
+        """Whether the card has the layout `request` asked for yet."""
 
 class BatchMaterialize(Protocol):
     def materialize_many(self, requests: Sequence[MaterializeRequest]) -> dict[int, BackendError]:

@@ -441,6 +441,30 @@ class MigState:
         return int(self.used_compute.sum())
 
 
+def layout_errors(model: str, layout: Sequence[tuple[str, int]]) -> list[str]:
+    """Why ``layout`` (``(profile, start)`` pairs) is not a valid MIG layout of one ``model`` card: an unknown
+    profile, a start the profile may not take, two instances on one memory slice (``[]`` = valid). Used for
+    every layout Tessera reads or writes (a dynamic card's stored layout, a generated MIG manager config)."""
+    geometry = mig_geometry(model)
+    if geometry is None:
+        return [f"{model} has no MIG geometry"]
+    if len(layout) > MEMORY_SLICES:
+        return [f"a card holds at most {MEMORY_SLICES} instances"]
+    errors = []
+    occupied = 0
+    for name, start in layout:
+        profile = geometry.profile(name)
+        if profile is None:
+            errors.append(f"{model} has no MIG profile {name}")
+        elif start not in profile.starts:
+            errors.append(f"{name} may not start at memory slice {start} on {model}")
+        elif occupied & profile.mask(start):
+            errors.append(f"{name} at {start} overlaps another instance")
+        else:
+            occupied |= profile.mask(start)
+    return errors
+
+
 def request_order(requests: Iterable[MigRequest], sizes: dict[str, int]) -> list[MigRequest]:
     """The order a batch is placed in: higher priority first, then larger instances (compute slices), then
     request id, so a plan never depends on input order."""
@@ -488,6 +512,7 @@ __all__ = [
     "MigUnplacedReason",
     "ReconfigurationState",
     "advance",
+    "layout_errors",
     "plan_mig",
     "request_order",
 ]

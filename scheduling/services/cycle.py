@@ -47,7 +47,8 @@ from scheduling.services.decide import (
     conclude,
     propose,
 )
-from scheduling.services.mig_cards import mig_cards, record_mig_slots
+from scheduling.services.mig_cards import MigPool, mig_pool, record_mig_slots
+from scheduling.services.mig_reconfig import record_relayouts
 from scheduling.services.polite_reclaim import reclaim_politely
 from scheduling.services.quota_bridge import cycle_snapshot, warm_capacity
 from scheduling.services.snapshot import (
@@ -274,6 +275,7 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
             .values_list("gang_id", "n")
         )
     cluster, cached = cached_group_cluster(group, shard.version)
+    mig = mig_pool(group, cluster.nodes) if any(w.mig_profile for w in pending) else MigPool()
     cycle_input = CycleInput(
         pending=tuple(
             PendingWorkload(
@@ -301,7 +303,8 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
             if group.min_runtime_seconds
             else None
         ),
-        mig_cards=mig_cards(group, cluster.nodes) if any(w.mig_profile for w in pending) else (),
+        mig_cards=mig.cards,
+        mig_relayout_cards=mig.relayout_cards,
         running=dict(cluster.applied),
     )
     return _CycleRead(cycle_input, {w.pk: w for w in pending}, cluster, cached)
@@ -376,6 +379,8 @@ def _apply(
     version and stats; materialization and observers on commit."""
     placed_ids = _persist(read.cluster, decision.placements, read.rows, now)
     record_mig_slots(decision.mig)
+    # Workloads on instances a planned MIG reconfiguration creates wait for it (mig_reconfig).
+    waiting_for_mig = record_relayouts(read.cluster, decision.mig_relayouts, decision.mig, now=now)
     # Polite reclaim (scheduling.services.polite_reclaim): notices and countdowns; 0 s = at once.
     polite = reclaim_politely(
         group, decision.reclaim, decision.waiting, now=now, stop=_stop_victims
@@ -395,7 +400,7 @@ def _apply(
             last_cycle_placed=len(placed_ids),
         )
         observers.notify_on_commit([(read.rows[i].kind, i) for i in placed_ids])
-        _materialize_on_commit(placed_ids)
+        _materialize_on_commit([i for i in placed_ids if i not in waiting_for_mig])
     else:
         Shard.objects.filter(pk=shard.pk).update(
             last_cycle_at=now, last_cycle_ms=took, last_cycle_placed=0

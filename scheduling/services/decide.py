@@ -47,7 +47,14 @@ from scheduling.engine import (
     Unplaced,
     typical_pods,
 )
-from scheduling.engine.mig import MigCard, MigInstance, MigRequest, plan_mig, request_order
+from scheduling.engine.mig import (
+    MigCard,
+    MigInstance,
+    MigLayoutMode,
+    MigRequest,
+    plan_mig,
+    request_order,
+)
 from scheduling.engine.planner import plan_in_place, queue_key
 from scheduling.engine.types import UnplacedReason
 from scheduling.services.reclaim_fit import NoFit, choose_by_node
@@ -98,6 +105,10 @@ class CycleInput:
     mig_cards: tuple[MigCard, ...] = ()
     """The shard's MIG cards with their instances in use (a `mig` pool; empty elsewhere)."""
 
+    mig_relayout_cards: frozenset[tuple[str, int]] = frozenset()
+    """(node, GPU index) of the empty dynamic cards whose new instances need a reconfiguration step
+    (`Gpu.mig_dynamic`): a placement that creates an instance there waits for it."""
+
     topology_levels: tuple[TopologyLevel, ...] = ()
     """The pool's cross-node topology, widest first (for gangs with a `gang_topology`)."""
 
@@ -114,6 +125,20 @@ class MigSlot:
     gpu_index: int
     profile: str
     start: int
+    reconfigure: bool = False
+    """The instance is created by the card's reconfiguration in this cycle: the workload waits for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigRelayout:
+    """The plan of one dynamic card's new MIG layout (data, applied by
+    `scheduling.services.mig_reconfig`): the layout it has now and the one its waiting workloads need,
+    as ``(profile, start)`` pairs in start order."""
+
+    node: str
+    gpu_index: int
+    old_layout: tuple[tuple[str, int], ...]
+    new_layout: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +192,7 @@ class Proposal:
     state: ClusterState
     requests: tuple[PlacementRequest, ...]
     mig: Mapping[int, MigSlot] = field(default_factory=dict)
+    mig_relayouts: tuple[MigRelayout, ...] = ()
     running: Mapping[int, Assignment] = field(default_factory=dict)
     """The cycle's `running` placements plus this cycle's own (where each active workload is)."""
     policy: str = "tessera"
@@ -194,6 +220,8 @@ class CycleDecision:
     placed_requests: tuple[PlacementRequest, ...] = field(default=(), repr=False)
     mig: Mapping[int, MigSlot] = field(default_factory=dict)
     """Per placed MIG workload id, its instance (card and position)."""
+    mig_relayouts: tuple[MigRelayout, ...] = ()
+    """The dynamic cards this cycle reconfigures (their workloads in `mig` wait for READY)."""
 
     @property
     def placed_ids(self) -> tuple[int, ...]:
@@ -246,6 +274,7 @@ def propose(cycle: CycleInput) -> Proposal:
     unplaced = {int(u.request_id): u for u in plan.unplaced}
     placements = list(plan.placements)
     mig: dict[int, MigSlot] = {}
+    relayouts: tuple[MigRelayout, ...] = ()
     if mig_members:
         gang_needs = {
             m.workload_id: (u.ids, u.gang_need)
@@ -254,9 +283,10 @@ def propose(cycle: CycleInput) -> Proposal:
             for m in u.members
             if m.mig_profile
         }
-        for assignment, slot in _plan_mig(
-            state, cycle.mig_cards, mig_members, unplaced, gang_needs
-        ):
+        placed_mig, relayouts = _plan_mig(
+            state, cycle.mig_cards, mig_members, unplaced, gang_needs, cycle.mig_relayout_cards
+        )
+        for assignment, slot in placed_mig:
             placements.append(assignment)
             mig[int(assignment.request_id)] = slot
         requests = (*requests, *(m.request for m in mig_members))
@@ -271,6 +301,7 @@ def propose(cycle: CycleInput) -> Proposal:
         state=state,
         requests=requests,
         mig=mig,
+        mig_relayouts=relayouts,
         running={**cycle.running, **{int(a.request_id): a for a in placements}}
         if cycle.running
         else {},
@@ -320,6 +351,7 @@ def conclude(
         state=proposal.state,
         placed_requests=tuple(r for r in proposal.requests if int(r.request_id) in placed),
         mig=proposal.mig,
+        mig_relayouts=proposal.mig_relayouts,
     )
 
 
@@ -329,7 +361,8 @@ def _plan_mig(
     members: Sequence[PendingWorkload],
     unplaced: dict[int, Unplaced],
     gangs: Mapping[int, tuple[tuple[int, ...], int]] | None = None,
-) -> list[tuple[Assignment, MigSlot]]:
+    relayout_cards: frozenset[tuple[str, int]] = frozenset(),
+) -> tuple[list[tuple[Assignment, MigSlot]], tuple[MigRelayout, ...]]:
     """Place MIG workloads with the MIG engine (card + position), one by one in the engine's order
     (priority, larger profiles first, id), each only on nodes with room for its CPU and memory, and apply
     them to `state`: the card's share is the instance's GPU-equivalent (quotas.sharing: compute slices of
@@ -339,7 +372,12 @@ def _plan_mig(
     A gang's MIG members (`gangs`: workload id -> the gang's ids and how many must be placed now) are one
     block, placed at the position of its first member in that order: all its members are tried, and
     unless at least the needed number fit, none is kept (their instances and `state` are given back) and
-    every member waits with the gang's reason."""
+    every member waits with the gang's reason.
+
+    On a card of `relayout_cards` (empty, dynamic, reconfigured by a planned step) the instances the
+    engine creates make one new layout per card (`MigRelayout`, with the engine's destroys applied); a
+    free existing instance taken there first fixes the card's layout for the rest of the cycle (its
+    workload starts now, so no reconfiguration may follow it)."""
     gangs = gangs or {}
     by_id = {str(m.workload_id): m for m in members}
     sizes = {m.mig_profile: int(m.mig_profile.split("g.", 1)[0]) for m in members}
@@ -367,11 +405,11 @@ def _plan_mig(
             if isinstance(found, Unplaced):
                 waiting[member.workload_id] = found
                 continue
-            assignment, slot = found
+            assignment, slot, destroyed = found
             state.apply(assignment)
-            placed.append(found)
+            placed.append((assignment, slot))
             current = [
-                replace(c, instances=(*c.instances, MigInstance(slot.profile, slot.start, True)))
+                _with_instance(c, slot, destroyed, (c.node, c.gpu_index) in relayout_cards)
                 if (c.node, c.gpu_index) == (slot.node, slot.gpu_index)
                 else c
                 for c in current
@@ -391,12 +429,64 @@ def _plan_mig(
             continue
         unplaced.update(waiting)
         out.extend(placed)
-    return out
+    return out, _relayouts(cards, current, out, relayout_cards)
+
+
+def _with_instance(
+    card: MigCard, slot: MigSlot, destroyed: tuple[MigInstance, ...], relayout: bool
+) -> MigCard:
+    """`card` with the instance `slot` holds (and the engine's destroys gone). On a relayout card a free
+    existing instance taken (no reconfiguration) fixes the layout: the card is static from now on."""
+    gone = {(d.profile, d.start) for d in destroyed}
+    kept = [i for i in card.instances if (i.profile, i.start) not in gone]
+    if slot.reconfigure:
+        kept.append(MigInstance(slot.profile, slot.start, True))
+    else:
+        at = next(
+            n
+            for n, i in enumerate(kept)
+            if (i.profile, i.start) == (slot.profile, slot.start) and not i.in_use
+        )
+        kept[at] = replace(kept[at], in_use=True)
+    mode = MigLayoutMode.STATIC if relayout and not slot.reconfigure else card.mode
+    return replace(card, instances=tuple(kept), mode=mode)
+
+
+def _relayouts(
+    before: Sequence[MigCard],
+    after: Sequence[MigCard],
+    placed: Sequence[tuple[Assignment, MigSlot]],
+    relayout_cards: frozenset[tuple[str, int]],
+) -> tuple[MigRelayout, ...]:
+    """One new layout per relayout card on which a placement created an instance, in card order."""
+    changed = {
+        (slot.node, slot.gpu_index)
+        for _a, slot in placed
+        if slot.reconfigure and (slot.node, slot.gpu_index) in relayout_cards
+    }
+    old = {(c.node, c.gpu_index): c for c in before}
+    out = []
+    for card in sorted(after, key=lambda c: (c.node, c.gpu_index)):
+        key = (card.node, card.gpu_index)
+        if key in changed:
+            out.append(
+                MigRelayout(
+                    card.node,
+                    card.gpu_index,
+                    _layout(old[key].instances),
+                    _layout(card.instances),
+                )
+            )
+    return tuple(out)
+
+
+def _layout(instances: Sequence[MigInstance]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(((i.profile, i.start) for i in instances), key=lambda p: p[1]))
 
 
 def _place_one_mig(
     state: ClusterState, cards: Sequence[MigCard], member: PendingWorkload, request: MigRequest
-) -> tuple[Assignment, MigSlot] | Unplaced:
+) -> tuple[Assignment, MigSlot, tuple[MigInstance, ...]] | Unplaced:
     """One MIG workload's card and position on `cards`, on a node with room for its CPU and memory."""
     room = tuple(
         sorted(
@@ -428,7 +518,8 @@ def _place_one_mig(
         cpu_milli=member.request.cpu_milli,
         memory_mib=member.request.memory_mib,
     )
-    return assignment, MigSlot(p.node, p.gpu_index, p.profile, p.start)
+    destroyed = tuple(i for r in plan.reconfigurations for i in r.destroy)
+    return assignment, MigSlot(p.node, p.gpu_index, p.profile, p.start, p.reconfigure), destroyed
 
 
 def _units(pending: Sequence[PendingWorkload], gang_active: Mapping[int, int]) -> list[Unit]:

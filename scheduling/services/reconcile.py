@@ -29,6 +29,7 @@ from scheduling.followups import BackendRelease
 from scheduling.inventory import SyncReport, sync_inventory_rows
 from scheduling.lock_objects import lock_shards
 from scheduling.models import Placement, PlacementGpu, Workload
+from scheduling.services.mig_reconfig import placements_waiting_for_reconfiguration
 from scheduling.services.snapshot import bump_shards_for_nodes
 from scheduling.services.workloads import (
     backend_name,
@@ -118,7 +119,9 @@ def materialize_placements(
     delete what we just made) or after it, and then its release task, sent on that commit, runs after
     our create and finds the object. Either way no object outlives its placement."""
     backend = backend or get_backend()
-    active = _active_placements(p.pk for _, p in pairs)
+    ids = [p.pk for _, p in pairs]
+    # a placement waiting for its card's MIG reconfiguration starts when it is ready (mig_reconfig)
+    active = _active_placements(ids) - placements_waiting_for_reconfiguration(ids)
     pairs = [(w, p) for w, p in pairs if p.pk in active]
     if not pairs:
         return [], {}

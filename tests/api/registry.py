@@ -149,6 +149,12 @@ def _gpu(owner: Owner) -> Model:
     return _node(owner).gpus.get()  # type: ignore[attr-defined]
 
 
+def _mig_reconfiguration(owner: Owner) -> Model:
+    from scheduling.models import MigReconfiguration
+
+    return MigReconfiguration.objects.create(gpu=_gpu(owner), new_layout=[["1g.10gb", 0]])
+
+
 def _job(owner: Owner) -> Model:
     from quotas.tests.factories import make_gang, make_workload
 
@@ -246,6 +252,13 @@ REGISTRY: dict[str, Resource] = {
         make=_gpu,
         model="scheduling.Gpu",
         reason="the inventory is shared by every tenant; other tenants' slices show only their size",
+    ),
+    "mig-reconfigurations": Resource(
+        kind="global",
+        make=_mig_reconfiguration,
+        model="scheduling.MigReconfiguration",
+        reason="a card's MIG reconfiguration is inventory, shared by every tenant: it shows the card, "
+        "layouts and a count of waiting workloads, never whose they are",
     ),
     "operator-actions": Resource(
         kind="global",

@@ -43,10 +43,9 @@ def resource_slice(
             "devices": [
                 {
                     "name": f"gpu-{index}",
-                    "attributes": {
+                    "attributes": {  # as NVIDIA's driver: no index attribute, the name says it
                         "uuid": {"string": uuid},
                         "productName": {"string": product},
-                        "index": {"int": index},
                     },
                     "capacity": {"memory": {"value": f"{memory_mib}Mi"}},
                 }
@@ -122,10 +121,14 @@ def mig_resource_slice(
     tainted: Sequence[int] = (),
     generation: int = 1,
 ) -> dict[str, Any]:
-    """A partitionable slice as a MIG-capable DRA driver publishes it: per (uuid, product) card a counter set
-    ``gpu-<i>-counters`` of 8 memory slices, and per valid MIG placement a device of ``type`` ``mig`` that
-    consumes the memory slices it spans (attributes ``profile``, ``parentUUID``, ``parentIndex``,
-    ``productName``, ``placementStart``). Cards whose index is in ``tainted`` carry a NoSchedule device taint."""
+    """A partitionable slice as NVIDIA's DRA driver publishes it (kubernetes-sigs/dra-driver-nvidia-gpu,
+    ``cmd/gpu-kubelet-plugin/mig.go`` / ``deviceinfo.go``): per (uuid, product) card a counter set
+    ``gpu-<i>-counters`` of 8 memory slices, and per valid MIG placement a device of ``type`` ``mig`` with
+    the attributes ``profile``, ``parentUUID``, ``productName`` (no start or index attribute: the driver
+    has none), one ``memorySlice<j>`` capacity per memory slice it spans, consuming those slices'
+    counters. Its name ``gpu-<i>-mig-<profile>-<start>`` is shorter than the driver's
+    ``gpu-<i>-mig-<profile>-<GI profile id>-<start>``, so readers here find the start from the capacity. Cards whose
+    index is in ``tainted`` carry a NoSchedule device taint."""
     counters = []
     devices = []
     for index, (uuid, product) in enumerate(cards):
@@ -140,17 +143,19 @@ def mig_resource_slice(
         )
         for profile in geometry.profiles:
             for start in profile.starts:
+                spanned = range(start, start + profile.memory_slices)
                 device: dict[str, Any] = {
                     "name": f"gpu-{index}-mig-{profile.name.replace('.', '-')}-{start}",
                     "attributes": {
                         "type": {"string": "mig"},
                         "profile": {"string": profile.name},
                         "parentUUID": {"string": uuid},
-                        "parentIndex": {"int": index},
                         "productName": {"string": product},
-                        "placementStart": {"int": start},
                     },
-                    "capacity": {"memory": {"value": f"{profile.memory_gib}Gi"}},
+                    "capacity": {
+                        "memory": {"value": f"{profile.memory_gib}Gi"},
+                        **{f"memorySlice{i}": {"value": "1"} for i in spanned},
+                    },
                     "consumesCounters": [
                         {
                             "counterSet": counter_set,

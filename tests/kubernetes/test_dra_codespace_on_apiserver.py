@@ -88,7 +88,7 @@ def play_dra_scheduler(stack: KubeStack, namespace: str, pod: str) -> str:
     assert request["exactly"]["deviceClassName"] == MIG_CLASS
     expression = request["exactly"]["selectors"][0]["cel"]["expression"]
     assert '.profile == "1g.10gb"' in expression
-    start = int(expression.rsplit("placementStart == ", 1)[1])
+    start = int(expression.split('"memorySlice', 1)[1].split('"', 1)[0])
     device = f"gpu-0-mig-1g-10gb-{start}"
     allocation = dra.allocation("h100-a", device)
     allocation["status"]["allocation"]["devices"]["results"][0]["request"] = request["name"]

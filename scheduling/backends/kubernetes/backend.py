@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -19,10 +20,14 @@ from typing import Any
 from scheduling.backends.base import (
     BackendObject,
     MaterializeRequest,
+    MigLayoutPhase,
+    MigLayoutRequest,
+    MigLayoutStatus,
     NodeInventory,
     StatusReport,
 )
 from scheduling.backends.kubernetes import constants as c
+from scheduling.backends.kubernetes import mig_manager
 from scheduling.backends.kubernetes.binding import bind_with_lock, release_node_lock
 from scheduling.backends.kubernetes.config import KubeConfig, parse_device_classes
 from scheduling.backends.kubernetes.dra import allocated_devices, claim_name, dra_inventory
@@ -196,6 +201,64 @@ class KubernetesBackend:
             self.gateway.list_nodes(), devices, prefer_koordinator=prefer_koordinator
         )
 
+    def apply_mig_layout(self, request: MigLayoutRequest) -> None:
+        """Device-plugin modes: write the node's config into the MIG manager's mig-parted ConfigMap, then
+        label the node with its name (kubernetes/mig_manager.py); both only when not done already. dra
+        mode: refused, NVIDIA's DRA driver creates MIG devices itself (docs/kubernetes.md)."""
+        if self.config.mode == c.Mode.DRA:
+            raise ClusterApiError(
+                "dynamic MIG by reconfiguration is not used in dra mode: NVIDIA's DRA driver creates "
+                "MIG devices at allocation itself (its DynamicMIG feature gate); unset mig_dynamic on "
+                "this card",
+                permanent=True,
+            )
+        models = {index: request.gpu_model for index, _layout in request.node_layouts}
+        errors = mig_manager.config_errors(models, request.node_layouts)
+        if errors:
+            raise ClusterApiError("invalid MIG config: " + "; ".join(errors), permanent=True)
+        name = mig_manager.config_name(request.node_name, request.node_layouts)
+        entries = mig_manager.node_config(request.node_layouts)
+        namespace, map_name = self.config.mig_config_namespace, self.config.mig_config_map
+        current = self.gateway.get_config_map(namespace, map_name)
+        text = ((current or {}).get("data") or {}).get(mig_manager.CONFIG_KEY) or ""
+        try:
+            document = json.loads(text) if text else None
+        except ValueError as exc:  # not JSON: the operator's YAML, which Tessera does not rewrite
+            raise ClusterApiError(
+                f"ConfigMap {namespace}/{map_name} is not in the JSON form Tessera writes",
+                permanent=True,
+            ) from exc
+        if ((document or {}).get("mig-configs") or {}).get(name) != entries:
+            self.gateway.write_config_map(
+                namespace,
+                map_name,
+                {
+                    mig_manager.CONFIG_KEY: json.dumps(
+                        mig_manager.with_config(document, name, entries), indent=1, sort_keys=True
+                    )
+                },
+                str((current or {}).get("metadata", {}).get("resourceVersion") or ""),
+            )
+        node = self.gateway.get_node(request.node_name)
+        if node is None:
+            raise ClusterApiError(f"node {request.node_name} is gone", permanent=True)
+        labels = node.get("metadata", {}).get("labels") or {}
+        if labels.get(mig_manager.MIG_CONFIG_LABEL) != name:
+            # the old state label goes with the old config, so a stale "success" is never read as ours
+            self.gateway.cas_patch_node_labels(
+                request.node_name,
+                {mig_manager.MIG_CONFIG_LABEL: name, mig_manager.MIG_CONFIG_STATE_LABEL: None},
+                str(node["metadata"].get("resourceVersion") or ""),
+            )
+
+    def mig_layout_status(self, request: MigLayoutRequest) -> MigLayoutStatus:
+        """What the MIG manager reports on the node for the config `request` asked for."""
+        node = self.gateway.get_node(request.node_name)
+        if node is None:
+            return MigLayoutStatus(MigLayoutPhase.FAILED, f"node {request.node_name} is gone")
+        name = mig_manager.config_name(request.node_name, request.node_layouts)
+        return mig_manager.manager_status(node.get("metadata", {}).get("labels") or {}, name)
+
     def list_objects(self) -> Sequence[BackendObject]:
         """Tessera's pods in the namespace (the orphan reconciler decides which must go). Pods
         without a Tessera workload id are never listed, even if the selector was ignored."""
@@ -345,6 +408,10 @@ def config_from_settings(settings: Any) -> KubeConfig:
         storage_class=getattr(settings, "TESSERA_KUBE_STORAGE_CLASS", defaults.storage_class),
         runtime_class=getattr(settings, "TESSERA_KUBE_RUNTIME_CLASS", defaults.runtime_class),
         dra_driver=getattr(settings, "TESSERA_KUBE_DRA_DRIVER", defaults.dra_driver),
+        mig_config_map=getattr(settings, "TESSERA_KUBE_MIG_CONFIG_MAP", defaults.mig_config_map),
+        mig_config_namespace=getattr(
+            settings, "TESSERA_KUBE_MIG_CONFIG_NAMESPACE", defaults.mig_config_namespace
+        ),
         dra_device_classes=parse_device_classes(
             getattr(settings, "TESSERA_KUBE_DRA_DEVICE_CLASSES", "")
         )

@@ -53,6 +53,10 @@ class KubeConfig:
         ("gpu.nvidia.com", "gpu"),
         ("mig.nvidia.com", "mig"),
     )
+    # dynamic MIG (device-plugin modes): the ConfigMap holding the mig-parted config NVIDIA's MIG manager
+    # reads (the ClusterPolicy's migManager.config.name) and its namespace (kubernetes/mig_manager.py)
+    mig_config_map: str = "tessera-mig-parted-config"
+    mig_config_namespace: str = "gpu-operator"
 
     def device_class(self, unit: str) -> str:
         """The DeviceClass a claim for one device of ``unit`` (``gpu`` or ``mig``) names; "" if none."""

@@ -5,7 +5,8 @@ read back, and the GPU inventory from the ResourceSlices a DRA driver publishes 
   of the placement (``gpu-<index>``). Each request names the DeviceClass the operator mapped to the
   placement's unit (``gpu`` for a whole card, ``mig`` for a MIG instance; ``KubeConfig.dra_device_classes``)
   and pins the engine's choice by CEL: a whole card by its ``uuid``, a MIG instance by its parent card's
-  ``parentUUID``, ``profile`` and ``placementStart``. The class's quota count must be what the placement
+  ``parentUUID``, ``profile`` and its ``memorySlice<start>`` capacity (`mig.mig_selector`: the names NVIDIA's
+  driver publishes, see `scheduling.backends.kubernetes.mig`). The class's quota count must be what the placement
   was charged, so quota and cluster never disagree about what a device is worth.
 - **Inventory.** Per node, the cards the slices publish: plain GPU devices (``uuid``, ``productName``,
   ``index``, ``memory`` capacity) and MIG-partitionable cards (the parents of ``type`` ``mig`` devices). A
@@ -37,6 +38,7 @@ from scheduling.backends.kubernetes.mig import (
     DraMigDevice,
     device_class_quota_milli,
     mig_devices,
+    mig_selector,
     static_layout_of,
 )
 from scheduling.backends.kubernetes.quantity import bytes_to_mib
@@ -82,10 +84,7 @@ def _selector(gpu: GpuBinding, driver: str) -> str:
         raise DraClaimError(
             f"GPU {gpu.index}: not a MIG placement ({gpu.mig_profile} at {gpu.mig_start})"
         )
-    return (
-        f'{attrs}.type == "mig" && {attrs}.parentUUID == "{gpu.uuid}" && '
-        f'{attrs}.profile == "{gpu.mig_profile}" && {attrs}.placementStart == {gpu.mig_start}'
-    )
+    return mig_selector(driver, gpu.uuid, gpu.mig_profile, gpu.mig_start)
 
 
 def build_claim(
@@ -173,6 +172,10 @@ def _attribute(device: Mapping[str, Any], name: str) -> Any:
     return None
 
 
+#: NVIDIA's whole-card device name, gpu-<minor> (GpuInfo.CanonicalName in the driver's deviceinfo.go).
+_GPU_DEVICE_NAME = re.compile(r"^gpu-(\d+)$")
+
+
 def _tainted(device: Mapping[str, Any]) -> bool:
     return any(t.get("effect") in _BLOCKING_TAINTS for t in device.get("taints") or [])
 
@@ -192,6 +195,11 @@ def slice_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, li
         for device in spec.get("devices") or []:
             kind = _attribute(device, "type")
             uuid, index = _attribute(device, "uuid"), _attribute(device, "index")
+            if not isinstance(
+                index, int
+            ):  # NVIDIA's driver names a card gpu-<minor>, no index attribute
+                whole = _GPU_DEVICE_NAME.match(str(device.get("name") or ""))
+                index = int(whole.group(1)) if whole else None
             if kind not in (None, "gpu") or not isinstance(uuid, str) or not isinstance(index, int):
                 continue
             memory = ((device.get("capacity") or {}).get("memory") or {}).get("value") or "0"

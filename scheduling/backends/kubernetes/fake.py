@@ -87,6 +87,7 @@ class FakeCluster:
         self._devices: dict[str, JsonDict] = {}
         self._slices: dict[str, JsonDict] = {}  # DRA ResourceSlices by name (cluster-scoped)
         self._claims: dict[tuple[str, str], JsonDict] = {}  # ResourceClaims by (namespace, name)
+        self._config_maps: dict[tuple[str, str], JsonDict] = {}  # by (namespace, name)
         self._events: list[_Event] = []
         self._oldest_watchable = 0
         self._failures: dict[str, list[int | None]] = {}
@@ -237,6 +238,59 @@ class FakeCluster:
             merge_patch(node, {"metadata": {"annotations": dict(annotations)}})
             node["metadata"]["resourceVersion"] = self._bump()
             return copy.deepcopy(node)
+
+    def cas_patch_node_labels(
+        self, name: str, labels: Mapping[str, str | None], resource_version: str
+    ) -> JsonDict:
+        with self._lock:
+            self._enter("cas_patch_node_labels")
+            node = self._nodes.get(name)
+            if node is None:
+                raise ClusterApiError(f'node "{name}" not found', status=404, reason="NotFound")
+            if resource_version != node["metadata"]["resourceVersion"]:
+                raise ClusterApiError(
+                    f'Operation cannot be fulfilled on nodes "{name}": the object has been modified',
+                    status=409,
+                    reason="Conflict",
+                )
+            merge_patch(node, {"metadata": {"labels": dict(labels)}})
+            node["metadata"]["resourceVersion"] = self._bump()
+            return copy.deepcopy(node)
+
+    def get_config_map(self, namespace: str, name: str) -> JsonDict | None:
+        with self._lock:
+            self._enter("get_config_map")
+            found = self._config_maps.get((namespace, name))
+            return copy.deepcopy(found) if found is not None else None
+
+    def write_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str], resource_version: str
+    ) -> JsonDict:
+        with self._lock:
+            self._enter("write_config_map")
+            current = self._config_maps.get((namespace, name))
+            current_version = current["metadata"]["resourceVersion"] if current else ""
+            if resource_version != current_version:
+                raise ClusterApiError(
+                    f'configmaps "{name}" already exists or was modified',
+                    status=409,
+                    reason="Conflict",
+                )
+            stored = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "resourceVersion": self._bump()},
+                "data": dict(data),
+            }
+            self._config_maps[(namespace, name)] = stored
+            return copy.deepcopy(stored)
+
+    def set_node_label(self, name: str, key: str, value: str | None) -> None:
+        """Test hook: what another controller (NVIDIA's MIG manager) writes on a node."""
+        with self._lock:
+            node = self._nodes[name]
+            merge_patch(node, {"metadata": {"labels": {key: value}}})
+            node["metadata"]["resourceVersion"] = self._bump()
 
     def list_koordinator_devices(self) -> list[JsonDict]:
         with self._lock:

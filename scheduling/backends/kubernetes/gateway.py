@@ -190,6 +190,45 @@ class KubernetesGateway:
             f"patch nodes/{name}", lambda **kw: self.core.patch_node(name, patch, **kw)
         )
 
+    def cas_patch_node_labels(
+        self, name: str, labels: Mapping[str, str | None], resource_version: str
+    ) -> JsonDict:
+        patch = {"metadata": {"labels": dict(labels), "resourceVersion": resource_version}}
+        return self._json(
+            f"patch nodes/{name}", lambda **kw: self.core.patch_node(name, patch, **kw)
+        )
+
+    def get_config_map(self, namespace: str, name: str) -> JsonDict | None:
+        try:
+            return self._json(
+                f"get configmaps/{name}",
+                lambda **kw: self.core.read_namespaced_config_map(name, namespace, **kw),
+            )
+        except ClusterApiError as exc:
+            if exc.is_not_found:
+                return None
+            raise
+
+    def write_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str], resource_version: str
+    ) -> JsonDict:
+        body: JsonDict = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": dict(data),
+        }
+        if not resource_version:
+            return self._json(
+                f"create configmaps/{name}",
+                lambda **kw: self.core.create_namespaced_config_map(namespace, body, **kw),
+            )
+        body["metadata"]["resourceVersion"] = resource_version
+        return self._json(
+            f"replace configmaps/{name}",
+            lambda **kw: self.core.replace_namespaced_config_map(name, namespace, body, **kw),
+        )
+
     def list_koordinator_devices(self) -> list[JsonDict]:
         try:
             body = self._json(

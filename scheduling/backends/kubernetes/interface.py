@@ -144,6 +144,23 @@ class ClusterGateway(Protocol):
         """Merge-patch node annotations iff the node is still at `resource_version` (else 409)."""
         ...
 
+    def cas_patch_node_labels(
+        self, name: str, labels: Mapping[str, str | None], resource_version: str
+    ) -> JsonDict:
+        """Merge-patch node labels (None deletes) iff the node is still at `resource_version` (else 409)."""
+        ...
+
+    def get_config_map(self, namespace: str, name: str) -> JsonDict | None:
+        """A ConfigMap, None when it does not exist."""
+        ...
+
+    def write_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str], resource_version: str
+    ) -> JsonDict:
+        """Create the ConfigMap (`resource_version` "") or replace its data iff it is still at
+        `resource_version`; 409 when it exists already or changed meanwhile."""
+        ...
+
     def list_koordinator_devices(self) -> list[JsonDict]:
         """Koordinator `Device` objects (cluster-scoped); [] when the CRD is not installed."""
         ...

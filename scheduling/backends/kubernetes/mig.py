@@ -5,9 +5,15 @@ Static MIG (device plugin, ``mixed`` strategy): each profile is its own extended
 ``nvidia.com/mig-<profile>.count=<n>``. A pod asks for one instance with a limit of 1 on that resource.
 
 DRA (``resource.k8s.io/v1``, Kubernetes 1.34+): the driver publishes one ResourceSlice per node; each card is a
-counter set (``sharedCounters``, one counter per memory slice ``memory-slice-<i>``) and each MIG placement it can
-create is a device that consumes the counters of the slices it spans, with the attributes ``type`` (``mig``),
-``profile``, ``parentUUID``, ``productName`` and ``placementStart``. Tessera reads cards and their free and
+counter set (``sharedCounters``, one counter per memory slice) and each MIG placement it can create is a device
+that consumes the counters of the slices it spans. Checked against the source of NVIDIA's driver
+(kubernetes-sigs/dra-driver-nvidia-gpu ``cmd/gpu-kubelet-plugin/mig.go`` ``CommonAttributesMig`` and
+``deviceinfo.go`` ``GetDevice``): a MIG device has the attributes ``type`` (``mig``), ``parentUUID``, ``profile``,
+``productName`` (and ``uuid`` once it exists), **no** start or parent-index attribute: its position is in its name,
+``gpu-<parent minor>-mig-<profile>-<profile id>-<start>`` (``MigSpecTuple.ToCanonicalName``), and in its capacity,
+one ``memorySlice<i>`` per memory slice it spans; a whole card is ``gpu-<minor>`` with ``type``, ``uuid`` and
+``productName``. The reader takes the start and index from those (an attribute ``placementStart`` /
+``parentIndex`` / ``index`` wins where a driver publishes one), and the claim pins the start by capacity. Tessera reads cards and their free and
 allocated instances from the slices (:func:`mig_cards_from_slices`), pins the engine's choice in a ResourceClaim
 whose CEL selector names the parent card, profile and start (:func:`mig_resource_claim`), and reads the
 allocation back (:func:`claim_allocation`). A device with a ``NoSchedule`` or ``NoExecute`` taint is not offered.
@@ -158,7 +164,8 @@ def mig_devices(slices: Iterable[Mapping[str, Any]]) -> list[DraMigDevice]:
     """The MIG devices of the slices (devices of ``type`` ``mig`` with a profile and a start).
 
     The card is the device's ``parentUUID``; its index on the node is the ``parentIndex`` attribute, else the
-    ``gpu-<i>-counters`` counter set it consumes. A 1.34 API server without the ``DRAPartitionableDevices``
+    ``gpu-<minor>`` of NVIDIA's device name, else the ``gpu-<i>-counters`` counter set it consumes; the start is
+    the ``placementStart`` attribute, else the name's last number, else its lowest ``memorySlice<i>``. A 1.34 API server without the ``DRAPartitionableDevices``
     feature gate drops the counters from stored slices, so the reader never depends on them."""
     out: list[DraMigDevice] = []
     for resource_slice in slices:
@@ -168,7 +175,10 @@ def mig_devices(slices: Iterable[Mapping[str, Any]]) -> list[DraMigDevice]:
         for device in spec.get("devices") or []:
             if _attribute(device, "type") != "mig":
                 continue
+            named = _MIG_DEVICE_NAME.match(str(device.get("name") or ""))
             start = _attribute(device, "placementStart")
+            if not isinstance(start, int):
+                start = int(named.group(4)) if named else _first_memory_slice(device)
             profile = _attribute(device, "profile")
             parent = _attribute(device, "parentUUID")
             if (
@@ -178,6 +188,8 @@ def mig_devices(slices: Iterable[Mapping[str, Any]]) -> list[DraMigDevice]:
             ):
                 continue
             index = _attribute(device, "parentIndex")
+            if not isinstance(index, int) and named:
+                index = int(named.group(1))
             if not isinstance(index, int):
                 consumes = device.get("consumesCounters") or [{}]
                 match = re.match(r"^gpu-(\d+)", str(consumes[0].get("counterSet") or ""))
@@ -198,6 +210,33 @@ def mig_devices(slices: Iterable[Mapping[str, Any]]) -> list[DraMigDevice]:
                 )
             )
     return out
+
+
+#: NVIDIA's canonical MIG device name: gpu-<parent minor>-mig-<profile>-<GI profile id>-<placement start>.
+_MIG_DEVICE_NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
+_MEMORY_SLICE = re.compile(r"^memorySlice(\d)$")
+
+
+def _first_memory_slice(device: Mapping[str, Any]) -> int | None:
+    """The lowest ``memorySlice<i>`` capacity of a device (where its instance starts), None without."""
+    slices = [
+        int(m.group(1))
+        for key in (device.get("capacity") or {})
+        if (m := _MEMORY_SLICE.match(str(key)))
+    ]
+    return min(slices) if slices else None
+
+
+def mig_selector(driver: str, parent_uuid: str, profile: str, start: int) -> str:
+    """The CEL expression that admits exactly one MIG placement of ``driver``: its parent card, profile and
+    start. The start is pinned by the ``memorySlice<start>`` capacity the driver gives the device: two
+    placements of one profile never share a memory slice, so the one spanning ``start`` is the one starting
+    there (the engine only chooses valid starts)."""
+    attrs = f'device.attributes["{driver}"]'
+    return (
+        f'{attrs}.type == "mig" && {attrs}.parentUUID == "{parent_uuid}" && '
+        f'{attrs}.profile == "{profile}" && "memorySlice{start}" in device.capacity["{driver}"]'
+    )
 
 
 def mig_cards_from_slices(
@@ -260,11 +299,7 @@ def mig_resource_claim(
     card (``parentUUID``), the profile and the start position, so the scheduler can only allocate that one."""
     if not _PROFILE.match(placement.profile) or not 0 <= placement.start < MEMORY_SLICES:
         raise ValueError(f"not a MIG placement: {placement.profile} at {placement.start}")
-    attrs = f'device.attributes["{driver}"]'
-    expression = (
-        f'{attrs}.type == "mig" && {attrs}.parentUUID == "{parent_uuid}" && '
-        f'{attrs}.profile == "{placement.profile}" && {attrs}.placementStart == {placement.start}'
-    )
+    expression = mig_selector(driver, parent_uuid, placement.profile, placement.start)
     metadata: JsonDict = {"name": name}
     if namespace:
         metadata["namespace"] = namespace

@@ -4,7 +4,9 @@
 idempotent) that reports RUNNING once `TESSERA_SIM_START_DELAY_SECONDS` have passed; `release`
 deletes the pod of the given placement; `signal_reclaim` records a polite-reclaim notice on it; `list_objects` lists every pod (the orphan reconciler);
 `sync_inventory` reads `TESSERA_SIM_INVENTORY` (the bundled demo cluster, a JSON inventory or an
-openb node CSV). Failures of a GPU or a node are injected by `scheduling.services.fail_gpu` /
+openb node CSV). A dynamic card's MIG reconfiguration (`apply_mig_layout`) is ready
+`TESSERA_SIM_MIG_RECONFIGURE_SECONDS` after it was asked for, or fails for the GPU UUIDs listed in
+`TESSERA_SIM_MIG_FAIL_GPUS` (a drill of the failure path). Failures of a GPU or a node are injected by `scheduling.services.fail_gpu` /
 `fail_node`, which mark the pods FAILED. Synthetic GPU utilization comes from
 `scheduling.telemetry.synthetic`, not from here."""
 
@@ -23,6 +25,9 @@ from scheduling.backends.base import (
     BackendError,
     BackendObject,
     MaterializeRequest,
+    MigLayoutPhase,
+    MigLayoutRequest,
+    MigLayoutStatus,
     NodeInventory,
     ObservedPhase,
     StatusReport,
@@ -157,6 +162,22 @@ class SimulatedBackend:
 
     def sync_inventory(self) -> Sequence[NodeInventory]:
         return load_configured_inventory(settings.TESSERA_SIM_INVENTORY)
+
+    def apply_mig_layout(self, request: MigLayoutRequest) -> None:
+        """Nothing to send: the simulated card changes layout on its own after the delay."""
+
+    def mig_layout_status(self, request: MigLayoutRequest) -> MigLayoutStatus:
+        if request.gpu_uuid in settings.TESSERA_SIM_MIG_FAIL_GPUS:
+            return MigLayoutStatus(
+                MigLayoutPhase.FAILED,
+                f"simulated MIG reconfiguration failure of {request.gpu_uuid}",
+            )
+        ready_at = request.requested_at + timedelta(
+            seconds=float(settings.TESSERA_SIM_MIG_RECONFIGURE_SECONDS)
+        )
+        if timezone.now() >= ready_at:
+            return MigLayoutStatus(MigLayoutPhase.READY)
+        return MigLayoutStatus(MigLayoutPhase.PENDING, "simulated MIG manager is reconfiguring")
 
     def fail_pods(self, workload_ids: Iterable[int], message: str) -> int:
         """Mark simulated pods FAILED (a GPU or node failure). Returns how many."""

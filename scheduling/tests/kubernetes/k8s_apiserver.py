@@ -37,6 +37,7 @@ _RESOURCES = [
     ("v1/persistentvolumeclaims", "PersistentVolumeClaim", True),
     ("v1/services", "Service", True),
     ("v1/nodes", "Node", False),
+    ("v1/configmaps", "ConfigMap", True),
     ("resource.k8s.io/v1/resourceslices", "ResourceSlice", False),
     ("resource.k8s.io/v1/resourceclaims", "ResourceClaim", True),
 ]
@@ -269,3 +270,25 @@ class LoopbackApiServer:
             )
 
         self.call(write)
+
+    def set_node_label(self, name: str, key: str, value: str) -> None:
+        """What another controller (NVIDIA's MIG manager) does: write one label of a node."""
+
+        def write() -> None:
+            node = self.emulator.objects["v1/nodes", None, name]
+            node.patch(
+                {
+                    "metadata": {
+                        "labels": {key: value},
+                        "resourceVersion": self.emulator._next_version(),
+                    }
+                }
+            )
+
+        self.call(write)
+
+    def stored(self, resource: str, namespace: str | None, name: str) -> dict[str, Any]:
+        """The object as the server stores it now."""
+        return self.call(
+            lambda: copy.deepcopy(self.emulator.objects[resource, namespace, name].last.raw)
+        )

@@ -76,7 +76,7 @@ def test_a_mig_placement_becomes_a_claim_pinning_card_profile_and_start(
                         "expression": 'device.attributes["gpu.nvidia.com"].type == "mig" && '
                         f'device.attributes["gpu.nvidia.com"].parentUUID == "{GPU_A}" && '
                         'device.attributes["gpu.nvidia.com"].profile == "1g.10gb" && '
-                        'device.attributes["gpu.nvidia.com"].placementStart == 6'
+                        '"memorySlice6" in device.capacity["gpu.nvidia.com"]'
                     }
                 }
             ],

@@ -64,9 +64,16 @@ def test_slices_become_dynamic_cards_with_their_allocated_instances_and_taints()
 
 
 def _matches(device: dict[str, Any], driver: str, expression: str) -> bool:
-    """Evaluate the claim's selector (a conjunction of equalities) against one published device."""
+    """Evaluate the claim's selector (a conjunction of attribute equalities and capacity memberships,
+    ``"memorySlice6" in device.capacity["<driver>"]``) against one published device."""
     attrs = device["attributes"]
     for clause in expression.split(" && "):
+        if " in " in clause:
+            key, domain = clause.split(" in ")
+            assert domain == f'device.capacity["{driver}"]', clause
+            if key.strip('"') not in (device.get("capacity") or {}):
+                return False
+            continue
         left, right = clause.split(" == ")
         name = left.removeprefix(f'device.attributes["{driver}"].')
         value = next(iter(attrs[name].values()))
@@ -149,3 +156,54 @@ def test_device_classes_map_to_quota_units() -> None:
     assert device_class_quota_milli("gpu.tessera.test", classes) == 1000
     assert device_class_quota_milli(MIG_CLASS, classes, "3g.40gb") == 428
     assert device_class_quota_milli("fpga.example.com", classes) is None
+
+
+def test_nvidias_driver_names_give_the_start_and_the_card_index_it_publishes_no_attribute_for() -> (
+    None
+):
+    # kubernetes-sigs/dra-driver-nvidia-gpu: MIG device "gpu-<minor>-mig-<profile>-<GI profile id>-<start>",
+    # attributes type/parentUUID/profile/productName only; a card "gpu-<minor>" with uuid/productName
+    from scheduling.backends.kubernetes.dra import slice_gpus
+    from scheduling.backends.kubernetes.mig import mig_devices
+
+    mig = {
+        "name": "gpu-1-mig-3g40gb-9-4",
+        "attributes": {
+            "type": {"string": "mig"},
+            "parentUUID": {"string": "GPU-b"},
+            "profile": {"string": "3g.40gb"},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"},
+        },
+        "capacity": {f"memorySlice{i}": {"value": "1"} for i in range(4, 8)},
+    }
+    card = {
+        "name": "gpu-1",
+        "attributes": {
+            "uuid": {"string": "GPU-b"},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"},
+        },
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+    published = {
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "h100-03", "devices": [card, mig]}
+    }
+    (device,) = mig_devices([published])
+    assert (device.card_index, device.profile, device.start) == (1, "3g.40gb", 4)
+    # a name without the start: the memory slices it spans say where it starts
+    unnamed = {**mig, "name": "x"}
+    (device,) = mig_devices([{"spec": {**published["spec"], "devices": [unnamed]}}])
+    assert device.start == 4
+    assert [(g.index, g.uuid) for g in slice_gpus([published], "gpu.nvidia.com")["h100-03"]] == [
+        (1, "GPU-b")
+    ]
+
+
+def test_a_mig_claim_pins_the_start_by_the_memory_slice_capacity_the_driver_publishes() -> None:
+    from scheduling.backends.kubernetes.mig import mig_selector
+
+    assert mig_selector("gpu.nvidia.com", "GPU-a", "1g.10gb", 6) == (
+        'device.attributes["gpu.nvidia.com"].type == "mig" && '
+        'device.attributes["gpu.nvidia.com"].parentUUID == "GPU-a" && '
+        'device.attributes["gpu.nvidia.com"].profile == "1g.10gb" && '
+        '"memorySlice6" in device.capacity["gpu.nvidia.com"]'
+    )
