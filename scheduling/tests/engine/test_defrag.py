@@ -200,4 +200,5 @@ def test_plan_that_succeeds_counts_no_refusal() -> None:
     ca = run(s, "wa", "a", (3,))
     cb = run(s, "wb", "b", (5,))
     plan = plan_defrag(s, [req("big", gpus=8, milli=1000)], [ca, cb])
-    assert plan.unlocks and plan.refusals == ()
+    assert plan.unlocks
+    assert plan.refusals == ()
