@@ -25,6 +25,7 @@ import numpy as np
 from bench.dynamic import DRAIN, load_workload
 from bench.replay import load_nodes, load_tool, to_request
 from scheduling.engine import ClusterState, typical_pods
+from scheduling.engine.defrag import REFUSALS
 from scheduling.simulation import ReplayOptions, TimedRequest, replay, summarize
 from scheduling.simulation.defrag import DefragOptions, replay_with_defrag
 
@@ -76,8 +77,9 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
         c0 = time.process_time()
         if budget is None:
             result = replay(state, wl.requests, options)
-            plans = moves = unlocked = 0
+            plans = moves = unlocked = blocked_whole = fragment_fit = 0
             lost = 0.0
+            refusals: dict[str, int] = {}
         else:
             defrag = DefragOptions(
                 moves_per_100_placements=budget, move_cost_seconds=args.move_cost
@@ -89,6 +91,8 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
                 stats.unlocked,
                 stats.lost_gpu_seconds,
             )
+            blocked_whole, fragment_fit = stats.blocked_whole, stats.fragment_fit_whole
+            refusals = dict(stats.refusals)
         seconds = time.process_time() - c0
         summary = summarize(result, wl.requests, window=(0, last))
         rows.append(
@@ -104,6 +108,9 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
                 "plans": plans,
                 "moves": moves,
                 "unlocked": unlocked,
+                "blocked_whole": blocked_whole,
+                "fragment_fit_whole": fragment_fit,
+                "refusals": refusals,
                 "moves_per_100": 100 * moves / max(1, result.placements),
                 "seconds": seconds,
             }
@@ -130,6 +137,22 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                 f"{r['never']:5d}({w['never']:4d})  {r['moves']:5d} {r['moves_per_100']:5.2f} "
                 f"{r['unlocked']:6d}  {r['seconds'] / max(ref['seconds'], 1e-9):5.2f}"
             )
+
+
+def print_why(rows: list[dict[str, Any]]) -> None:
+    """Why moves are rare: per run with moves, the blocked whole-GPU requests the planner was given (summed
+    over plans), the share some node's free slices would hold, and the planner's refusals by reason."""
+    reasons = sorted(REFUSALS)
+    print("trace        run          plans blocked-whole frag-fit%  " + "  ".join(reasons))
+    for r in rows:
+        if not r["plans"]:
+            continue
+        share = 100 * r["fragment_fit_whole"] / max(1, r["blocked_whole"])
+        counts = "  ".join(f"{r['refusals'].get(k, 0):>{len(k)}d}" for k in reasons)
+        print(
+            f"{r['trace']:<12} {r['run']:<12} {r['plans']:5d} {r['blocked_whole']:13d} "
+            f"{share:8.1f}%  {counts}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("that never started as waiting until the horizon\n")
     print_table(rows)
+    print("\nwhy moves are rare (planner refusals, summed over plans)")
+    print_why(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=float))
     return 0

@@ -45,6 +45,16 @@ NODES_COSTED_PER_REQUEST = 48
 #: Longest plan the engine builds whatever the limits say (bounded work per call).
 MAX_MOVES_CAP = 200
 
+#: The reasons a plan counts in :attr:`DefragPlan.refusals`.
+REFUSALS: dict[str, str] = {
+    "candidate_fits_nowhere": "a movable workload fits no other node now, so it was not considered",
+    "request_no_node": "a blocked request had no node it could use even if every movable workload left",
+    "node_not_clearable": "a shortlisted node could not be cleared for the request by movable workloads",
+    "over_limits": "clearing a node needed more moves, moves per owner or cost than the limits allow",
+    "relocation_failed": "the workloads to move could not all be re-placed on other nodes",
+    "request_still_blocked": "after the moves the request still did not fit the freed node",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class MoveCandidate:
@@ -182,6 +192,9 @@ class DefragPlan:
     freed_whole_gpus: int
     freed_whole_nodes: int
     value: str
+    #: Why candidate moves were refused while planning, as ``(reason, count)`` sorted by reason (see
+    #: :data:`REFUSALS`): what an operator or the bench reads when a plan is short or empty.
+    refusals: tuple[tuple[str, int], ...] = ()
 
     @property
     def cost_seconds(self) -> int:
@@ -290,6 +303,12 @@ class _Planner:
         self.protected: set[int] = set()
         #: Nodes a waiting request was planned on: nothing more is taken from them.
         self.unlocked: set[int] = set()
+        self.refused: dict[str, int] = {}
+
+    def refuse(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` refusals for ``reason`` (a key of :data:`REFUSALS`)."""
+        if n > 0:
+            self.refused[reason] = self.refused.get(reason, 0) + n
 
     def _account(self, i: int, c: MoveCandidate, sign: int) -> None:
         for j in c.gpus:
@@ -548,6 +567,7 @@ class _Planner:
                     keep.append(c)
                 else:
                     self._account(i, c, -1)
+                    self.refuse("candidate_fits_nowhere")
             self.by_node[i] = keep
 
     def unlock_waiting(self, blocked: Sequence[PlacementRequest]) -> None:
@@ -562,22 +582,32 @@ class _Planner:
                 continue
             hopeless.add(key)
             options: list[tuple[int, int, int, list[MoveCandidate]]] = []
-            for i in self._shortlist(r):
+            shortlist = self._shortlist(r)
+            if not shortlist:
+                self.refuse("request_no_node")
+            for i in shortlist:
                 victims = self._victims_for(i, r)
-                if victims is None or not self.budget.allows(victims):
+                if victims is None:
+                    self.refuse("node_not_clearable")
+                    continue
+                if not self.budget.allows(victims):
+                    self.refuse("over_limits")
                     continue
                 options.append((len(victims), sum(v.cost_seconds for v in victims), i, victims))
             options.sort(key=lambda o: o[:3])
             for _, _, i, victims in options[:NODES_TRIED_PER_REQUEST]:
                 moves = self._relocate(victims, i)
                 if moves is None:
+                    self.refuse("relocation_failed")
                     continue
                 if not feasible_mask(w, r)[i]:
                     self._undo(moves)
+                    self.refuse("request_still_blocked")
                     continue
                 gpus = _gpus_for(w, i, r)
                 if gpus is None:
                     self._undo(moves)
+                    self.refuse("request_still_blocked")
                     continue
                 a = make_assignment(w, i, r, gpus)
                 w.apply(a)
@@ -606,6 +636,7 @@ class _Planner:
                 probe = PlacementRequest("defrag-probe", 0, 0, whole + 1, GPU_MILLI)
                 victims = self._victims_for(i, probe)
                 if victims is None or not self.budget.allows(victims):
+                    self.refuse("node_not_clearable" if victims is None else "over_limits")
                     failed.add(i)
                     continue
                 freed = {k for v in victims for k in v.gpus}
@@ -620,6 +651,7 @@ class _Planner:
                 before = _consolidation(w)
                 moves = self._relocate(victims, i)
                 if moves is None:
+                    self.refuse("relocation_failed")
                     failed.add(i)
                     continue
                 now = _consolidation(w)
@@ -759,7 +791,8 @@ def plan_defrag(
     unlocks = tuple(planner.unlocks)
     after = apply_plan(state, DefragPlan(moves, (), 0, 0, ""))
     gpus, nodes, text = _describe(state, after, moves, unlocks, {r.request_id: r for r in waiting})
-    return DefragPlan(moves, unlocks, gpus, nodes, text)
+    refusals = tuple(sorted(planner.refused.items()))
+    return DefragPlan(moves, unlocks, gpus, nodes, text, refusals)
 
 
 def apply_plan(state: ClusterState, plan: DefragPlan) -> ClusterState:

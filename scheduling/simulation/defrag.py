@@ -20,8 +20,15 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduling.engine import GPU_MILLI, ClusterState, typical_pods
-from scheduling.engine.defrag import DefragLimits, MoveCandidate, plan_defrag
+import numpy as np
+
+from scheduling.engine import GPU_MILLI, ClusterState, PlacementRequest, typical_pods
+from scheduling.engine.defrag import (
+    DefragLimits,
+    MoveCandidate,
+    feasible_mask_static,
+    plan_defrag,
+)
 from scheduling.engine.gpu_select import make_assignment
 
 from .replay import CAPACITY, ClassKey, Replay
@@ -48,6 +55,12 @@ class DefragStats:
     moves: int
     unlocked: int
     lost_gpu_seconds: float
+    #: Over all plans: the blocked whole-GPU requests handed to the planner, and how many of them some
+    #: node could hold by its free compute alone (the sum of its free slices reaches the request's cards).
+    blocked_whole: int = 0
+    fragment_fit_whole: int = 0
+    #: Over all plans, the planner's refusals (:attr:`~scheduling.engine.defrag.DefragPlan.refusals`).
+    refusals: tuple[tuple[str, int], ...] = ()
 
 
 class _DefragReplay(Replay):
@@ -72,6 +85,19 @@ class _DefragReplay(Replay):
         self.unlocked = 0
         self.lost_gpu_seconds = 0.0
         self.next_try = 0
+        self.blocked_whole = 0
+        self.fragment_fit_whole = 0
+        self.refusals: dict[str, int] = {}
+
+    def _fits_fragments(self, r: PlacementRequest) -> bool:
+        """Some usable node's free slices add up to ``r``'s whole cards (compute, GPU memory, CPU, memory)."""
+        s = self.state
+        m = feasible_mask_static(s, r) & s.has_gpu
+        m &= (s.cpu_free >= r.cpu_milli) & (s.mem_free >= r.memory_mib)
+        free = np.where(s.gpu_ok, s.gpu_free, 0).sum(axis=1)
+        mem = np.where(s.gpu_ok, s.gpu_mem_free, 0).sum(axis=1)
+        need_mem = r.gpu_count * r.gpu_memory_mib
+        return bool((m & (free >= r.gpu_count * GPU_MILLI) & (mem >= need_mem)).any())
 
     def _cycle(self, now: int, candidates: list[ClassKey]) -> None:
         before = self.placements
@@ -130,10 +156,16 @@ class _DefragReplay(Replay):
             max_cost_seconds_per_move=self.defrag.move_cost_seconds,
         )
         waiting = [self.requests[i].request for i, _ in heads]
+        for r in waiting:
+            if r.is_whole_gpu:
+                self.blocked_whole += 1
+                self.fragment_fit_whole += self._fits_fragments(r)
         plan = plan_defrag(
             self.state, waiting, cands, limits, policy=self.options.policy, typical=self.typical
         )
         self.plans += 1
+        for reason, n in plan.refusals:
+            self.refusals[reason] = self.refusals.get(reason, 0) + n
         if not plan.moves:
             self.next_try = self.placements + self.defrag.retry_after_placements
             return
@@ -195,5 +227,13 @@ def replay_with_defrag(
     """
     run = _DefragReplay(state.copy(), requests, options, defrag)
     result = run.run(options.horizon, None)
-    stats = DefragStats(run.plans, run.moves, run.unlocked, run.lost_gpu_seconds)
+    stats = DefragStats(
+        run.plans,
+        run.moves,
+        run.unlocked,
+        run.lost_gpu_seconds,
+        run.blocked_whole,
+        run.fragment_fit_whole,
+        tuple(sorted(run.refusals.items())),
+    )
     return result, stats

@@ -167,3 +167,38 @@ def test_apply_plan_then_policy_placement_uses_the_freed_node() -> None:
     a = place_one(after, req("big", gpus=8, milli=1000), policy)
     assert a is not None
     assert a.node == plan.unlocks[0].node
+
+
+def test_plan_counts_a_move_refused_because_the_workload_cannot_land_elsewhere() -> None:
+    # Each workload of a fits b's one free card alone, but not both: clearing a cannot be done.
+    s = cluster(node("a", 2), node("b", 1))
+    cands = [run(s, f"w{j}", "a", (j,)) for j in range(2)]
+    plan = plan_defrag(s, [req("pair", gpus=2, milli=1000)], cands)
+    assert plan.moves == ()
+    assert dict(plan.refusals) == {"relocation_failed": 1}
+
+
+def test_plan_counts_a_candidate_that_fits_no_other_node() -> None:
+    # The 2-GPU workload of a fits nowhere else (b has one card), so clearing a is never tried.
+    s = cluster(node("a", 3), node("b", 1))
+    ca = run(s, "wide", "a", (0, 1))
+    plan = plan_defrag(s, [req("trio", gpus=3, milli=1000)], [ca])
+    assert plan.moves == ()
+    assert dict(plan.refusals) == {"candidate_fits_nowhere": 1, "request_no_node": 1}
+
+
+def test_plan_counts_a_node_the_limits_refuse_to_clear() -> None:
+    s = cluster(node("a", 4), node("b", 3))
+    cands = [run(s, f"w{j}", "a", (j,), owner="team") for j in range(3)]
+    plan = plan_defrag(s, [req("four", gpus=4, milli=1000)], cands, DefragLimits(max_moves=2))
+    assert plan.moves == ()
+    assert dict(plan.refusals) == {"over_limits": 1}
+
+
+def test_plan_that_succeeds_counts_no_refusal() -> None:
+    s = cluster(node("a", 8, model="H100"), node("b", 8, model="H100"))
+    ca = run(s, "wa", "a", (3,))
+    cb = run(s, "wb", "b", (5,))
+    plan = plan_defrag(s, [req("big", gpus=8, milli=1000)], [ca, cb])
+    assert plan.unlocks
+    assert plan.refusals == ()

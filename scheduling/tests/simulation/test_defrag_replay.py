@@ -42,6 +42,10 @@ def test_one_move_lets_the_eight_gpu_job_start_on_arrival() -> None:
     assert starts(result)["big"] == 20
     assert (stats.moves, stats.unlocked) == (1, 1)
     assert stats.lost_gpu_seconds == 60.0
+    # one plan, for the one blocked whole-GPU request, which no node's free slices alone could hold (7 free
+    # cards on each node), and no refused move
+    assert (stats.plans, stats.blocked_whole, stats.fragment_fit_whole) == (1, 1, 0)
+    assert stats.refusals == ()
     # the moved job keeps running on the other node, until its own end
     ends = {o.request_id: o.end for o in result.outcomes}
     assert ends["j0"] == ends["j15"] == 1000
@@ -65,3 +69,19 @@ def test_too_small_a_budget_earns_no_move_before_enough_placements() -> None:
     )
     assert starts(result)["big"] is None
     assert stats.moves == 0
+
+
+def test_replay_sums_the_planners_refusals_when_no_move_can_help() -> None:
+    # 15 long one-GPU jobs on 16 cards: the 7 beside the free card fit nowhere else (not candidates), and
+    # the 8 of the full node cannot all be re-placed on the one free card.
+    reqs = [TimedRequest(whole(f"j{k}"), 0, 1000) for k in range(9)]
+    reqs += [TimedRequest(whole(f"late{k}"), 5, 1000) for k in range(6)]
+    reqs.append(TimedRequest(whole("big", 8), 20, 100))
+    options = ReplayOptions(policy="firstfit", horizon=200)
+    result, stats = replay_with_defrag(
+        two_nodes(), reqs, options, DefragOptions(moves_per_100_placements=100)
+    )
+    assert starts(result)["big"] is None
+    assert stats.moves == 0
+    assert (stats.plans, stats.blocked_whole, stats.fragment_fit_whole) == (1, 1, 0)
+    assert dict(stats.refusals) == {"candidate_fits_nowhere": 7, "relocation_failed": 1}
