@@ -7,7 +7,7 @@ class CodespacesConfig(AppConfig):
 
     def ready(self) -> None:
         # A codespace is a scheduling Workload of kind "codespace": follow its state changes.
-        from codespaces.audit import codespace_state_findings
+        from codespaces.audit import codespace_state_findings, suspended_codespace_findings
         from codespaces.defrag import movability, record_move_notices
         from codespaces.observer import on_codespace_workloads_changed
         from codespaces.services.suspend import tell_owners
@@ -23,3 +23,5 @@ class CodespacesConfig(AppConfig):
         register_move_listener("codespace", record_move_notices)
         # The auditor checks the stored state against the phase derived by codespaces.phase.
         install_codespace_check(codespace_state_findings)
+        # ... and that a codespace suspended by polite reclaim keeps its home and can start again.
+        install_codespace_check(suspended_codespace_findings, "codespace_suspended")

@@ -11,7 +11,13 @@ from portal.labels import MAX_LABEL_NAME_LENGTH, MAX_LABEL_PREFIX_LENGTH, MAX_LA
 from portal.models import Tenant
 from portal.operator_log import MAX_REASON_LENGTH
 from quotas.fairness import MAX_HALF_LIFE_HOURS
-from quotas.models import MAX_MIN_RUNTIME_SECONDS, RESOURCE_FIELDS, Quota, QuotaGroup
+from quotas.models import (
+    MAX_MIN_RUNTIME_SECONDS,
+    MAX_RECLAIM_NOTICE_SECONDS,
+    RESOURCE_FIELDS,
+    Quota,
+    QuotaGroup,
+)
 from quotas.resources import Side
 from quotas.sharing import MAX_TIMESLICE_REPLICAS, MODE_NOTES, SharingMode
 
@@ -186,6 +192,14 @@ class GroupForm(SelectorRowsForm):
         max_value=MAX_MIN_RUNTIME_SECONDS,
         label="Minimum runtime before preemption (seconds; 0 = off)",
     )
+    reclaim_notice_seconds = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_RECLAIM_NOTICE_SECONDS,
+        label="Polite reclaim: notice before borrowed work is stopped (seconds; 0 = at once)",
+        help_text="e.g. 300: borrowed work gets five minutes, its checkpoint hook (set per quota, "
+        "on the quota page) and a signal before it is stopped; codespaces are suspended, home kept.",
+    )
     sharing_mode = forms.ChoiceField(
         required=False,
         choices=SharingMode.choices,
@@ -225,6 +239,12 @@ class GroupForm(SelectorRowsForm):
         text = self.cleaned_data.get("mig_profiles") or ""
         return [part.strip() for part in text.split(",") if part.strip()]
 
+    def clean_reclaim_notice_seconds(self) -> int:
+        """Left out of a post: the group's countdown (a new group: 0); empty: 0 (stop at once)."""
+        if "reclaim_notice_seconds" not in self.data:
+            return self._group.reclaim_notice_seconds if self._group else 0
+        return int(self.cleaned_data.get("reclaim_notice_seconds") or 0)
+
     def clean_timeslice_replicas(self) -> int:
         """Left out of a post: the group's replicas (a new group: 1)."""
         value = self.cleaned_data.get("timeslice_replicas")
@@ -243,6 +263,7 @@ class GroupForm(SelectorRowsForm):
                 allow_overcommitted_min=group.allow_overcommitted_min,
                 fair_share_half_life_hours=group.fair_share_half_life_hours,
                 min_runtime_seconds=group.min_runtime_seconds,
+                reclaim_notice_seconds=group.reclaim_notice_seconds,
                 sharing_mode=group.sharing_mode,
                 mig_profiles=", ".join(group.mig_profiles or []),
                 timeslice_replicas=group.timeslice_replicas,

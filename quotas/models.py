@@ -46,6 +46,7 @@ EDITABLE_GROUP_FIELDS: tuple[str, ...] = (
     "allow_overcommitted_min",
     "fair_share_half_life_hours",
     "min_runtime_seconds",
+    "reclaim_notice_seconds",
     "sharing_mode",
     "mig_profiles",
     "timeslice_replicas",

@@ -44,6 +44,7 @@ from quotas.models import (
     QuotaGroup,
     bound_field,
 )
+from quotas.reclaim_notices import clean_notice_seconds
 from quotas.resources import Resources, Side, human_amount
 from quotas.selector_preview import selector_conflicts
 from quotas.sharing import SharingMode, clean_sharing
@@ -540,6 +541,7 @@ def create_group(
     timeslice_replicas: Any = 1,
     fair_share_half_life_hours: Any = None,
     min_runtime_seconds: Any = 0,
+    reclaim_notice_seconds: Any = 0,
     actor: Any = None,
     note: str = "",
 ) -> Saved[QuotaGroup]:
@@ -547,6 +549,7 @@ def create_group(
     transaction, retried when it lost a lock race (Busy when every attempt did)."""
     half_life = clean_half_life(fair_share_half_life_hours)
     min_runtime = clean_min_runtime(min_runtime_seconds)
+    notice_seconds = clean_notice_seconds(reclaim_notice_seconds)
     errors: dict[str, list[str]] = {}
     try:
         dns_label_validator(name)
@@ -571,6 +574,7 @@ def create_group(
                     allow_overcommitted_min=bool(allow_overcommitted_min),
                     fair_share_half_life_hours=half_life,
                     min_runtime_seconds=min_runtime,
+                    reclaim_notice_seconds=notice_seconds,
                     sharing_mode=sharing.mode if sharing else SharingMode.SLICE,
                     mig_profiles=list(sharing.mig_profiles) if sharing else [],
                     timeslice_replicas=sharing.timeslice_replicas if sharing else 1,
@@ -654,6 +658,8 @@ def update_group(
         )
     if "min_runtime_seconds" in cleaned:
         cleaned["min_runtime_seconds"] = clean_min_runtime(cleaned["min_runtime_seconds"])
+    if "reclaim_notice_seconds" in cleaned:
+        cleaned["reclaim_notice_seconds"] = clean_notice_seconds(cleaned["reclaim_notice_seconds"])
     with transaction.atomic():
         if "node_selector" in cleaned:
             lock_group_selectors()  # advisory lock first, then the group row

@@ -29,7 +29,17 @@ from django.conf import settings
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
-from quotas.models import QuotaGroup
+from quotas.loans import min_gpus, unassigned_gpus
+from quotas.models import (
+    DeliveryState,
+    LoanState,
+    Quota,
+    QuotaChange,
+    QuotaGroup,
+    QuotaLoan,
+    ReclaimNotice,
+    ReclaimNoticeState,
+)
 from quotas.resources import DIMENSIONS, Resources, Side
 from quotas.usage import default_reservation, group_snapshot
 from scheduling.choices import ACTIVE_STATES, WorkloadState
@@ -44,6 +54,7 @@ from scheduling.models import (
     SimulatedPod,
     Workload,
 )
+from scheduling.telemetry.models import QuotaSample
 
 logger = logging.getLogger(__name__)
 
@@ -385,21 +396,36 @@ def gang_partially_placed(context: AuditContext) -> list[Finding]:
     ]
 
 
-_codespace_checks: list[Callable[[AuditContext], list[Finding]]] = []
+Check = Callable[[AuditContext], list[Finding]]
+_codespace_checks: dict[str, Check] = {}
 
 
-def install_codespace_check(check: Callable[[AuditContext], list[Finding]]) -> None:
-    """Install the codespaces app's `codespace_state` check (from its AppConfig.ready()): it derives
-    a codespace's phase with the one function that does (`codespaces.phase.observe`), which this
-    layer cannot import. Installing again replaces it."""
-    _codespace_checks[:] = [check]
+def install_codespace_check(check: Check, name: str = "codespace_state") -> None:
+    """Install one of the codespaces app's checks (from its AppConfig.ready()): `codespace_state`
+    derives a codespace's phase with the one function that does (`codespaces.phase.observe`),
+    `codespace_suspended` reads codespace rows; this layer cannot import that app. Installing again
+    under the same name replaces it."""
+    _codespace_checks[name] = check
+
+
+def _installed(name: str, context: AuditContext) -> list[Finding]:
+    check = _codespace_checks.get(name)
+    return check(context) if check is not None else []
 
 
 def codespace_agrees_with_workload(context: AuditContext) -> list[Finding]:
     """A codespace's stored state (the cache of its phase) equals the phase derived from its desired
     state and its workload (after `grace`), and every queued, placed, starting or running codespace has
     a workload: the installed check's findings (`codespaces.audit`); none installed, none found."""
-    return [finding for check in _codespace_checks for finding in check(context)]
+    return _installed("codespace_state", context)
+
+
+def suspended_codespace_restartable(context: AuditContext) -> list[Finding]:
+    """A codespace whose reclaim notice was executed (suspended), still on that workload and not
+    being deleted, is stopped (so its owner can start it again) and its workload mounted the
+    codespace's home volume (kept across the suspension): the installed check's findings
+    (`codespaces.audit.suspended_codespace_findings`); none installed, none found."""
+    return _installed("codespace_suspended", context)
 
 
 NOT_YET_CONSIDERED_CODE = "queued"
@@ -486,6 +512,221 @@ def backend_matches_placements(context: AuditContext) -> list[Finding]:
     return findings
 
 
+# ------------------------------------------------------------------ fairness over time (issue 17)
+
+
+def loans_within_what_lenders_have(context: AuditContext) -> list[Finding]:
+    """Approved loans in their window at `now`: a lending quota lends no more GPUs than its own min
+    (its effective min never goes below 0), and the operators lend no more than the group's GPUs
+    that no quota's min promises (the group's mins, loans included, never exceed its capacity)."""
+    now = context.now
+    active = QuotaLoan.objects.filter(state=LoanState.APPROVED, starts_at__lte=now, ends_at__gt=now)
+    findings: list[Finding] = []
+    lent = {
+        r["lender_id"]: (int(r["gpus"]), int(r["loans"]))
+        for r in active.filter(lender__isnull=False)
+        .values("lender_id")
+        .annotate(gpus=Sum("gpus"), loans=Count("id"))
+        .order_by()
+    }
+    for lender in Quota.objects.filter(pk__in=list(lent)).select_related("group").order_by("id"):
+        gpus, loans = lent[lender.pk]
+        own = min_gpus(lender)
+        if gpus > own:
+            findings.append(
+                {
+                    "rule": "lender's min",
+                    "quota_id": lender.pk,
+                    "quota": f"{lender.group.name}/{lender.name}",
+                    "loans": loans,
+                    "lent_gpus": gpus,
+                    "min_gpus": own,
+                    "effective_min_gpus": own - gpus,
+                }
+            )
+    groups = active.filter(lender__isnull=True).values_list("group_id", flat=True).distinct()
+    for group in QuotaGroup.objects.filter(pk__in=list(groups)).order_by("name"):
+        if group.allow_overcommitted_min:
+            continue
+        capacity, promised, by_operators = unassigned_gpus(
+            group, now, now + timedelta(microseconds=1)
+        )
+        if promised + by_operators > capacity:
+            findings.append(
+                {
+                    "rule": "group capacity",
+                    "group": group.name,
+                    "capacity_gpus": capacity,
+                    "min_gpus": promised,
+                    "lent_by_operators_gpus": by_operators,
+                }
+            )
+    return findings
+
+
+def loan_changes_audited(context: AuditContext) -> list[Finding]:
+    """Every loan's every version (its request and each transition after it) has its QuotaChange
+    (subject "loan") on the borrowing quota and on the lending one, the latest one naming the loan's
+    current state."""
+    audited: dict[tuple[int, int], dict[int, str]] = defaultdict(dict)
+    for quota_id, after, version in QuotaChange.objects.filter(subject="loan").values_list(
+        "quota_id", "after", "version"
+    ):
+        if isinstance(after, dict) and isinstance(after.get("loan"), int):
+            audited[(int(after["loan"]), int(quota_id))][int(version)] = str(after.get("state"))
+    findings: list[Finding] = []
+    loans = QuotaLoan.objects.filter(created_at__lt=context.settled_before).values_list(
+        "id", "state", "version", "borrower_id", "lender_id"
+    )
+    for loan_id, state, version, borrower_id, lender_id in loans.order_by("id"):
+        for quota_id in (q for q in (borrower_id, lender_id) if q is not None):
+            rows = audited.get((loan_id, quota_id), {})
+            missing = [v for v in range(1, int(version) + 1) if v not in rows]
+            latest = rows.get(int(version), "")
+            if missing or latest != state:
+                findings.append(
+                    {
+                        "loan_id": loan_id,
+                        "quota_id": quota_id,
+                        "state": state,
+                        "version": int(version),
+                        "versions_not_audited": missing,
+                        "audited_state": latest or "(none)",
+                    }
+                )
+    return findings
+
+
+def reclaim_notice_closed(context: AuditContext) -> list[Finding]:
+    """No reclaim notice is still open (NOTICED) a cycle after its deadline (plus `grace`): by then
+    the cycle has stopped its workload (EXECUTED) or, the pressure gone or the workload no longer
+    running, cancelled it (the finding says whether its workload still runs). And no notice closed
+    longer than `grace` ago still has its signal or checkpoint hook PENDING: its delivery either ran
+    or recorded why it could not."""
+    slack = timedelta(seconds=2 * float(settings.TESSERA_CYCLE_INTERVAL_SECONDS))
+    overdue = ReclaimNotice.objects.filter(
+        state=ReclaimNoticeState.NOTICED, deadline__lt=context.settled_before - slack
+    ).select_related("group", "quota")
+    rows = list(overdue.order_by("id"))
+    states = dict(
+        Workload.objects.filter(pk__in=[n.workload_id for n in rows]).values_list("id", "state")
+    )
+    findings: list[Finding] = [
+        {
+            "problem": "open past its deadline",
+            "notice_id": n.pk,
+            "quota": f"{n.group.name}/{n.quota.name}",
+            "workload_id": n.workload_id,
+            "workload": n.workload_name,
+            "workload_state": states.get(n.workload_id, "(gone)"),
+            "still_running": states.get(n.workload_id) in ACTIVE_STATES,
+            "deadline": n.deadline.isoformat(),
+        }
+        for n in rows
+    ]
+    undelivered = (
+        ReclaimNotice.objects.exclude(state=ReclaimNoticeState.NOTICED)
+        .filter(closed_at__lt=context.settled_before)
+        .filter(Q(signal_state=DeliveryState.PENDING) | Q(hook_state=DeliveryState.PENDING))
+        .values("id", "state", "workload_id", "workload_name", "signal_state", "hook_state")
+        .order_by("id")
+    )
+    findings.extend(
+        {
+            "problem": "closed with its delivery still pending",
+            "notice_id": r["id"],
+            "state": r["state"],
+            "workload_id": r["workload_id"],
+            "workload": r["workload_name"],
+            "signal_state": r["signal_state"],
+            "hook_state": r["hook_state"],
+        }
+        for r in undelivered
+    )
+    return findings
+
+
+def person_within_user_cap(context: AuditContext) -> list[Finding]:
+    """No person holds more GPUs in placed or running work of a quota than its per-person cap
+    (`max_gpus_per_user`; admission enforces it under the shard's lock)."""
+    caps = {
+        q.pk: q
+        for q in Quota.objects.filter(max_gpus_per_user__isnull=False).select_related("group")
+    }
+    if not caps:
+        return []
+    held = (
+        _active_placements()
+        .filter(workload__quota_id__in=list(caps), workload__owner_id__isnull=False)
+        .values("workload__quota_id", "workload__owner_id", "workload__owner__username")
+        .annotate(milli=Sum("gpu_milli_total"), workloads=Count("id"))
+        .order_by("workload__quota_id", "workload__owner_id")
+    )
+    findings: list[Finding] = []
+    for r in held:
+        quota = caps[r["workload__quota_id"]]
+        cap_milli = int(quota.max_gpus_per_user or 0) * 1000
+        if int(r["milli"] or 0) > cap_milli:
+            findings.append(
+                {
+                    "quota_id": quota.pk,
+                    "quota": f"{quota.group.name}/{quota.name}",
+                    "user": r["workload__owner__username"],
+                    "workloads": r["workloads"],
+                    "held_gpu_milli": int(r["milli"] or 0),
+                    "cap_gpu_milli": cap_milli,
+                }
+            )
+    return findings
+
+
+BUDGET_HORIZON = timedelta(days=32)
+"""The longest budget period (a month) and a day: older samples no longer charge any budget."""
+
+
+def budget_usage_counted_once(context: AuditContext) -> list[Finding]:
+    """The GPU-hour usage budgets charge (QuotaSample, minute and hour rows) is never negative and
+    never counts one quota's GPU model twice for the same minutes: rows of one resolution, quota and
+    model never overlap in time. Only samples a budget can still charge (BUDGET_HORIZON) are read."""
+    rows = (
+        QuotaSample.objects.filter(ts__gte=context.now - BUDGET_HORIZON)
+        .order_by("resolution", "quota_id", "gpu_model", "ts", "id")
+        .values_list(
+            "id", "resolution", "quota_id", "gpu_model", "ts", "minutes", "allocated_milli"
+        )
+    )
+    findings: list[Finding] = []
+    key: tuple[Any, ...] | None = None
+    latest_end = context.now
+    latest_id = 0
+    for sample_id, resolution, quota_id, model, ts, minutes, allocated in rows.iterator(
+        chunk_size=5000
+    ):
+        base = {
+            "sample_id": sample_id,
+            "resolution": resolution,
+            "quota_id": quota_id,
+            "gpu_model": model,
+            "ts": ts.isoformat(),
+        }
+        if allocated < 0:
+            findings.append(base | {"problem": "negative usage", "allocated_milli": allocated})
+        same = key == (resolution, quota_id, model)
+        if same and ts < latest_end:
+            findings.append(
+                base
+                | {
+                    "problem": "counted twice",
+                    "overlaps_sample_id": latest_id,
+                    "overlap_until": latest_end.isoformat(),
+                }
+            )
+        ends = ts + timedelta(minutes=int(minutes))
+        if not same or ends > latest_end:
+            key, latest_end, latest_id = (resolution, quota_id, model), ends, sample_id
+    return findings
+
+
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
         "gpu_compute",
@@ -518,6 +759,37 @@ INVARIANTS: tuple[Invariant, ...] = (
         "workload_explained",
         "Every request is placed, waiting with a reason, or failed with a message",
         workload_explained,
+    ),
+    Invariant(
+        "loan_within_min",
+        "No approved loan lends more than the lender's min, nor the operators more than the "
+        "group's unassigned GPUs",
+        loans_within_what_lenders_have,
+    ),
+    Invariant(
+        "loan_audited",
+        "Every loan request and state change is in both quotas' history",
+        loan_changes_audited,
+    ),
+    Invariant(
+        "reclaim_notice_closed",
+        "No reclaim notice stays open a cycle past its deadline",
+        reclaim_notice_closed,
+    ),
+    Invariant(
+        "codespace_suspended",
+        "A codespace suspended by a reclaim keeps its home volume and can be started again",
+        suspended_codespace_restartable,
+    ),
+    Invariant(
+        "user_cap",
+        "Nobody holds more GPUs than their quota's per-person cap",
+        person_within_user_cap,
+    ),
+    Invariant(
+        "budget_usage",
+        "GPU-hour usage is never negative and never counted twice for the same minutes",
+        budget_usage_counted_once,
     ),
     Invariant(
         "backend_objects",

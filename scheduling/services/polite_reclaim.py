@@ -190,13 +190,34 @@ def _after_commit(
         observers.notify_on_commit((RECLAIM_NOTICE_OBSERVER, wid) for wid in codespaces)
 
 
+def _closed_before_delivery(notice: ReclaimNotice) -> dict[str, str]:
+    """A notice that closed before its delivery ran (a busy worker): what is still PENDING says so
+    instead of pending for ever: FAILED for an executed notice (the workload was stopped without its
+    warning: operators see it; nothing is sent to the stopped workload), NONE for a cancelled one
+    (nothing needed telling any more). Returns what it marked."""
+    state = (
+        DeliveryState.FAILED if notice.state == ReclaimNoticeState.EXECUTED else DeliveryState.NONE
+    )
+    detail = f"Not delivered: the notice was {notice.state} before its delivery ran."
+    outcome: dict[str, str] = {}
+    for what in ("signal", "hook"):
+        if getattr(notice, f"{what}_state") == DeliveryState.PENDING:
+            ReclaimNotice.objects.filter(
+                pk=notice.pk, **{f"{what}_state": DeliveryState.PENDING}
+            ).update(**{f"{what}_state": state, f"{what}_detail": detail})
+            outcome[what] = state
+    return outcome
+
+
 def deliver_reclaim_notice(notice_id: int, backend: Backend) -> dict[str, str]:
     """Tell the workload of a notice: a live notice is signalled through the backend (its deadline and
     reason) and POSTed to its quota's checkpoint webhook; a cancelled one has its signal cleared. Each
     outcome is recorded on the notice; a backend error is recorded, not raised (the deadline stands)."""
     notice = ReclaimNotice.objects.filter(pk=notice_id).first()
-    if notice is None or notice.state == ReclaimNoticeState.EXECUTED:
+    if notice is None:
         return {}
+    if notice.state == ReclaimNoticeState.EXECUTED:
+        return _closed_before_delivery(notice)
     workload = Workload.objects.filter(pk=notice.workload_id).first()
     live = notice.state == ReclaimNoticeState.NOTICED
     outcome: dict[str, str] = {}
@@ -227,4 +248,6 @@ def deliver_reclaim_notice(notice_id: int, backend: Backend) -> dict[str, str]:
             outcome["signal"] = state
     if live:
         outcome["hook"] = call_checkpoint_hook(notice_id)
+    else:
+        _closed_before_delivery(notice)  # its signal is cleared above; nothing stays pending
     return outcome

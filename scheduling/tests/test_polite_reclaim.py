@@ -258,3 +258,32 @@ def test_one_victim_that_fails_to_stop_keeps_its_notice_and_the_others_are_stopp
     assert (outcome.reclaimed, stopped) == ([2], [2])
     states = dict(ReclaimNotice.objects.values_list("workload_id", "state"))
     assert states == {1: ReclaimNoticeState.NOTICED, 2: ReclaimNoticeState.EXECUTED}
+
+
+def test_a_notice_closed_before_its_delivery_ran_records_that_it_was_never_delivered() -> None:
+    # given a notice whose delivery task was late (a busy worker): the deadline passed and the cycle
+    # stopped its workload before the signal and the checkpoint hook were attempted
+    notice = noticed_with_hook("http://127.0.0.1:9/never-called")
+    ReclaimNotice.objects.filter(pk=notice.pk).update(state=ReclaimNoticeState.EXECUTED)
+
+    outcome = deliver_reclaim_notice(notice.pk, SimulatedBackend())
+
+    # then nothing is sent to a stopped workload, and the notice no longer says "pending" for ever:
+    # it says that neither the signal nor the hook reached the workload before it was stopped
+    notice.refresh_from_db()
+    assert outcome == {"signal": DeliveryState.FAILED, "hook": DeliveryState.FAILED}
+    assert (notice.signal_state, notice.hook_state) == (DeliveryState.FAILED, DeliveryState.FAILED)
+    assert notice.hook_detail == "Not delivered: the notice was executed before its delivery ran."
+    assert notice.hook_called_at is None
+
+
+def test_a_cancelled_notice_never_delivered_has_nothing_pending() -> None:
+    notice = noticed_with_hook("http://127.0.0.1:9/never-called")
+    ReclaimNotice.objects.filter(pk=notice.pk).update(state=ReclaimNoticeState.CANCELLED)
+
+    deliver_reclaim_notice(notice.pk, SimulatedBackend())
+
+    notice.refresh_from_db()
+    # cancelled before anyone was told: nothing was needed any more, nothing is pending
+    assert (notice.signal_state, notice.hook_state) == (DeliveryState.NONE, DeliveryState.NONE)
+    assert notice.hook_detail == "Not delivered: the notice was cancelled before its delivery ran."
