@@ -245,6 +245,7 @@ class Backend(Protocol):
     def mig_layout_status(self, request: MigLayoutRequest) -> MigLayoutStatus:
         """Whether the card has the layout `request` asked for yet."""
 
+
 class BatchMaterialize(Protocol):
     def materialize_many(self, requests: Sequence[MaterializeRequest]) -> dict[int, BackendError]:
         """`Backend.materialize` of every request in one call; the error per workload id of those it
