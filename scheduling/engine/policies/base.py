@@ -28,8 +28,10 @@ MAX_SPEC_CPU = 128000.0
 MAX_SPEC_GPU = 8000.0
 #: Request shapes whose per-node score vectors are kept (least recently used dropped first).
 SCORE_TABLES = 128
-#: Scores memoised per (node state, request shape), two generations of this many.
-SCORE_MEMO_CAPACITY = 65_536
+#: Scores memoised per (node state, request shape), two generations of this many (~450 accounted bytes an
+#: entry: at most ~15 MB, which keeps a 5,000 × 8 fill's state + caches under 64 MB beside the
+#: fragmentation memo).
+SCORE_MEMO_CAPACITY = 16_384
 
 #: Per request shape: score per node, the node version it was computed at, the slice GPU values per node.
 ScoreTable = tuple[FloatArray, IntArray, list[tuple[int, ...]]]

@@ -25,6 +25,11 @@ AfterRows = tuple[IntArray, IntArray, IntArray, IntArray, IntArray]
 
 #: Above this many nodes to score, :meth:`FgdPolicy.score_nodes` first keeps one node per row class.
 DEDUPLICATE_ABOVE = 32
+#: Up to this many nodes to score, :meth:`FgdPolicy.score_nodes` goes node by node through the memo of
+#: (node state, request shape) scores rather than through the vectorised pass: over a fill most decisions
+#: find a handful of stale nodes (median 9 on 5,000 × 8), whose states recur, and there the vectorised
+#: pass's fixed cost (~80 numpy calls) outweighs memo lookups. Both give the same scores bit for bit.
+MEMO_SCORING_UP_TO = 64
 
 
 def fgd_score(delta: float, scale: float = 1000.0) -> int:
@@ -62,6 +67,8 @@ class FgdPolicy(CachedNodeScorer):
     name = "fgd"
     #: :meth:`score_nodes` is vectorised over nodes (the placer then skips its one-node-per-class sort).
     batch_scoring = True
+    #: See :data:`MEMO_SCORING_UP_TO` (an attribute, so a bench or a test can take either path).
+    memo_scoring_up_to = MEMO_SCORING_UP_TO
 
     def __init__(self, typical: Sequence[TypicalPod]) -> None:
         super().__init__()
@@ -197,6 +204,15 @@ class FgdPolicy(CachedNodeScorer):
         return scores
 
     def score_nodes(
+        self, state: ClusterState, nodes: IntArray, pk: tuple[int, int, int]
+    ) -> tuple[FloatArray | list[float], list[tuple[int, ...]]]:
+        """:meth:`score_key` of every node in ``nodes``: node by node through the memo when they are few
+        (:data:`MEMO_SCORING_UP_TO`), else in one vectorised pass (:meth:`score_rows`)."""
+        if nodes.size <= self.memo_scoring_up_to:
+            return super().score_nodes(state, nodes, pk)
+        return self.score_rows(state, nodes, pk)
+
+    def score_rows(
         self, state: ClusterState, nodes: IntArray, pk: tuple[int, int, int]
     ) -> tuple[FloatArray, list[tuple[int, ...]]]:
         """:meth:`score_key` of every node in ``nodes`` in one vectorised pass (bit-identical: the same

@@ -72,10 +72,63 @@ def test_vectorised_scores_equal_the_per_node_scores_bit_for_bit(policy: str, se
         nodes = np.flatnonzero(feasible_mask(state, r))  # the policy only scores feasible nodes
         assert nodes.size >= 4
         pk = (c, m, k)
-        scores, vals = pol.score_nodes(state, nodes, pk)
+        scores, vals = pol.score_rows(state, nodes, pk)
         expected = [pol.score_key(state.node_key(i), pk, None) for i in nodes.tolist()]
         assert list(np.asarray(scores)) == [e[0] for e in expected], pk
         assert vals == [e[1] for e in expected], pk
+
+
+@pytest.mark.parametrize("policy", ["fgd", "tessera"])
+def test_few_stale_nodes_are_scored_through_the_memo_exactly_as_the_vectorised_pass(
+    policy: str,
+) -> None:
+    state = _busy_state(5)
+    pol = POLICIES[policy](typical=TYPICAL)
+    assert isinstance(pol, FgdPolicy)
+    pol.choose(
+        state, PlacementRequest("bind", 1000, 1024), np.arange(len(state)), np.arange(len(state))
+    )
+    pol.memo_scoring_up_to = len(state)
+    for c, m, k in SHAPES:
+        r = PlacementRequest("x", cpu_milli=c, memory_mib=1, gpu_count=k, gpu_milli=m)
+        nodes = np.flatnonzero(feasible_mask(state, r))
+        pk = (c, m, k)
+        before = len(pol._memo)
+        scores, vals = pol.score_nodes(state, nodes, pk)
+        assert len(pol._memo) > before  # the per-node path ran and memoised its scores
+        vector_scores, vector_vals = pol.score_rows(state, nodes, pk)
+        assert list(np.asarray(scores)) == vector_scores.tolist(), pk
+        assert vals == vector_vals, pk
+
+
+@pytest.mark.parametrize("policy", ["fgd", "tessera"])
+def test_a_fill_places_every_pod_on_the_same_node_and_gpus_whichever_scoring_path(
+    policy: str,
+) -> None:
+    rng = random.Random(7)
+    shapes = [*SHAPES, (1500, 330, 1), (6000, 470, 1)]
+    requests = []
+    for j in range(400):
+        c, m, k = rng.choice(shapes)
+        requests.append(
+            PlacementRequest(str(j), cpu_milli=c, memory_mib=1024, gpu_count=k, gpu_milli=m)
+        )
+    placements = []
+    for up_to in (0, 64, 10_000):  # vectorised only, the default mix, per node only
+        state = cluster(
+            *(node(f"n{i:03d}", 8, model=("T4", "A100")[i % 2], cpu=128000) for i in range(120))
+        )
+        pol = POLICIES[policy](typical=TYPICAL)
+        assert isinstance(pol, FgdPolicy)
+        pol.memo_scoring_up_to = up_to
+        got = []
+        for r in requests:
+            a = place_one(state, r, pol)
+            got.append(None if a is None else (a.node, a.gpu_indices))
+        placements.append(got)
+    assert sum(p is not None for p in placements[0]) > 200
+    assert placements[1] == placements[0]
+    assert placements[2] == placements[0]
 
 
 def test_vectorised_fragmentation_equals_the_scalar_one_up_to_rounding() -> None:
@@ -130,8 +183,20 @@ def test_score_caches_stay_bounded_over_many_request_shapes() -> None:
     pol = POLICIES["tessera"](typical=TYPICAL)
     assert isinstance(pol, FgdPolicy)
     pol._tables.capacity = 5
+    pol.memo_scoring_up_to = 0  # the vectorised pass: the tables are the only score cache
     for j in range(40):
         r = PlacementRequest(str(j), cpu_milli=100 + j, memory_mib=1, gpu_count=1, gpu_milli=10)
         place_one(state, r, pol)
     assert len(pol._tables) == 5
     assert pol.cache_nbytes() < 5 * 4 * 64 + 4096
+
+
+def test_the_per_node_score_memo_stays_bounded_over_many_request_shapes() -> None:
+    state = cluster(*(node(f"n{i}", 8, cpu=1_000_000) for i in range(4)))
+    pol = POLICIES["tessera"](typical=TYPICAL)
+    assert isinstance(pol, FgdPolicy)
+    pol._memo.capacity = 8
+    for j in range(200):
+        r = PlacementRequest(str(j), cpu_milli=100 + j, memory_mib=1, gpu_count=1, gpu_milli=10)
+        place_one(state, r, pol)
+    assert 8 <= len(pol._memo) <= 16
