@@ -8,7 +8,6 @@ SECRET_KEY and ALLOWED_HOSTS). Every variable is documented in docs/configuratio
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -639,16 +638,6 @@ CELERY_BEAT_SCHEDULE["quotas-budget-alerts"] = {
     "task": "quotas.tasks.check_budget_alerts_task",
     "schedule": TESSERA_QUOTA_BUDGET_CHECK_SECONDS,
 }
-
-# Every interval task expires after its interval: a periodic sweep that could not start in time is
-# dropped, since the next one is already queued and does the same. Without this a worker slower than
-# the schedule collects stale copies, and the one-off work queued behind them (placed workloads made
-# real, reclaim notices delivered before their deadline) waits for every one of them.
-for _entry in CELERY_BEAT_SCHEDULE.values():
-    _every = _entry["schedule"]
-    if isinstance(_every, int | float | timedelta):
-        _seconds = _every.total_seconds() if isinstance(_every, timedelta) else float(_every)
-        _entry.setdefault("options", {}).setdefault("expires", _seconds)  # type: ignore[attr-defined]
 
 LOGGING = {
     "version": 1,

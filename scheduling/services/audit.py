@@ -31,7 +31,6 @@ from django.utils import timezone
 
 from quotas.loans import min_gpus, unassigned_gpus
 from quotas.models import (
-    DeliveryState,
     LoanState,
     Quota,
     QuotaChange,
@@ -600,9 +599,7 @@ def loan_changes_audited(context: AuditContext) -> list[Finding]:
 def reclaim_notice_closed(context: AuditContext) -> list[Finding]:
     """No reclaim notice is still open (NOTICED) a cycle after its deadline (plus `grace`): by then
     the cycle has stopped its workload (EXECUTED) or, the pressure gone or the workload no longer
-    running, cancelled it (the finding says whether its workload still runs). And no notice closed
-    longer than `grace` ago still has its signal or checkpoint hook PENDING: its delivery either ran
-    or recorded why it could not."""
+    running, cancelled it. The finding says whether its workload still runs."""
     slack = timedelta(seconds=2 * float(settings.TESSERA_CYCLE_INTERVAL_SECONDS))
     overdue = ReclaimNotice.objects.filter(
         state=ReclaimNoticeState.NOTICED, deadline__lt=context.settled_before - slack
@@ -611,9 +608,8 @@ def reclaim_notice_closed(context: AuditContext) -> list[Finding]:
     states = dict(
         Workload.objects.filter(pk__in=[n.workload_id for n in rows]).values_list("id", "state")
     )
-    findings: list[Finding] = [
+    return [
         {
-            "problem": "open past its deadline",
             "notice_id": n.pk,
             "quota": f"{n.group.name}/{n.quota.name}",
             "workload_id": n.workload_id,
@@ -624,26 +620,6 @@ def reclaim_notice_closed(context: AuditContext) -> list[Finding]:
         }
         for n in rows
     ]
-    undelivered = (
-        ReclaimNotice.objects.exclude(state=ReclaimNoticeState.NOTICED)
-        .filter(closed_at__lt=context.settled_before)
-        .filter(Q(signal_state=DeliveryState.PENDING) | Q(hook_state=DeliveryState.PENDING))
-        .values("id", "state", "workload_id", "workload_name", "signal_state", "hook_state")
-        .order_by("id")
-    )
-    findings.extend(
-        {
-            "problem": "closed with its delivery still pending",
-            "notice_id": r["id"],
-            "state": r["state"],
-            "workload_id": r["workload_id"],
-            "workload": r["workload_name"],
-            "signal_state": r["signal_state"],
-            "hook_state": r["hook_state"],
-        }
-        for r in undelivered
-    )
-    return findings
 
 
 def person_within_user_cap(context: AuditContext) -> list[Finding]:

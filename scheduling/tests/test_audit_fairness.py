@@ -12,14 +12,7 @@ from django.utils import timezone
 from codespaces.choices import CodespaceState
 from codespaces.tests.factories import CodespaceFactory, workload_in
 from quotas import loans
-from quotas.models import (
-    DeliveryState,
-    LoanState,
-    Quota,
-    QuotaLoan,
-    ReclaimNotice,
-    ReclaimNoticeState,
-)
+from quotas.models import LoanState, Quota, QuotaLoan, ReclaimNotice, ReclaimNoticeState
 from quotas.tests.factories import record_gpu_hours
 from scheduling.models import Workload
 from scheduling.services import audit
@@ -140,17 +133,6 @@ def test_an_open_reclaim_notice_past_its_deadline_is_reported(placed: Workload) 
     # closed, it is fine
     ReclaimNotice.objects.filter(pk=late.pk).update(state=ReclaimNoticeState.EXECUTED)
     assert findings("reclaim_notice_closed") == []
-
-
-def test_a_closed_notice_whose_delivery_is_still_pending_is_reported(placed: Workload) -> None:
-    closed: dict[str, Any] = {"state": ReclaimNoticeState.EXECUTED, "closed_at": timezone.now()}
-    stuck = notice(placed, timedelta(seconds=-5), hook_state=DeliveryState.PENDING, **closed)
-    notice(placed, timedelta(seconds=-5), signal_state=DeliveryState.SENT, **closed)
-    assert findings("reclaim_notice_closed", later=False) == []  # its delivery may still run
-    rows = findings("reclaim_notice_closed")
-    assert [(r["notice_id"], r["problem"], r["hook_state"]) for r in rows] == [
-        (stuck.pk, "closed with its delivery still pending", DeliveryState.PENDING)
-    ]
 
 
 def test_an_open_notice_still_counting_down_is_not_reported(placed: Workload) -> None:

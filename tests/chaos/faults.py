@@ -19,18 +19,6 @@ from tests.chaos.stack import Stack
 KINDS = ("worker-scheduling", "worker-default", "beat", "web-worker", "db-session")
 RESTART_AFTER = 0.5  # seconds a supervisor takes to notice and restart a dead process
 RECOVERY_TIMEOUT = 60.0
-RECOVERY_LIMIT_SECONDS = 10.0
-LOAD_REFERENCE = 2.0
-"""Runnable processes per core up to which recovery must take at most RECOVERY_LIMIT_SECONDS. A
-recovery is mostly a process boot (Python, Django and Celery imports) and one cycle: CPU-bound work
-whose wall time grows with how many processes compete for each core. The chaos stack alone keeps about
-two per core busy; beyond that (other work on a shared machine) the limit grows in proportion, as
-measured by the load average around each kill (`Kill.recovery_limit`)."""
-
-
-def load_per_cpu() -> float:
-    """The 1-minute load average per core (runnable and waiting processes per CPU)."""
-    return os.getloadavg()[0] / (os.cpu_count() or 1)
 
 
 @dataclass
@@ -42,21 +30,10 @@ class Kill:
     target: str = ""
     restarted_at: float | None = None
     recovered_at: float | None = None
-    load_per_cpu: float = 0.0  # the higher of the load average per core at the kill and at recovery
 
     @property
     def recovery_seconds(self) -> float | None:
         return None if self.recovered_at is None else self.recovered_at - self.at
-
-    @property
-    def recovery_limit(self) -> float:
-        """RECOVERY_LIMIT_SECONDS, scaled up by the machine's load beyond LOAD_REFERENCE per core."""
-        return RECOVERY_LIMIT_SECONDS * max(1.0, self.load_per_cpu / LOAD_REFERENCE)
-
-    @property
-    def recovered_in_time(self) -> bool:
-        seconds = self.recovery_seconds
-        return seconds is not None and seconds <= self.recovery_limit
 
 
 def _latest(stack: Stack, sql: str) -> float:
@@ -118,7 +95,7 @@ class FaultInjector:
 
     def inject(self, kind: str, rng: random.Random) -> Kill:
         stack = self.stack
-        kill = Kill(kind, time.time(), load_per_cpu=load_per_cpu())
+        kill = Kill(kind, time.time())
         if kind == "web-worker":
             workers = stack.web_workers()
             target = rng.choice(workers)
@@ -156,7 +133,6 @@ class FaultInjector:
                 kill.recovered_at = time.time()
                 break
             time.sleep(0.2)
-        kill.load_per_cpu = max(kill.load_per_cpu, load_per_cpu())
         return kill
 
 

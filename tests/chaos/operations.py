@@ -1,17 +1,12 @@
 """Random API operations as the seeded users: codespaces of every size (create, stop, start, delete),
-gang jobs (submit, cancel), quota edits with and without If-Match, operator actions (cordon,
-uncordon, drain, GPU failure and repair), and the fairness features (issue 17): quota loans requested
-by team admins (of a sibling or of the operators, windows of seconds so they expire during the run),
-approved or declined by the lender's admin or an operator, cancelled by the borrower, and GPU-hour
-budget top-ups by the operator. Every operation is one `OpRecord`."""
+gang jobs (submit, cancel), quota edits with and without If-Match, and operator actions (cordon,
+uncordon, drain, GPU failure and repair). Every operation is one `OpRecord`."""
 
 from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.chaos.client import ApiClient, Call
@@ -60,7 +55,6 @@ class Actor:
     tenants: dict[str, dict[str, int]]
     client: ApiClient
     operator_client: ApiClient
-    admin_of: tuple[str, ...] = ()
     codespaces: list[int] = field(default_factory=list)
     jobs: list[int] = field(default_factory=list)
 
@@ -80,18 +74,6 @@ class World:
     counter: int = 0
     failed_gpus: list[int] = field(default_factory=list)
     cordoned: list[int] = field(default_factory=list)
-    budgets: list[int] = field(default_factory=list)
-    requested_loans: list[RequestedLoan] = field(default_factory=list)
-
-    def team_quotas(self, pool: str) -> dict[str, int]:
-        """Tenant slug -> quota id of every team's quota in `pool` (the latency probe's left out)."""
-        return {
-            slug: pools[pool]
-            for info in self.users.values()
-            if not info["probe"]
-            for slug, pools in info["tenants"].items()
-            if pool in pools
-        }
 
     def next_name(self, prefix: str) -> str:
         with self.lock:
@@ -110,7 +92,6 @@ class World:
             info["tenants"],
             ApiClient(self.base_url, info["token"]),
             ApiClient(self.base_url, self.operator_token),
-            tuple(info.get("admin_of", ())),
         )
 
     def client_usernames(self) -> list[str]:
@@ -124,15 +105,6 @@ class World:
         return next(name for name, info in self.users.items() if info["probe"])
 
 
-@dataclass(frozen=True)
-class RequestedLoan:
-    """A loan the run asked for and nobody has decided yet (as far as the clients know)."""
-
-    loan_id: int
-    borrower_tenant: str
-    lender_tenant: str  # "" = asked of the operators
-
-
 def _results(call: Call) -> list[dict[str, Any]]:
     body = call.body
     if isinstance(body, dict):
@@ -140,7 +112,7 @@ def _results(call: Call) -> list[dict[str, Any]]:
     return list(body or [])
 
 
-def discover(base_url: str, users: dict[str, Any], budgets: Sequence[int] = ()) -> World:
+def discover(base_url: str, users: dict[str, Any]) -> World:
     """Build the shared world from the seed and a few operator GETs."""
     token = next(u["token"] for u in users.values() if u["operator"])
     operator = ApiClient(base_url, token)
@@ -154,15 +126,7 @@ def discover(base_url: str, users: dict[str, Any], budgets: Sequence[int] = ()) 
         t["name"]: [p["name"] for p in t.get("presets", [])]
         for t in _results(operator.call("GET", "templates/", params={"limit": 500}))
     }
-    return World(
-        base_url,
-        users,
-        ids("nodes/"),
-        ids("gpus/"),
-        ids("quotas/"),
-        templates,
-        budgets=[int(b) for b in budgets],
-    )
+    return World(base_url, users, ids("nodes/"), ids("gpus/"), ids("quotas/"), templates)
 
 
 # ------------------------------------------------------------------------------------ operations
@@ -284,97 +248,6 @@ def operator_action(world: World, actor: Actor, rng: random.Random) -> OpRecord:
     return OpRecord(kind, OPERATOR, actor.operator_client.call("POST", path, json=body))
 
 
-LOAN_SECONDS = (8, 20, 45)
-"""Loan windows: a few seconds to most of a minute, so loans start, move min and expire in the run."""
-
-
-def request_loan(world: World, actor: Actor, rng: random.Random) -> OpRecord:
-    """A team admin asks a sibling quota (or the operators) for 1-2 GPUs of min from now on."""
-    if not actor.admin_of:
-        return list_loans(world, actor, rng)
-    borrower_tenant = rng.choice(sorted(actor.admin_of))
-    pool = rng.choice(sorted(actor.tenants[borrower_tenant]))
-    quotas = world.team_quotas(pool)
-    siblings = sorted(slug for slug in quotas if slug != borrower_tenant)
-    lender_tenant = rng.choice(["", *siblings])
-    now = datetime.now(UTC)
-    body: dict[str, Any] = {
-        "borrower": quotas[borrower_tenant],
-        "lender": quotas[lender_tenant] if lender_tenant else None,
-        "gpus": rng.choice([1, 1, 2]),
-        "starts_at": now.isoformat(),
-        "ends_at": (now + timedelta(seconds=rng.choice(LOAN_SECONDS))).isoformat(),
-        "reason": "chaos: a burst",
-    }
-    call = actor.client.call("POST", "quota-loans/", json=body)
-    record = OpRecord("loan.request", actor.username, call)
-    if call.status == 201 and isinstance(call.body, dict):
-        with world.lock:
-            world.requested_loans.append(
-                RequestedLoan(int(call.body["id"]), borrower_tenant, lender_tenant)
-            )
-    elif call.status not in (400, 409):
-        record.unexpected = f"a loan request answered {call.status}"
-    return record
-
-
-def _take_requested_loan(world: World, rng: random.Random) -> RequestedLoan | None:
-    with world.lock:
-        if not world.requested_loans:
-            return None
-        return world.requested_loans.pop(rng.randrange(len(world.requested_loans)))
-
-
-def decide_loan(world: World, actor: Actor, rng: random.Random, verb: str) -> OpRecord:
-    """The lender's team admin (when this client is one) or an operator approves or declines."""
-    loan = _take_requested_loan(world, rng)
-    if loan is None:
-        return request_loan(world, actor, rng)
-    own = bool(loan.lender_tenant) and loan.lender_tenant in actor.admin_of
-    client = actor.client if own else actor.operator_client
-    call = client.call("POST", f"quota-loans/{loan.loan_id}/{verb}/", json={"note": "chaos"})
-    record = OpRecord(f"loan.{verb}", actor.username if own else OPERATOR, call)
-    # 409: it expired (or someone decided) first; 400: approving would overdraw the lender's min
-    if call.status not in (200, 400, 409):
-        record.unexpected = f"a loan {verb} answered {call.status}"
-    return record
-
-
-def cancel_loan(world: World, actor: Actor, rng: random.Random) -> OpRecord:
-    """The borrower's team admin (when this client is one) or an operator withdraws a request."""
-    loan = _take_requested_loan(world, rng)
-    if loan is None:
-        return request_loan(world, actor, rng)
-    own = loan.borrower_tenant in actor.admin_of
-    client = actor.client if own else actor.operator_client
-    call = client.call("POST", f"quota-loans/{loan.loan_id}/cancel/", json={})
-    record = OpRecord("loan.cancel", actor.username if own else OPERATOR, call)
-    if call.status not in (200, 409):
-        record.unexpected = f"a loan cancel answered {call.status}"
-    return record
-
-
-def list_loans(world: World, actor: Actor, rng: random.Random) -> OpRecord:
-    call = actor.client.call("GET", "quota-loans/", params={"limit": 50})
-    return OpRecord("loan.list", actor.username, call)
-
-
-def top_up_budget(world: World, actor: Actor, rng: random.Random) -> OpRecord:
-    """The operator grants a small top-up (the exhausted budget stays about exhausted)."""
-    if not world.budgets:
-        return list_loans(world, actor, rng)
-    budget = rng.choice(world.budgets)
-    call = actor.operator_client.call(
-        "POST",
-        f"quota-budgets/{budget}/top-up/",
-        json={"gpu_hours": rng.choice(["0.01", "0.02"]), "reason": "chaos top-up"},
-    )
-    record = OpRecord("budget.top-up", OPERATOR, call)
-    if call.status != 200:
-        record.unexpected = f"a budget top-up answered {call.status}"
-    return record
-
-
 MIX: list[tuple[float, str]] = [
     (0.26, "codespace.create"),
     (0.11, "codespace.stop"),
@@ -386,11 +259,6 @@ MIX: list[tuple[float, str]] = [
     (0.05, "quota.patch"),
     (0.02, "quota.patch-no-if-match"),
     (0.06, "operator"),
-    (0.04, "loan.request"),
-    (0.025, "loan.approve"),
-    (0.01, "loan.decline"),
-    (0.01, "loan.cancel"),
-    (0.01, "budget.top-up"),
 ]
 
 
@@ -410,14 +278,6 @@ def random_operation(world: World, actor: Actor, rng: random.Random) -> OpRecord
         return edit_quota(world, actor, rng, with_if_match=False)
     if kind == "operator":
         return operator_action(world, actor, rng)
-    if kind == "loan.request":
-        return request_loan(world, actor, rng)
-    if kind in ("loan.approve", "loan.decline"):
-        return decide_loan(world, actor, rng, kind.split(".", 1)[1])
-    if kind == "loan.cancel":
-        return cancel_loan(world, actor, rng)
-    if kind == "budget.top-up":
-        return top_up_budget(world, actor, rng)
     return list_codespaces(world, actor, rng)
 
 

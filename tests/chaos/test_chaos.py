@@ -86,14 +86,11 @@ def test_no_server_error_outside_a_web_worker_kill(report: ChaosReport) -> None:
     assert report.server_errors_other == [], report.format()
 
 
-def test_every_component_recovers_within_ten_seconds_on_a_machine_not_overloaded(
-    report: ChaosReport,
-) -> None:
-    # 10 s up to two runnable processes per core; in proportion beyond (faults.LOAD_REFERENCE)
+def test_every_component_recovers_within_ten_seconds(report: ChaosReport) -> None:
     slow = [
-        (k.kind, k.recovery_seconds, round(k.recovery_limit, 1))
+        (k.kind, k.recovery_seconds)
         for k in report.kills
-        if not k.recovered_in_time
+        if k.recovery_seconds is None or k.recovery_seconds > 10.0
     ]
     assert slow == [], report.format()
 
