@@ -746,6 +746,16 @@ def live_usage(group: QuotaGroup | int) -> list[WorkloadUsage]:
     return [usage_of(_WorkloadFields(*row)) for row in rows]
 
 
+def live_gpu_milli(group: QuotaGroup | int, workload_ids: Iterable[int]) -> int:
+    """The GPU milli charged to the group's live workloads among `workload_ids` (workloads that ended
+    count nothing): what the reclaim-notices board shows as GPUs under notice."""
+    ids = sorted(set(workload_ids))
+    if not ids:
+        return 0
+    rows = _live_workloads(group).filter(pk__in=ids).values_list("gpu_count", "gpu_milli")
+    return sum(int(count or 0) * int(milli or 0) for count, milli in rows)
+
+
 def aggregated_usage(group: QuotaGroup | int) -> list[WorkloadUsage]:
     """The group's live workloads summed per (quota, side, active, preemptible): the same used, pending,
     demand and non-preemptible figures as `live_usage`, read with one GROUP BY over request shapes
