@@ -3,6 +3,7 @@
 from rest_framework.routers import SimpleRouter
 
 from quotas.api.fairness import QuotaBudgetViewSet, QuotaLoanViewSet
+from quotas.api.notice_board import ReclaimNoticeBoardViewSet
 from quotas.api.views import QuotaGroupViewSet, QuotaViewSet
 
 router = SimpleRouter()
@@ -10,4 +11,5 @@ router.register("quota-groups", QuotaGroupViewSet, basename="quota-group")
 router.register("quotas", QuotaViewSet, basename="quota")
 router.register("quota-loans", QuotaLoanViewSet, basename="quota-loan")
 router.register("quota-budgets", QuotaBudgetViewSet, basename="quota-budget")
+router.register("reclaim-notices", ReclaimNoticeBoardViewSet, basename="reclaim-notice")
 urlpatterns = router.urls

@@ -191,6 +191,30 @@ def _budget(owner: Owner) -> Model:
     return GpuHourBudget.objects.create(quota=_quota(owner), limit_gpu_hours=100)
 
 
+def _reclaim_notice(owner: Owner) -> Model:
+    """A live reclaim notice given to the owner's work (no claimant: team-b is party to nothing)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from quotas.models import ReclaimNotice
+
+    quota = _quota(owner)
+    now = timezone.now()
+    return ReclaimNotice.objects.create(
+        group=quota.group,
+        quota=quota,
+        workload_id=7001,
+        workload_name=f"{owner.tenant.slug}-secret-work",
+        workload_kind="job_pod",
+        owner_username=owner.user.username,
+        victim_name=f"{owner.tenant.slug}-secret-work",
+        reason="a sibling needs its min back",
+        noticed_at=now,
+        deadline=now + timedelta(minutes=5),
+    )
+
+
 def _loan(owner: Owner) -> Model:
     """A loan to the owner's quota from a third team's quota (so team-b is party to neither side)."""
     from datetime import timedelta
@@ -323,6 +347,13 @@ REGISTRY: dict[str, Resource] = {
             "quota": obj.quota_id,  # type: ignore[attr-defined]
             "limit_gpu_hours": 5,
         },
+    ),
+    "reclaim-notices": Resource(
+        kind="tenant",
+        make=_reclaim_notice,
+        model="quotas.ReclaimNotice",
+        reason="the reclaim-notices board: the notices of the caller's teams' quotas (all for "
+        "operators)",
     ),
     "quota-loans": Resource(
         kind="tenant",
