@@ -18,6 +18,7 @@ from quotas.models import (
     Quota,
     QuotaGroup,
 )
+from quotas.notice_board import MAX_BOARD_LIMIT, MAX_FILTER_LENGTH, STATE_CHOICES
 from quotas.resources import Side
 from quotas.sharing import MAX_TIMESLICE_REPLICAS, MODE_NOTES, SharingMode
 
@@ -296,3 +297,21 @@ class GroupDeleteForm(forms.Form):
         label="Reason (optional, kept in the history and the activity log)",
     )
     version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
+
+class NoticeBoardForm(forms.Form):
+    """Filters of the reclaim-notices board. It only bounds the input; quotas.notice_board.board_query
+    resolves the group and the quota (unknown ones come back as errors on their fields)."""
+
+    state = forms.ChoiceField(choices=STATE_CHOICES, required=False)
+    group = forms.CharField(
+        max_length=MAX_FILTER_LENGTH,
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "name or id"}),
+    )
+    quota = forms.CharField(
+        max_length=20, required=False, label="Quota id", widget=forms.TextInput()
+    )
+    limit = forms.IntegerField(
+        min_value=1, max_value=MAX_BOARD_LIMIT, required=False, label="Rows per page"
+    )

@@ -14,6 +14,7 @@ urlpatterns = [
     path("groups/<int:pk>/what-if/", views.group_what_if, name="group-what-if"),
     path("groups/<int:pk>/delete/", views.group_delete, name="group-delete"),
     path("groups/<int:group_pk>/quotas/new/", views.quota_create, name="quota-create"),
+    path("reclaim-notices/", views.reclaim_notices, name="reclaim-notices"),
     path("<int:pk>/", views.quota_detail, name="quota"),
     path("<int:pk>/edit/", views.quota_edit, name="quota-edit"),
     path("<int:pk>/what-if/", views.quota_what_if, name="quota-what-if"),

@@ -5,12 +5,14 @@
 - /quotas/<id>/                    a quota (scoped): numbers, headroom, history
 - /quotas/<id>/edit/               operators: edit form with inline errors and a what-if preview
 - /quotas/<id>/what-if/            JSON for the page script (POST form fields)
+- /quotas/reclaim-notices/         the reclaim-notices board (operators: every group; members: theirs)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
@@ -50,6 +52,7 @@ from quotas.forms import (
     GroupDeleteForm,
     GroupForm,
     NewQuotaForm,
+    NoticeBoardForm,
     QuotaDeleteForm,
     QuotaForm,
     SelectorRowsForm,
@@ -57,6 +60,7 @@ from quotas.forms import (
 )
 from quotas.loans import lender_name
 from quotas.models import GpuHourBudget, LoanState, Quota, QuotaChange, QuotaGroup, QuotaLoan
+from quotas.notice_board import BoardQuery, board_page, board_query, board_summary, query_params
 from quotas.presentation import bar, headroom_sentence
 from quotas.reclaim_notices import reclaim_plan, save_reclaim_settings
 from quotas.resources import Side, human, human_amount, human_short
@@ -623,4 +627,40 @@ def group_delete(request: HttpRequest, pk: int) -> HttpResponse:
         delete,
         done_url=reverse("quotas:index"),
         refused_url=group_url,
+    )
+
+
+@login_required
+@require_GET
+def reclaim_notices(request: HttpRequest) -> HttpResponse:
+    """The reclaim-notices board: the reclaim plan (what, whose, when) across groups, with its live
+    totals per group. Bad filters come back as the form's errors (400) and no rows."""
+    form = NoticeBoardForm(request.GET or None)
+    query: BoardQuery | None = BoardQuery()
+    if request.GET:
+        query = None
+        if form.is_valid():
+            try:
+                query = board_query(
+                    request.user,
+                    **{name: form.cleaned_data.get(name) or "" for name in form.fields},
+                    cursor=request.GET.get("cursor", ""),
+                )
+            except InvalidInput as error:
+                show_domain_error(form, error)
+    context: dict[str, Any] = {"form": form, "rows": [], "summary": None, "next_query": ""}
+    if query is not None:
+        page = board_page(request.user, query)
+        summary = board_summary(request.user, query)
+        context["rows"] = page.rows
+        shown = summary.as_json()
+        shown["gpus_text"] = human_amount("gpu_milli", summary.gpu_milli)
+        for row, group in zip(shown["groups"], summary.groups, strict=True):
+            row["gpus_text"] = human_amount("gpu_milli", group.gpu_milli)
+        context["summary"] = shown
+        if page.next_position is not None:
+            params = {**query_params(query), "cursor": page.next_position.encode()}
+            context["next_query"] = urlencode(params)
+    return render(
+        request, "quotas/reclaim_notices.html", context, status=200 if query is not None else 400
     )
