@@ -7,6 +7,7 @@
     tessera job submit NAME --pods 4 --gpus-per-pod 1 --cpu-milli 8000 --memory-mib 32768 [--topology rack] [...]
     tessera job show|cancel ID
     tessera quota show [--tenant SLUG]
+    tessera reclaim-notices list [--state live|closed|all] [--group NAME_OR_ID] [--json]
 
 The URL and token are stored in ~/.config/tessera/config.json (mode 0600; `$TESSERA_CONFIG` or
 `$XDG_CONFIG_HOME` move it); `$TESSERA_URL` / `$TESSERA_TOKEN` override the file. Only `requests` and the
@@ -523,6 +524,34 @@ def cmd_quota_reclaim_notices(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+BOARD_COLUMNS = (
+    "id",
+    "group",
+    "workload",
+    "kind",
+    "owner",
+    "quota",
+    "claimant_quota",
+    "state",
+    "deadline",
+    "seconds_left",
+    "signal_state",
+    "hook_state",
+)
+
+
+def cmd_reclaim_notices(args: argparse.Namespace) -> int:
+    """`tessera reclaim-notices list [--state live|closed|all] [--group NAME_OR_ID] [--quota ID]`:
+    the reclaim-notices board (operators: every group; others: their teams' quotas), every page."""
+    params = {
+        name: value
+        for name, value in (("state", args.state), ("group", args.group), ("quota", args.quota))
+        if value not in (None, "")
+    }
+    emit(args, client_from_config().list_all("/reclaim-notices/", params), BOARD_COLUMNS)
+    return EXIT_OK
+
+
 def cmd_quota_reclaim_settings(args: argparse.Namespace) -> int:
     """`tessera quota reclaim-settings ID [--webhook URL] [--equal-share | --no-equal-share]`."""
     body: dict[str, Any] = {}
@@ -767,6 +796,18 @@ BUDGET_VERBS = (
 )
 
 
+RECLAIM_NOTICE_VERBS = (
+    Verb(
+        "list",
+        (
+            arg("--state", choices=("live", "closed", "all"), help="default: all"),
+            arg("--group", metavar="NAME_OR_ID"),
+            arg("--quota", type=int, metavar="ID"),
+        ),
+        help="live notices first (soonest deadline first), then closed ones",
+    ),
+)
+
 DEFRAG_VERBS = (
     Verb("preview", (arg("--group", type=int, required=True),)),
     *verbs(("show", "apply"), arg("id", type=int)),
@@ -803,6 +844,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_command(
         sub, "budget", "GPU-hour budgets (operators write)", BUDGET_VERBS, cmd_budget, common
+    )
+    add_command(
+        sub,
+        "reclaim-notices",
+        "the reclaim plan across groups: what, whose, when",
+        RECLAIM_NOTICE_VERBS,
+        cmd_reclaim_notices,
+        common,
     )
     add_command(
         sub,
