@@ -11,8 +11,8 @@ page shows the notices of one quota; this board shows them across groups, for a 
 
 Filters (`board_query`, the one parser of the page, the API and the CLI; InvalidInput names the field):
 `state` (live = noticed and not closed yet, closed = executed or cancelled, all), `group` (a name or an id
-the viewer may see), `quota` (an id the viewer may see), `limit` (1 to MAX_BOARD_LIMIT) and `cursor` (the
-position after which the next page starts).
+the viewer may see), `quota` (an id the viewer may see), `limit` (1 to MAX_BOARD_LIMIT) and `cursor` (a position in the
+board: the page after it, or with `backward` the page before it).
 
 Order: live notices first, soonest deadline first; then closed ones, newest closed first; the id breaks
 ties. Pages are keyset pages on that order (`BoardPosition`), stable while notices come and go.
@@ -63,15 +63,18 @@ _LIVE = Q(state=ReclaimNoticeState.NOTICED, closed_at__isnull=True)
 
 @dataclass(frozen=True, slots=True)
 class BoardPosition:
-    """Where a page ended: the last row's segment (live or closed), its sort time (the deadline of a
-    live notice, the close time of a closed one) and its id."""
+    """A row's place in the board: its segment (live or closed), its sort time (the deadline of a
+    live notice, the close time of a closed one) and its id. As a cursor, `backward` says whether
+    the page wanted is the one before the row (previous) or after it (next)."""
 
     live: bool
     at: datetime
     notice_id: int
+    backward: bool = False
 
     def encode(self) -> str:
-        raw = f"{'l' if self.live else 'c'}|{self.at.isoformat()}|{self.notice_id}"
+        segment = ("l" if self.live else "c") + ("-" if self.backward else "")
+        raw = f"{segment}|{self.at.isoformat()}|{self.notice_id}"
         return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
     @classmethod
@@ -85,7 +88,7 @@ class BoardPosition:
         except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
             raise refused from exc
         parts = raw.split("|")
-        if len(parts) != 3 or parts[0] not in ("l", "c"):
+        if len(parts) != 3 or parts[0] not in ("l", "c", "l-", "c-"):
             raise refused
         try:
             at = parse_datetime(parts[1])
@@ -94,7 +97,7 @@ class BoardPosition:
         notice_id = parse_int(parts[2], minimum=1)
         if at is None or at.tzinfo is None or notice_id is None:
             raise refused
-        return cls(parts[0] == "l", at, notice_id)
+        return cls(parts[0].startswith("l"), at, notice_id, parts[0].endswith("-"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +108,17 @@ class BoardQuery:
     group: QuotaGroup | None = None
     quota: Quota | None = None
     limit: int = DEFAULT_BOARD_LIMIT
-    after: BoardPosition | None = None
+    cursor: BoardPosition | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class BoardPage:
-    """One page of the board: the notices as `notice_json` rows, and where the next page starts
-    (None on the last page)."""
+    """One page of the board: the notices as `notice_json` rows, and the cursors of the next and the
+    previous page (None on the last and the first page)."""
 
     rows: list[dict[str, Any]]
     next_position: BoardPosition | None
+    previous_position: BoardPosition | None = None
 
 
 def visible_notices(viewer: Any) -> QuerySet[ReclaimNotice]:
@@ -222,13 +226,13 @@ def board_query(
     except InvalidInput as error:
         refuse(error)
 
-    after: BoardPosition | None = None
+    position: BoardPosition | None = None
     try:
         raw_cursor = cursor if isinstance(cursor, str) else ""
         if cursor and not raw_cursor:
             raise InvalidInput.for_field("cursor", "Not a cursor of this list: start again.")
         if raw_cursor:
-            after = BoardPosition.decode(raw_cursor)
+            position = BoardPosition.decode(raw_cursor)
     except InvalidInput as error:
         refuse(error)
 
@@ -237,7 +241,7 @@ def board_query(
             "; ".join(f"{name}: {problems[0]}" for name, problems in errors.items()),
             fields=errors,
         )
-    return BoardQuery(parsed_state, found_group, found_quota, parsed_limit, after)
+    return BoardQuery(parsed_state, found_group, found_quota, parsed_limit, position)
 
 
 def _filtered(viewer: Any, query: BoardQuery) -> QuerySet[ReclaimNotice]:
@@ -249,45 +253,97 @@ def _filtered(viewer: Any, query: BoardQuery) -> QuerySet[ReclaimNotice]:
     return rows
 
 
-def _live_rows(rows: QuerySet[ReclaimNotice], after: BoardPosition | None) -> QuerySet[Any]:
+def _is_live(notice: ReclaimNotice) -> bool:
+    return notice.state == ReclaimNoticeState.NOTICED and notice.closed_at is None
+
+
+def _position(notice: ReclaimNotice, *, backward: bool) -> BoardPosition:
+    live = _is_live(notice)
+    at = notice.deadline if live else (notice.closed_at or notice.noticed_at)
+    return BoardPosition(live, at, notice.pk, backward)
+
+
+def _live_rows(
+    rows: QuerySet[ReclaimNotice], cursor: BoardPosition | None, *, backward: bool = False
+) -> QuerySet[Any]:
+    """Live notices after `cursor` in board order (deadline, id), or before it nearest first."""
     live = rows.filter(_LIVE)
-    if after is not None:
-        live = live.filter(Q(deadline__gt=after.at) | Q(deadline=after.at, pk__gt=after.notice_id))
+    if backward:
+        if cursor is not None:
+            live = live.filter(
+                Q(deadline__lt=cursor.at) | Q(deadline=cursor.at, pk__lt=cursor.notice_id)
+            )
+        return live.order_by("-deadline", "-pk")
+    if cursor is not None:
+        live = live.filter(
+            Q(deadline__gt=cursor.at) | Q(deadline=cursor.at, pk__gt=cursor.notice_id)
+        )
     return live.order_by("deadline", "pk")
 
 
-def _closed_rows(rows: QuerySet[ReclaimNotice], after: BoardPosition | None) -> QuerySet[Any]:
+def _closed_rows(
+    rows: QuerySet[ReclaimNotice], cursor: BoardPosition | None, *, backward: bool = False
+) -> QuerySet[Any]:
+    """Closed notices after `cursor` in board order (newest closed first, then the higher id), or
+    before it nearest first."""
     closed = rows.exclude(_LIVE).annotate(closed_key=Coalesce("closed_at", "noticed_at"))
-    if after is not None:
+    if backward:
+        if cursor is not None:
+            closed = closed.filter(
+                Q(closed_key__gt=cursor.at) | Q(closed_key=cursor.at, pk__gt=cursor.notice_id)
+            )
+        return closed.order_by("closed_key", "pk")
+    if cursor is not None:
         closed = closed.filter(
-            Q(closed_key__lt=after.at) | Q(closed_key=after.at, pk__lt=after.notice_id)
+            Q(closed_key__lt=cursor.at) | Q(closed_key=cursor.at, pk__lt=cursor.notice_id)
         )
     return closed.order_by("-closed_key", "-pk")
 
 
-def board_page(viewer: Any, query: BoardQuery, *, now: datetime | None = None) -> BoardPage:
-    """One page of the notices `viewer` may see, filtered by `query`, in board order (live by
-    deadline, then closed newest first), at most `query.limit` rows."""
-    now = now or timezone.now()
-    rows = _filtered(viewer, query)
-    want = query.limit + 1  # one more than shown: is there a next page?
+def _forward(rows: QuerySet[ReclaimNotice], query: BoardQuery, want: int) -> list[ReclaimNotice]:
+    after = query.cursor
     picked: list[ReclaimNotice] = []
-    after = query.after
     if query.state != BoardState.CLOSED and (after is None or after.live):
         picked = list(_live_rows(rows, after)[:want])
     if query.state != BoardState.LIVE and len(picked) < want:
         # After the live segment (or a live cursor) the closed one starts from its beginning.
         start = None if after is None or after.live else after
         picked += list(_closed_rows(rows, start)[: want - len(picked)])
-    shown = picked[: query.limit]
-    following = None
-    if len(picked) > query.limit and shown:
-        last = shown[-1]
-        is_live = last.state == ReclaimNoticeState.NOTICED and last.closed_at is None
-        following = BoardPosition(
-            is_live, last.deadline if is_live else (last.closed_at or last.noticed_at), last.pk
-        )
-    return BoardPage([notice_json(n, now) for n in shown], following)
+    return picked
+
+
+def _backward(rows: QuerySet[ReclaimNotice], query: BoardQuery, want: int) -> list[ReclaimNotice]:
+    """The rows before the cursor, nearest first (the caller reverses them)."""
+    before = query.cursor
+    assert before is not None
+    picked: list[ReclaimNotice] = []
+    if query.state != BoardState.LIVE and not before.live:
+        picked = list(_closed_rows(rows, before, backward=True)[:want])
+    if query.state != BoardState.CLOSED and len(picked) < want:
+        # Before the closed segment (or a closed cursor) come all live notices, the last first.
+        start = before if before.live else None
+        picked += list(_live_rows(rows, start, backward=True)[: want - len(picked)])
+    return picked
+
+
+def board_page(viewer: Any, query: BoardQuery, *, now: datetime | None = None) -> BoardPage:
+    """One page of the notices `viewer` may see, filtered by `query`, in board order (live by
+    deadline, then closed newest first), at most `query.limit` rows: the first page, the one after
+    `query.cursor`, or the one before it when the cursor is `backward`."""
+    now = now or timezone.now()
+    rows = _filtered(viewer, query)
+    want = query.limit + 1  # one more than shown: is there another page that way?
+    if query.cursor is not None and query.cursor.backward:
+        picked = _backward(rows, query, want)
+        shown = list(reversed(picked[: query.limit]))
+        more_before, more_after = len(picked) > query.limit, True
+    else:
+        picked = _forward(rows, query, want)
+        shown = picked[: query.limit]
+        more_before, more_after = query.cursor is not None, len(picked) > query.limit
+    following = _position(shown[-1], backward=False) if shown and more_after else None
+    previous = _position(shown[0], backward=True) if shown and more_before else None
+    return BoardPage([notice_json(n, now) for n in shown], following, previous)
 
 
 @dataclass(frozen=True, slots=True)

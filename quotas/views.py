@@ -648,7 +648,13 @@ def reclaim_notices(request: HttpRequest) -> HttpResponse:
                 )
             except InvalidInput as error:
                 show_domain_error(form, error)
-    context: dict[str, Any] = {"form": form, "rows": [], "summary": None, "next_query": ""}
+    context: dict[str, Any] = {
+        "form": form,
+        "rows": [],
+        "summary": None,
+        "next_query": "",
+        "previous_query": "",
+    }
     if query is not None:
         page = board_page(request.user, query)
         summary = board_summary(request.user, query)
@@ -658,9 +664,12 @@ def reclaim_notices(request: HttpRequest) -> HttpResponse:
         for row, group in zip(shown["groups"], summary.groups, strict=True):
             row["gpus_text"] = human_amount("gpu_milli", group.gpu_milli)
         context["summary"] = shown
-        if page.next_position is not None:
-            params = {**query_params(query), "cursor": page.next_position.encode()}
-            context["next_query"] = urlencode(params)
+        for key, position in (
+            ("next_query", page.next_position),
+            ("previous_query", page.previous_position),
+        ):
+            if position is not None:
+                context[key] = urlencode({**query_params(query), "cursor": position.encode()})
     return render(
         request, "quotas/reclaim_notices.html", context, status=200 if query is not None else 400
     )

@@ -2,9 +2,9 @@
 
 Operators see every notice, everyone else the notices of their teams' quotas. Filters are query
 parameters (`state`, `group`, `quota`, `limit`, `cursor`); a bad one is a 400 naming it. Pages are
-cursor pages with the body of the other list endpoints ({next, previous, results}); `next` is the
-link to the following page (the board's order is live by deadline, then closed newest first, so a
-page is a keyset position in that order, not an id).
+cursor pages with the body of the other list endpoints ({next, previous, results}); the board's order
+is live by deadline, then closed newest first, so a cursor is a keyset position in that order, not an
+id.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from quotas.api.reclaim import ReclaimNoticeSerializer
 from quotas.notice_board import (
     MAX_BOARD_LIMIT,
+    BoardPosition,
     BoardState,
     board_page,
     board_query,
@@ -60,16 +61,14 @@ PAGING = [
         description=f"Rows per page (default 50, 1-{MAX_BOARD_LIMIT}).",
     ),
     OpenApiParameter(
-        "cursor", str, required=False, description="The position from a previous page's `next`."
+        "cursor", str, required=False, description="From a page's `next` or `previous` link."
     ),
 ]
 
 
 class ReclaimNoticePageSerializer(serializers.Serializer):
     next = serializers.URLField(allow_null=True, help_text="The following page (null: last).")
-    previous = serializers.URLField(
-        allow_null=True, help_text="Always null: follow `next` from the first page."
-    )
+    previous = serializers.URLField(allow_null=True, help_text="The page before (null: first).")
     results = ReclaimNoticeSerializer(many=True)
 
 
@@ -117,15 +116,21 @@ class ReclaimNoticeBoardViewSet(viewsets.GenericViewSet):
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         query = board_query(request.user, **_params(request))
         page = board_page(request.user, query)
-        following = None
-        if page.next_position is not None:
-            params = {
-                **query_params(query),
-                "limit": str(query.limit),
-                "cursor": page.next_position.encode(),
+        base = request.build_absolute_uri(request.path)
+
+        def link(position: BoardPosition | None) -> str | None:
+            if position is None:
+                return None
+            params = {**query_params(query), "limit": str(query.limit), "cursor": position.encode()}
+            return f"{base}?{urlencode(params)}"
+
+        return Response(
+            {
+                "next": link(page.next_position),
+                "previous": link(page.previous_position),
+                "results": page.rows,
             }
-            following = request.build_absolute_uri(request.path) + "?" + urlencode(params)
-        return Response({"next": following, "previous": None, "results": page.rows})
+        )
 
     @extend_schema(
         parameters=FILTERS,

@@ -138,21 +138,34 @@ def test_the_filters_narrow_the_board_and_keep_its_order(
     assert _page(board, operator, **filters) == expected
 
 
-@pytest.mark.parametrize("limit", [1, 2, 3, 4, 5])
-def test_following_the_cursor_walks_the_whole_board_once_in_order(
+@pytest.mark.parametrize("limit", [1, 2, 3, 4, 5, 8])
+def test_next_walks_the_whole_board_once_in_order_and_previous_walks_it_back(
     board: dict[str, Any], operator: Any, limit: int
 ) -> None:
-    seen: list[int] = []
+    for number, seconds_ago in ((7, 50), (8, 500)):  # more closed ones, either side of notice 4
+        board["n"][number] = _notice(
+            board["c_inf"], None, f"old-{number}", 9000 + number,
+            deadline=NOW - timedelta(seconds=seconds_ago), state=ReclaimNoticeState.CANCELLED,
+            closed_at=NOW - timedelta(seconds=seconds_ago),
+        )  # fmt: skip
+    forward: list[list[int]] = []
     cursor = ""
     with time_machine.travel(NOW, tick=False):
         for _ in range(10):
             page = board_page(operator, board_query(operator, limit=limit, cursor=cursor))
-            assert len(page.rows) <= limit
-            seen += _ids(board, page.rows)
+            forward.append(_ids(board, page.rows))
+            assert (page.previous_position is None) == (cursor == "")
             if page.next_position is None:
                 break
             cursor = page.next_position.encode()
-    assert seen == [6, 2, 3, 1, 5, 4]
+        backward = [forward[-1]]
+        while page.previous_position is not None and len(backward) < 10:
+            cursor = page.previous_position.encode()
+            page = board_page(operator, board_query(operator, limit=limit, cursor=cursor))
+            backward.append(_ids(board, page.rows))
+    assert [n for rows in forward for n in rows] == [6, 2, 3, 1, 5, 7, 4, 8]
+    assert all(len(rows) == limit for rows in forward[:-1])
+    assert list(reversed(backward)) == forward
 
 
 @pytest.mark.parametrize(
@@ -281,6 +294,8 @@ def test_the_board_page_pages_with_a_next_link(
     assert f'data-testid="notice-{board["n"][5].pk}"' not in html
     second_html = second.content.decode()
     assert second.status_code == 200
+    assert 'data-testid="previous-page"' in second_html
+    assert 'data-testid="previous-page"' not in html
     assert [k for k in (6, 2, 3, 1, 5, 4) if f'"notice-{board["n"][k].pk}"' in second_html] == [
         5, 4,
     ]  # fmt: skip
@@ -296,12 +311,14 @@ def test_the_api_lists_the_board_in_pages_with_the_notice_body(
     with time_machine.travel(NOW, tick=False):
         first = client.get("/api/v1/reclaim-notices/?limit=4")
         second = client.get(first.json()["next"])
+        back = client.get(second.json()["previous"])
     assert first.status_code == 200
     body = first.json()
     assert _ids(board, body["results"]) == [6, 2, 3, 1]
     assert body["previous"] is None
     assert _ids(board, second.json()["results"]) == [5, 4]
     assert second.json()["next"] is None
+    assert (_ids(board, back.json()["results"]), back.json()["previous"]) == ([6, 2, 3, 1], None)
     row = body["results"][1]
     assert (row["workload"], row["quota"], row["claimant_quota"], row["seconds_left"]) == (
         "train-two", "team-a", "team-b", 60,
