@@ -118,13 +118,13 @@ def claim_sweep(name: str, *, sent_at: datetime, task_id: str, now: datetime | N
     started = now or timezone.now()
     claimed = SweepRun.objects.filter(
         Q(started_at__lte=sent_at) | Q(task_id=task_id), name=name
-    ).update(started_at=started, task_id=task_id)
+    ).update(started_at=started, sent_at=sent_at, task_id=task_id)
     if claimed:
         return True
     try:
         with transaction.atomic():
             _, created = SweepRun.objects.get_or_create(
-                name=name, defaults={"started_at": started, "task_id": task_id}
+                name=name, defaults={"started_at": started, "sent_at": sent_at, "task_id": task_id}
             )
     except IntegrityError:  # another worker created it between our get and create: it covers us
         return False
