@@ -5,10 +5,20 @@ dead-worker takeover on the Redis broker (portal.worker_recovery)."""
 
 import logging
 import os
+import time
+from datetime import UTC, datetime
 from typing import Any
 
-from celery import Celery
-from celery.signals import task_postrun, task_prerun, task_received, worker_ready, worker_shutdown
+from celery import Celery, Task
+from celery.signals import (
+    before_task_publish,
+    task_postrun,
+    task_prerun,
+    task_received,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+)
 from django.conf import settings
 from django.db import connections
 
@@ -16,10 +26,43 @@ from portal.redis_clients import redis_client
 from portal.worker_recovery import WorkerRecovery, new_incarnation
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+# Celery's Django fixup runs every system check (URL confs with every view, admin, templates: about
+# 0.8 s of a 2.8 s boot) before a worker takes its first task, so a worker restarted after a crash
+# starts later. `manage.py check` and `migrate` run them all; a worker runs only the checks of the
+# settings its tasks read (`check_worker_settings`).
+os.environ.setdefault("CELERY_SKIP_CHECKS", "1")
+WORKER_CHECKS_TAG = "tessera_settings"  # system checks a worker runs before taking work
 
 logger = logging.getLogger(__name__)
 
-app = Celery("tessera")
+SWEEP_HEADER = "tessera_sweep"  # the sweep a beat message runs (its task name and arguments)
+SENT_AT_HEADER = "tessera_sent_at"  # when beat sent it (Unix seconds, the sender's clock)
+
+
+class TesseraTask(Task):  # type: ignore[misc]
+    """Every task of the app: a copy of a beat sweep that a later run already covered is skipped
+    (portal.periodic `claim_sweep`); a message without beat's stamp (sent by code, called directly,
+    eager) always runs."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request = self.request
+        if request.called_directly:  # task(...) in code: Celery's own call (pushes a request)
+            return super().__call__(*args, **kwargs)
+        # run by a worker (or eagerly): the worker already pushed this message's request; calling
+        # super().__call__ would push an empty one over it (self.request.id/retries lost in the body)
+        sweep = getattr(request, SWEEP_HEADER, None)
+        sent = getattr(request, SENT_AT_HEADER, None)
+        if sweep and sent is not None and request.id:
+            from portal.periodic import claim_sweep  # needs the app registry: not at import time
+
+            sent_at = datetime.fromtimestamp(float(sent), tz=UTC)
+            if not claim_sweep(str(sweep)[:200], sent_at=sent_at, task_id=str(request.id)):
+                logger.debug("%s: the copy sent at %s is covered by a later run", sweep, sent_at)
+                return None
+        return self.run(*args, **kwargs)
+
+
+app = Celery("tessera", task_cls=TesseraTask)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
@@ -35,6 +78,27 @@ def close_unusable_connections(**_kwargs: Any) -> None:
     for conn in connections.all(initialized_only=True):
         if not conn.in_atomic_block:
             conn.close_if_unusable_or_obsolete()
+
+
+@worker_init.connect
+def check_worker_settings(**_kwargs: Any) -> None:
+    """Refuse to start a worker on settings its tasks cannot use (the checks tagged
+    WORKER_CHECKS_TAG), as Celery's full run of the system checks did."""
+    from django.core.checks import run_checks
+    from django.core.management.base import SystemCheckError
+
+    errors = [m for m in run_checks(tags=[WORKER_CHECKS_TAG]) if m.is_serious()]
+    if errors:
+        raise SystemCheckError("\n".join(str(e) for e in errors))
+
+
+# --- beat's sweeps carry their send time --------------------------------------------------------------
+@before_task_publish.connect
+def stamp_sweep_send_time(headers: dict[str, Any] | None = None, **_kwargs: Any) -> None:
+    """A message naming a sweep (every beat entry does: portal.settings) gets its send time, so a
+    worker that fell behind runs one copy of each sweep instead of every queued one."""
+    if headers is not None and headers.get(SWEEP_HEADER):
+        headers[SENT_AT_HEADER] = time.time()
 
 
 # --- dead-worker takeover (Redis broker only) -------------------------------------------------------

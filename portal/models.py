@@ -181,6 +181,21 @@ class PeriodClaim(models.Model):
         return f"{self.task_name} @ {self.period_start.isoformat()}"
 
 
+class SweepRun(models.Model):
+    """The latest run of one periodic sweep (a beat task that looks at the current state, portal.periodic
+    `claim_sweep`): when it started, and which message (sent when) started it. A queued copy sent before that start
+    is covered by that run and skipped, so a worker that fell behind drains its backlog in milliseconds
+    instead of repeating the same sweep once per queued copy."""
+
+    name = models.CharField(max_length=200, unique=True)
+    started_at = models.DateTimeField()
+    sent_at = models.DateTimeField(help_text="When beat sent the copy that started it.")
+    task_id = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.started_at.isoformat()}"
+
+
 class OidcIdentity(models.Model):
     """The single sign-on identity a user logs in with: the provider's issuer and its stable subject
     (`sub`) for that person (portal.sso). A user found by this pair is the same person even when the

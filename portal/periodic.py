@@ -14,6 +14,16 @@ transaction that does the work (`claim_period`): the first run inserts the claim
 run of the same period finds the claim (on PostgreSQL its INSERT waits for a run still in progress) and
 skips. A run that fails rolls its claim back with its work, so the retry or the redelivered message
 still does it.
+
+**A queued copy that a later run covered is skipped.** Most beat tasks are sweeps: they look at the
+current state (sync the cluster's status, reconcile, audit, drive reconfigurations), so one run covers
+every copy sent before it started. When the default worker falls behind (restarted after a crash, a
+slow audit, a loaded machine) beat keeps sending, and without this each queued copy would repeat the
+same sweep and delay the follow-up work queued behind them (making placed workloads real) by minutes.
+Beat stamps each message it sends with the sweep's name and its send time (portal.celery); the worker
+claims the sweep before running it (`claim_sweep`, one UPDATE) and skips the copy when a run of the
+same sweep started after the copy was sent. The redelivered message of a run that crashed is the
+claimer itself and runs again.
 """
 
 from __future__ import annotations
@@ -26,8 +36,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
 
-from portal.models import PeriodClaim
+from portal.models import PeriodClaim, SweepRun
 from portal.transactions import run_in_transaction
 
 logger = logging.getLogger("tessera.periodic")
@@ -97,3 +109,23 @@ def claim_period(task_name: str, start: datetime) -> bool:
         except IntegrityError:
             return False
     return True
+
+
+def claim_sweep(name: str, *, sent_at: datetime, task_id: str, now: datetime | None = None) -> bool:
+    """Claim a run of the sweep `name` for the copy `task_id` sent at `sent_at`: True to run it (no run
+    started since it was sent, or it is the redelivered claimer), False when a run that started after
+    it was sent already covers it. Commits at once (autocommit), so every worker sees the claim."""
+    started = now or timezone.now()
+    claimed = SweepRun.objects.filter(
+        Q(started_at__lte=sent_at) | Q(task_id=task_id), name=name
+    ).update(started_at=started, sent_at=sent_at, task_id=task_id)
+    if claimed:
+        return True
+    try:
+        with transaction.atomic():
+            _, created = SweepRun.objects.get_or_create(
+                name=name, defaults={"started_at": started, "sent_at": sent_at, "task_id": task_id}
+            )
+    except IntegrityError:  # another worker created it between our get and create: it covers us
+        return False
+    return created

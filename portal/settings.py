@@ -639,6 +639,15 @@ CELERY_BEAT_SCHEDULE["quotas-budget-alerts"] = {
     "schedule": TESSERA_QUOTA_BUDGET_CHECK_SECONDS,
 }
 
+# Every beat entry is a sweep of the current state: beat names it on each message (portal.celery), and a
+# worker that fell behind skips the queued copies a later run already covered (portal.periodic).
+for _name, _entry in CELERY_BEAT_SCHEDULE.items():
+    _options = _entry.get("options")
+    _entry["options"] = {
+        **(_options if isinstance(_options, dict) else {}),
+        "headers": {"tessera_sweep": _name},
+    }
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -1,4 +1,5 @@
-"""System checks of telemetry settings (run by `manage.py check`, runserver, migrate and the worker)."""
+"""System checks of telemetry settings (run by `manage.py check`, runserver, migrate, and by a Celery
+worker before it takes work: tagged portal.celery.WORKER_CHECKS_TAG)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from django.core.checks import Error, register
 from django.core.exceptions import ImproperlyConfigured
 
 
-@register()
+@register("tessera_settings")
 def check_gpu_hour_prices(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """TESSERA_GPU_HOUR_PRICES must parse as MODEL=PRICE pairs."""
     from scheduling.telemetry.series import gpu_hour_prices
@@ -20,7 +21,7 @@ def check_gpu_hour_prices(app_configs: Any = None, **kwargs: Any) -> list[Error]
     return []
 
 
-@register()
+@register("tessera_settings")
 def check_health_rules(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """The TESSERA_HEALTH_* knobs must build a valid HealthPolicy (numbers within their bounds)."""
     from scheduling.telemetry.health import health_policy

@@ -47,9 +47,17 @@ def cycle_ran_since(stack: Stack, since: float) -> bool:
     return _latest(stack, "SELECT max(last_cycle_at) FROM scheduling_shard") > since
 
 
-def audit_ran_since(stack: Stack, since: float) -> bool:
-    """The periodic audit (sent by beat, run by the default-queue worker) started after `since`."""
-    return _latest(stack, "SELECT max(started_at) FROM scheduling_invariantauditrun") > since
+def sweep_started_since(stack: Stack, since: float) -> bool:
+    """A periodic sweep (sent by beat, run by the default-queue worker: status sync every second, the
+    audit, the reconcilers) started after `since`: the worker takes work again. Read from the sweeps'
+    claims (portal.periodic), written as a sweep starts, so the time does not include how long that
+    sweep runs (an audit takes 0.5-2 s on this machine)."""
+    return _latest(stack, "SELECT max(started_at) FROM portal_sweeprun") > since
+
+
+def sweep_sent_since(stack: Stack, since: float) -> bool:
+    """A periodic sweep beat sent after `since` has started: beat sends again (and a worker runs it)."""
+    return _latest(stack, "SELECT max(sent_at) FROM portal_sweeprun") > since
 
 
 def api_answers(stack: Stack) -> bool:
@@ -120,9 +128,11 @@ class FaultInjector:
             time.sleep(RESTART_AFTER)
             component.start()
             kill.restarted_at = time.time()
-            probe: Callable[[Stack, float], bool] = (
-                cycle_ran_since if kind == "worker-scheduling" else audit_ran_since
-            )
+            probe: Callable[[Stack, float], bool] = {
+                "worker-scheduling": cycle_ran_since,
+                "worker-default": sweep_started_since,
+                "beat": sweep_sent_since,
+            }[kind]
 
             def recovered() -> bool:
                 return probe(stack, kill.at)

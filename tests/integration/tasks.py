@@ -21,3 +21,9 @@ def record_runs_task(key: str, first_run_seconds: float) -> int:
         time.sleep(first_run_seconds)
     client.set(f"{key}:done", runs)
     return runs
+
+
+@shared_task(name="tests.integration.tasks.count_sweep_runs_task")
+def count_sweep_runs_task(key: str) -> int:
+    """A stand-in sweep: counts its runs in the broker's Redis under `key`."""
+    return int(redis_client(settings.CELERY_BROKER_URL).incr(f"{key}:runs"))
