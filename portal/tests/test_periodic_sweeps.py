@@ -91,4 +91,6 @@ def test_a_message_without_beats_stamp_or_a_direct_call_always_runs():
 
 def test_every_beat_entry_names_its_sweep_on_the_message():
     for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
-        assert entry["options"]["headers"] == {SWEEP_HEADER: name}, name
+        options = entry["options"]
+        assert isinstance(options, dict)
+        assert options["headers"] == {SWEEP_HEADER: name}, name
