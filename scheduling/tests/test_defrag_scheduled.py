@@ -5,7 +5,7 @@ previews, and one pool that raises does not stop the others."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 import pytest
@@ -22,8 +22,11 @@ from scheduling.tests.factories import make_group
 
 pytestmark = pytest.mark.django_db
 
-NIGHT = datetime(2026, 12, 3, 2, 30, tzinfo=UTC)
-NOON = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+# Tomorrow, so the fragmented pool's work (started now) has run for hours at either time; fixed dates
+# broke on the day they passed (the work would have started after them).
+_TOMORROW = (datetime.now(tz=UTC) + timedelta(days=1)).date()
+NIGHT = datetime.combine(_TOMORROW, time(2, 30), tzinfo=UTC)
+NOON = datetime.combine(_TOMORROW, time(12, 0), tzinfo=UTC)
 
 
 @pytest.fixture(autouse=True)
