@@ -1,7 +1,7 @@
 """Defragmentation on the dynamic replay of the openb traces (protocol: docs/engine.md, "Defragmentation").
 
     python -m bench.defrag [--traces default,multigpu50] [--budgets 0,0.5,1,2] [--seed 42] [--load 0.9]
-                           [--hours 1] [--move-cost 60] [--retry-after 100] [--no-chains]
+                           [--hours 1] [--move-cost 60] [--retry-after 100] [--chains]
                            [--nodes N] [--pods N] [--json PATH]
 
 Same workload as ``bench.dynamic`` (its :func:`~bench.dynamic.load_workload`), one process. Per trace it
@@ -96,7 +96,7 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
                 moves_per_100_placements=budget,
                 move_cost_seconds=args.move_cost,
                 retry_after_placements=args.retry_after,
-                chains=not args.no_chains,
+                chains=args.chains,
             )
             result, stats = replay_with_defrag(state, wl.requests, options, defrag)
             plans, moves, unlocked, lost = (
@@ -200,9 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="placements before a plan is tried again after one that found no move",
     )
     ap.add_argument(
-        "--no-chains",
+        "--chains",
         action="store_true",
-        help="the planner moves no workload that fits no other node",
+        help="let the planner chain two moves (DefragLimits.chains)",
     )
     ap.add_argument("--nodes", type=int, default=None, help="first N nodes only (development)")
     ap.add_argument(
@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"\ndefragmentation on the dynamic replay: seed {args.seed}, load {args.load:.2f}, "
         f"{args.hours:g} h window, move cost {args.move_cost} s, retry after {args.retry_after} "
-        f"placements, chains {'off' if args.no_chains else 'on'}, {time.perf_counter() - t0:.0f} s"
+        f"placements, chains {'on' if args.chains else 'off'}, {time.perf_counter() - t0:.0f} s"
     )
     print(
         "Δ and × are against tessera without moves in the same run; all* counts a whole-GPU request"

@@ -14,6 +14,8 @@ Pipeline (:func:`plan_defrag`), every step on a private copy of the state:
    are tried for real: the chosen workloads are released, re-placed by the placement policy on *other* nodes
    (never on a node being freed, so CPU and memory of the moved pods are checked where they land), and the
    request must then fit the freed node; a node whose workloads cannot all be re-placed is rolled back;
+   with :attr:`DefragLimits.chains`, a node whose clearing needs one workload that fits no other node is
+   tried by first moving others off a landing node for it (``unlock_by_chain``);
 3. ``_free_whole_gpus`` (only when nothing waits): repeatedly vacate the GPU whose clearing costs the fewest
    moves per freed card, preferring nodes closest to being empty, kept only when the cluster's count of
    whole free GPUs really rises.
@@ -131,8 +133,9 @@ class DefragLimits:
     max_moves_per_owner: int = 2
     max_total_cost_seconds: int = 3600
     max_cost_seconds_per_move: int = 1800
-    #: Allow a chain: a workload that fits no other node moves onto a node others are first moved off.
-    chains: bool = True
+    #: Allow a chain: a workload that fits no other node moves onto a node others are first moved off
+    #: (off by default: on the openb replay it rarely unlocked anything and cost 2-4x the planning CPU).
+    chains: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,7 @@ class DefragOptions:
     max_waiting: int = 24
     retry_after_placements: int = 100
     #: Let the planner chain two moves (:attr:`~scheduling.engine.defrag.DefragLimits.chains`).
-    chains: bool = True
+    chains: bool = False
 
 
 @dataclass(frozen=True, slots=True)

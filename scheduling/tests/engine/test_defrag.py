@@ -184,8 +184,11 @@ def test_plan_counts_a_candidate_that_fits_no_other_node() -> None:
     ca = run(s, "wide", "a", (0, 1))
     plan = plan_defrag(s, [req("trio", gpus=3, milli=1000)], [ca])
     assert plan.moves == ()
+    assert dict(plan.refusals) == {"candidate_fits_nowhere": 1, "request_no_node": 1}
     # nor can a chain help: b holds nothing to move off, so the workload has nowhere to land
-    assert dict(plan.refusals) == {
+    chained = plan_defrag(s, [req("trio", gpus=3, milli=1000)], [ca], DefragLimits(chains=True))
+    assert chained.moves == ()
+    assert dict(chained.refusals) == {
         "candidate_fits_nowhere": 1,
         "chain_no_landing": 1,
         "request_no_node": 1,
@@ -206,7 +209,7 @@ def chained_cluster() -> tuple[ClusterState, list[MoveCandidate]]:
 def test_chain_moves_a_slice_away_so_a_whole_card_can_land_and_free_a_node() -> None:
     # issue 21: the card on a fits no other node until small leaves b
     s, cands = chained_cluster()
-    plan = plan_defrag(s, [req("pair", gpus=2, milli=1000)], cands)
+    plan = plan_defrag(s, [req("pair", gpus=2, milli=1000)], cands, DefragLimits(chains=True))
     assert [(m.workload_id, m.from_node, m.to_node) for m in plan.moves] == [
         ("small", "b", "c"),
         ("card", "a", "b"),
@@ -218,15 +221,17 @@ def test_chain_moves_a_slice_away_so_a_whole_card_can_land_and_free_a_node() -> 
 
 def test_chain_counts_every_move_against_the_limits() -> None:
     s, cands = chained_cluster()
-    plan = plan_defrag(s, [req("pair", gpus=2, milli=1000)], cands, DefragLimits(max_moves=1))
+    plan = plan_defrag(
+        s, [req("pair", gpus=2, milli=1000)], cands, DefragLimits(max_moves=1, chains=True)
+    )
     assert plan.moves == ()
     assert plan.unlocks == ()
     assert dict(plan.refusals)["over_limits"] == 1
 
 
-def test_chains_can_be_turned_off() -> None:
+def test_without_chains_the_node_stays_blocked() -> None:
     s, cands = chained_cluster()
-    plan = plan_defrag(s, [req("pair", gpus=2, milli=1000)], cands, DefragLimits(chains=False))
+    plan = plan_defrag(s, [req("pair", gpus=2, milli=1000)], cands)
     assert plan.moves == ()
     assert dict(plan.refusals) == {"candidate_fits_nowhere": 1, "request_no_node": 1}
 
