@@ -1,13 +1,16 @@
 """Defragmentation on the dynamic replay of the openb traces (protocol: docs/engine.md, "Defragmentation").
 
     python -m bench.defrag [--traces default,multigpu50] [--budgets 0,0.5,1,2] [--seed 42] [--load 0.9]
-                           [--hours 1] [--move-cost 60] [--nodes N] [--pods N] [--json PATH]
+                           [--hours 1] [--move-cost 60] [--retry-after 100] [--chains]
+                           [--nodes N] [--pods N] [--json PATH]
 
 Same workload as ``bench.dynamic`` (its :func:`~bench.dynamic.load_workload`), one process. Per trace it
 replays FGD and Tessera without moves, then Tessera with defragmentation at each budget (moves per 100
 placements), and prints time-weighted allocation (as held, and net of the GPU-seconds moved work loses),
 the waits of whole-GPU requests and the never-started ones, each as a difference or ratio against Tessera
-without moves measured in the same run, plus the replay's CPU time as a ratio.
+without moves measured in the same run, plus the replay's CPU time as a ratio. Under the table, per trace,
+the headroom of Tessera without moves (:func:`~scheduling.simulation.idle_while_waiting_pct`): the points of
+allocation that idle GPU compute while GPU requests waited could add at most, whatever moves are made.
 """
 
 from __future__ import annotations
@@ -26,11 +29,19 @@ from bench.dynamic import DRAIN, load_workload
 from bench.replay import load_nodes, load_tool, to_request
 from scheduling.engine import ClusterState, typical_pods
 from scheduling.engine.defrag import REFUSALS
-from scheduling.simulation import ReplayOptions, TimedRequest, replay, summarize
+from scheduling.simulation import (
+    ReplayOptions,
+    TimedRequest,
+    idle_while_waiting_pct,
+    replay,
+    summarize,
+)
 from scheduling.simulation.defrag import DefragOptions, replay_with_defrag
 
 TRACES = ("default", "multigpu50", "gpushare40")
 BUDGETS = (0.0, 0.5, 1.0, 2.0)
+#: Longest wait (placements) after a fruitless plan that --retry-after accepts.
+MAX_RETRY_AFTER = 1_000_000
 
 
 def whole_gpu_waits(
@@ -82,7 +93,10 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
             refusals: dict[str, int] = {}
         else:
             defrag = DefragOptions(
-                moves_per_100_placements=budget, move_cost_seconds=args.move_cost
+                moves_per_100_placements=budget,
+                move_cost_seconds=args.move_cost,
+                retry_after_placements=args.retry_after,
+                chains=args.chains,
             )
             result, stats = replay_with_defrag(state, wl.requests, options, defrag)
             plans, moves, unlocked, lost = (
@@ -112,6 +126,7 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
                 "fragment_fit_whole": fragment_fit,
                 "refusals": refusals,
                 "moves_per_100": 100 * moves / max(1, result.placements),
+                "headroom_pts": idle_while_waiting_pct(result, wl.requests, window=(0, last)),
                 "seconds": seconds,
             }
         )
@@ -155,6 +170,20 @@ def print_why(rows: list[dict[str, Any]]) -> None:
         )
 
 
+def print_headroom(rows: list[dict[str, Any]]) -> None:
+    """Per trace, the headroom of tessera without moves next to what the best budget gained."""
+    print("trace        headroom pts (no moves)  best Δpts with moves")
+    for trace in dict.fromkeys(r["trace"] for r in rows):
+        ref = next(r for r in rows if r["trace"] == trace and r["run"] == "tessera")
+        gains = [
+            r["alloc_pct"] - ref["alloc_pct"]
+            for r in rows
+            if r["trace"] == trace and r["run"].startswith("tessera+")
+        ]
+        best = f"{max(gains):+.2f}" if gains else "-"
+        print(f"{trace:<12} {ref['headroom_pts']:23.2f}  {best:>20}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.defrag", description=__doc__.split("\n")[0])
     ap.add_argument("--trace-dir", default="../shared/traces/openb")
@@ -164,12 +193,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--load", type=float, default=0.9)
     ap.add_argument("--hours", type=float, default=1.0)
     ap.add_argument("--move-cost", type=int, default=60)
+    ap.add_argument(
+        "--retry-after",
+        type=int,
+        default=DefragOptions().retry_after_placements,
+        help="placements before a plan is tried again after one that found no move",
+    )
+    ap.add_argument(
+        "--chains",
+        action="store_true",
+        help="let the planner chain two moves (DefragLimits.chains)",
+    )
     ap.add_argument("--nodes", type=int, default=None, help="first N nodes only (development)")
     ap.add_argument(
         "--pods", type=int, default=None, help="every k-th pod, at most N (development)"
     )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    if not 0 <= args.retry_after <= MAX_RETRY_AFTER:
+        ap.error(f"--retry-after: between 0 and {MAX_RETRY_AFTER} placements")
     args.budgets = [float(b) for b in args.budgets.split(",")]
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -179,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.extend(done)
     print(
         f"\ndefragmentation on the dynamic replay: seed {args.seed}, load {args.load:.2f}, "
-        f"{args.hours:g} h window, move cost {args.move_cost} s, {time.perf_counter() - t0:.0f} s"
+        f"{args.hours:g} h window, move cost {args.move_cost} s, retry after {args.retry_after} "
+        f"placements, chains {'on' if args.chains else 'off'}, {time.perf_counter() - t0:.0f} s"
     )
     print(
         "Δ and × are against tessera without moves in the same run; all* counts a whole-GPU request"
@@ -188,6 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_table(rows)
     print("\nwhy moves are rare (planner refusals, summed over plans)")
     print_why(rows)
+    print(
+        "\nheadroom: idle GPU compute while GPU requests waited, capped by their demand (a loose upper"
+    )
+    print("bound on what moves could add: it ignores GPU models, CPU, memory and shapes)")
+    print_headroom(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=float))
     return 0

@@ -14,6 +14,8 @@ Pipeline (:func:`plan_defrag`), every step on a private copy of the state:
    are tried for real: the chosen workloads are released, re-placed by the placement policy on *other* nodes
    (never on a node being freed, so CPU and memory of the moved pods are checked where they land), and the
    request must then fit the freed node; a node whose workloads cannot all be re-placed is rolled back;
+   with :attr:`DefragLimits.chains`, a node whose clearing needs one workload that fits no other node is
+   tried by first moving others off a landing node for it (``unlock_by_chain``);
 3. ``_free_whole_gpus`` (only when nothing waits): repeatedly vacate the GPU whose clearing costs the fewest
    moves per freed card, preferring nodes closest to being empty, kept only when the cluster's count of
    whole free GPUs really rises.
@@ -44,6 +46,8 @@ NODES_TRIED_PER_REQUEST = 6
 NODES_COSTED_PER_REQUEST = 48
 #: Longest plan the engine builds whatever the limits say (bounded work per call).
 MAX_MOVES_CAP = 200
+#: Landing nodes tried per chained workload (those whose clearing for it takes the fewest moves first).
+LANDINGS_TRIED_PER_CHAIN = 6
 
 #: The reasons a plan counts in :attr:`DefragPlan.refusals`.
 REFUSALS: dict[str, str] = {
@@ -53,6 +57,8 @@ REFUSALS: dict[str, str] = {
     "over_limits": "clearing a node needed more moves, moves per owner or cost than the limits allow",
     "relocation_failed": "the workloads to move could not all be re-placed on other nodes",
     "request_still_blocked": "after the moves the request still did not fit the freed node",
+    "chain_no_landing": "a workload that fits no other node found no node that moving others off would "
+    "make room on",
 }
 
 
@@ -127,6 +133,9 @@ class DefragLimits:
     max_moves_per_owner: int = 2
     max_total_cost_seconds: int = 3600
     max_cost_seconds_per_move: int = 1800
+    #: Allow a chain: a workload that fits no other node moves onto a node others are first moved off
+    #: (off by default: on the openb replay it rarely unlocked anything and cost 2-4x the planning CPU).
+    chains: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +313,9 @@ class _Planner:
         #: Nodes a waiting request was planned on: nothing more is taken from them.
         self.unlocked: set[int] = set()
         self.refused: dict[str, int] = {}
+        #: Per node, the candidates that fitted no other node when planning began (moved only by a chain).
+        self.stuck: dict[int, list[MoveCandidate]] = {}
+        self.chains = limits.chains
 
     def refuse(self, reason: str, n: int = 1) -> None:
         """Count ``n`` refusals for ``reason`` (a key of :data:`REFUSALS`)."""
@@ -567,6 +579,7 @@ class _Planner:
                     keep.append(c)
                 else:
                     self._account(i, c, -1)
+                    self.stuck.setdefault(i, []).append(c)
                     self.refuse("candidate_fits_nowhere")
             self.by_node[i] = keep
 
@@ -595,6 +608,7 @@ class _Planner:
                     continue
                 options.append((len(victims), sum(v.cost_seconds for v in victims), i, victims))
             options.sort(key=lambda o: o[:3])
+            unlocked = False
             for _, _, i, victims in options[:NODES_TRIED_PER_REQUEST]:
                 moves = self._relocate(victims, i)
                 if moves is None:
@@ -615,8 +629,136 @@ class _Planner:
                 self.protected.add(i)
                 self.unlocked.add(i)
                 self.unlocks.append(Unlock(r.request_id, w.names[i], a.gpu_indices))
-                hopeless.clear()
+                unlocked = True
                 break
+            if not unlocked and self.chains and self.stuck:
+                unlocked = self.unlock_by_chain(r)
+            if unlocked:
+                hopeless.clear()
+
+    # ------------------------------------------------------------------ chains
+    def _chain_options(
+        self, r: PlacementRequest
+    ) -> list[tuple[int, int, int, list[MoveCandidate], MoveCandidate]]:
+        """Nodes ``r`` could use if their movable workloads left, counting exactly one that fits no other
+        node (the chained one) among those to move: ``(moves, cost, node, victims, chained)``, cheapest
+        first. The stuck candidates are counted as movable only while the options are costed."""
+        for i, cs in self.stuck.items():
+            for c in cs:
+                self._account(i, c, +1)
+            self.by_node[i] = [*self.by_node.get(i, []), *cs]
+        options = []
+        try:
+            for i in self._shortlist(r):
+                stuck_ids = {c.workload_id for c in self.stuck.get(i, [])}
+                if not stuck_ids:
+                    continue  # the direct pass already tried this node
+                victims = self._victims_for(i, r)
+                if victims is None:
+                    continue
+                chained = [v for v in victims if v.workload_id in stuck_ids]
+                if len(chained) != 1:
+                    continue
+                cost = sum(v.cost_seconds for v in victims)
+                options.append((len(victims), cost, i, victims, chained[0]))
+        finally:
+            for i, cs in self.stuck.items():
+                gone = {c.workload_id for c in cs}
+                for c in cs:
+                    self._account(i, c, -1)
+                self.by_node[i] = [c for c in self.by_node[i] if c.workload_id not in gone]
+        options.sort(key=lambda o: o[:3])
+        return options
+
+    def _place_on(self, c: MoveCandidate, node: int) -> Move | None:
+        """Move ``c`` onto ``node`` itself (the state is unchanged when it does not fit there)."""
+        w = self.work
+        source = c.assignment(w)
+        w.release(source)
+        r = c.request()
+        gpus = _gpus_for(w, node, r) if feasible_mask(w, r)[node] else None
+        if gpus is None:
+            w.apply(source)
+            return None
+        target = make_assignment(w, node, r, gpus)
+        w.apply(target)
+        return Move(
+            c.workload_id,
+            c.node,
+            c.gpus,
+            target.node,
+            target.gpu_indices,
+            c.cost_seconds,
+            c.owner,
+            source.gpu_milli,
+            source.gpu_memory_mib,
+            target.gpu_memory_mib,
+            c.cpu_milli,
+            c.memory_mib,
+        )
+
+    def unlock_by_chain(self, r: PlacementRequest) -> bool:
+        """Free a node for ``r`` whose clearing needs one workload that fits no other node: first move
+        movable workloads off a landing node (never onto the node being freed), move the chained workload
+        there, then the node's other workloads elsewhere; everything is rolled back unless ``r`` then fits.
+        Returns whether ``r`` was unlocked."""
+        w = self.work
+        for _, _, i, victims, chained in self._chain_options(r)[:NODES_TRIED_PER_REQUEST]:
+            if not self.budget.allows(victims):
+                self.refuse("over_limits")
+                continue
+            q = chained.request()
+            landings = []
+            for k in self._shortlist(q):
+                if k == i or k in self.protected:
+                    continue
+                sub = self._victims_for(k, q)
+                if sub is not None:
+                    landings.append((len(sub), sum(v.cost_seconds for v in sub), k, sub))
+            landings.sort(key=lambda o: o[:3])
+            if not landings:
+                self.refuse("chain_no_landing")
+            others = [v for v in victims if v.workload_id != chained.workload_id]
+            for _, _, k, sub in landings[:LANDINGS_TRIED_PER_CHAIN]:
+                if not self.budget.allows([*victims, *sub]):
+                    self.refuse("over_limits")
+                    continue
+                self.protected.add(i)
+                try:
+                    sub_moves = self._relocate(sub, k)
+                finally:
+                    self.protected.discard(i)
+                if sub_moves is None:
+                    self.refuse("relocation_failed")
+                    continue
+                hop = self._place_on(chained, k)
+                if hop is None:
+                    self._undo(sub_moves)
+                    self.refuse("relocation_failed")
+                    continue
+                moves = self._relocate(others, i) if others else []
+                gpus = None
+                if moves is not None and feasible_mask(w, r)[i]:
+                    gpus = _gpus_for(w, i, r)
+                if moves is None or gpus is None:
+                    if moves is not None:
+                        self._undo(moves)
+                    self._undo([hop])
+                    self._undo(sub_moves)
+                    self.refuse("relocation_failed" if moves is None else "request_still_blocked")
+                    continue
+                a = make_assignment(w, i, r, gpus)
+                w.apply(a)
+                self._keep(sub, sub_moves, k)
+                self.budget.spend([chained])
+                self.moves.append(hop)
+                self.stuck[i] = [c for c in self.stuck[i] if c.workload_id != chained.workload_id]
+                self._keep(others, moves, i)
+                self.protected.add(i)
+                self.unlocked.add(i)
+                self.unlocks.append(Unlock(r.request_id, w.names[i], a.gpu_indices))
+                return True
+        return False
 
     def free_whole_gpus(self) -> None:
         """Vacate GPUs (fewest moves per freed card, nodes nearest to idle first) while it pays."""

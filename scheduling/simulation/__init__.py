@@ -9,7 +9,16 @@ environment or I/O), so the planner, the bench and later the defragmentation pla
 """
 
 from .forecast import DurationModel, RunningWork, StartEstimate, estimate_starts
-from .metrics import Summary, TeamShare, Waits, shape_label, summarize, time_weighted_mean
+from .metrics import (
+    Summary,
+    TeamShare,
+    Waits,
+    idle_while_waiting_pct,
+    shape_label,
+    summarize,
+    time_weighted_mean,
+    waiting_gpu_milli,
+)
 from .replay import CycleView, Running, replay, shape_key
 from .types import Outcome, ReplayOptions, ReplayResult, TeamQuota, TimedRequest
 
@@ -28,9 +37,11 @@ __all__ = [
     "TimedRequest",
     "Waits",
     "estimate_starts",
+    "idle_while_waiting_pct",
     "replay",
     "shape_key",
     "shape_label",
     "summarize",
     "time_weighted_mean",
+    "waiting_gpu_milli",
 ]

@@ -45,6 +45,8 @@ class DefragOptions:
     min_running_seconds: int = 0
     max_waiting: int = 24
     retry_after_placements: int = 100
+    #: Let the planner chain two moves (:attr:`~scheduling.engine.defrag.DefragLimits.chains`).
+    chains: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,7 @@ class _DefragReplay(Replay):
             max_moves_per_owner=moves,
             max_total_cost_seconds=moves * self.defrag.move_cost_seconds,
             max_cost_seconds_per_move=self.defrag.move_cost_seconds,
+            chains=self.defrag.chains,
         )
         waiting = [self.requests[i].request for i, _ in heads]
         for r in waiting:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduling.engine import GPU_MILLI, PlacementRequest
+from scheduling.engine import GPU_MILLI, PlacementRequest, validate
 
 from .types import IntArray, ReplayResult, TimedRequest
 
@@ -38,6 +38,50 @@ def time_weighted_mean(times: IntArray, values: IntArray, start: int, end: int) 
     edges = np.clip(np.append(times, end), start, end)
     widths = np.diff(edges)
     return float((values * widths).sum() / (end - start))
+
+
+def waiting_gpu_milli(result: ReplayResult, requests: Sequence[TimedRequest]) -> IntArray:
+    """On the grid of ``result.times``: the GPU compute the requests waiting at each time ask for
+    (submitted, not started yet; a request that never started waits to the end; malformed ones, which the
+    replay never tries, are left out)."""
+    submit, start, gpu = [], [], []
+    for t, o in zip(requests, result.outcomes, strict=True):
+        if t.request.total_gpu_milli <= 0 or validate(t.request) is not None:
+            continue
+        submit.append(o.submit)
+        start.append(np.iinfo(np.int64).max if o.start is None else o.start)
+        gpu.append(t.request.total_gpu_milli)
+    if not gpu:
+        return np.zeros(result.times.shape, np.int64)
+    g = np.asarray(gpu, np.int64)
+    by_submit, by_start = np.argsort(submit, kind="stable"), np.argsort(start, kind="stable")
+    arrived = np.concatenate(([0], np.cumsum(g[by_submit])))
+    started = np.concatenate(([0], np.cumsum(g[by_start])))
+    s_sorted, t_sorted = np.asarray(submit)[by_submit], np.asarray(start)[by_start]
+    out: IntArray = (
+        arrived[np.searchsorted(s_sorted, result.times, side="right")]
+        - started[np.searchsorted(t_sorted, result.times, side="right")]
+    )
+    return out
+
+
+def idle_while_waiting_pct(
+    result: ReplayResult,
+    requests: Sequence[TimedRequest],
+    window: tuple[int, int] | None = None,
+) -> float:
+    """A loose upper bound, in points of time-weighted allocation over ``window``, on what any rearranging
+    of running work (defragmentation) could add to ``result``: at each time the idle GPU compute, capped by
+    what the waiting GPU requests ask for. It ignores GPU models, CPU, memory and request shapes, so the
+    true headroom is lower; when it is small, moving work cannot raise allocation much."""
+    lo, hi = window if window is not None else (result.start, result.end)
+    if not result.capacity_gpu_milli:
+        return 0.0
+    idle = result.capacity_gpu_milli - result.allocated_gpu_milli
+    usable = np.minimum(idle, waiting_gpu_milli(result, requests))
+    return round(
+        100 * time_weighted_mean(result.times, usable, lo, hi) / result.capacity_gpu_milli, 2
+    )
 
 
 @dataclass(frozen=True, slots=True)

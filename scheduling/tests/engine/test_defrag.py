@@ -185,6 +185,55 @@ def test_plan_counts_a_candidate_that_fits_no_other_node() -> None:
     plan = plan_defrag(s, [req("trio", gpus=3, milli=1000)], [ca])
     assert plan.moves == ()
     assert dict(plan.refusals) == {"candidate_fits_nowhere": 1, "request_no_node": 1}
+    # nor can a chain help: b holds nothing to move off, so the workload has nowhere to land
+    chained = plan_defrag(s, [req("trio", gpus=3, milli=1000)], [ca], DefragLimits(chains=True))
+    assert chained.moves == ()
+    assert dict(chained.refusals) == {
+        "candidate_fits_nowhere": 1,
+        "chain_no_landing": 1,
+        "request_no_node": 1,
+    }
+
+
+def chained_cluster() -> tuple[ClusterState, list[MoveCandidate]]:
+    """a: card 0 free, card 1 held by ``card`` (a whole card that fits no other node); b: one card with a
+    0.3 slice ``small``; c: one card with a 0.5 slice that may not move. ``small`` fits c, then ``card``
+    fits b, then a holds a 2-GPU request."""
+    s = cluster(node("a", 2), node("b", 1), node("c", 1))
+    card = run(s, "card", "a", (1,))
+    small = run(s, "small", "b", (0,), milli=300, gpu_mem=1000)
+    run(s, "pinned", "c", (0,), milli=500, gpu_mem=1000)
+    return s, [card, small]
+
+
+def test_chain_moves_a_slice_away_so_a_whole_card_can_land_and_free_a_node() -> None:
+    # issue 21: the card on a fits no other node until small leaves b
+    s, cands = chained_cluster()
+    plan = plan_defrag(s, [req("pair", gpus=2, milli=1000)], cands, DefragLimits(chains=True))
+    assert [(m.workload_id, m.from_node, m.to_node) for m in plan.moves] == [
+        ("small", "b", "c"),
+        ("card", "a", "b"),
+    ]
+    assert [(u.request_id, u.node, u.gpus) for u in plan.unlocks] == [("pair", "a", (0, 1))]
+    after = apply_plan(s, plan)
+    after.apply(make_assignment(after, after.index["a"], req("pair", gpus=2, milli=1000), (0, 1)))
+
+
+def test_chain_counts_every_move_against_the_limits() -> None:
+    s, cands = chained_cluster()
+    plan = plan_defrag(
+        s, [req("pair", gpus=2, milli=1000)], cands, DefragLimits(max_moves=1, chains=True)
+    )
+    assert plan.moves == ()
+    assert plan.unlocks == ()
+    assert dict(plan.refusals)["over_limits"] == 1
+
+
+def test_without_chains_the_node_stays_blocked() -> None:
+    s, cands = chained_cluster()
+    plan = plan_defrag(s, [req("pair", gpus=2, milli=1000)], cands)
+    assert plan.moves == ()
+    assert dict(plan.refusals) == {"candidate_fits_nowhere": 1, "request_no_node": 1}
 
 
 def test_plan_counts_a_node_the_limits_refuse_to_clear() -> None:

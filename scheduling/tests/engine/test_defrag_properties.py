@@ -121,8 +121,54 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     return state, list(running), cands, waiting, limits
 
 
+@st.composite
+def chain_scenarios(draw: st.DrawFn) -> Scenario:
+    """Issue 21: ``a`` (2-4 cards) holds whole-card workloads that fit no other node, because every card of
+    ``b``, ``c`` (and 0-2 more nodes) carries a slice; a request for all of ``a`` waits, so only a chain (a
+    slice moved off a landing node, then the card moved there) can free ``a``."""
+    g = draw(st.integers(2, 4))
+    sizes = [g] + [draw(st.integers(1, 2)) for _ in range(draw(st.integers(2, 4)))]
+    nodes = [
+        NodeSpec(
+            f"n{i}",
+            64000 if i == 0 else draw(st.sampled_from((4000, 16000, 64000))),
+            131072,
+            tuple(GpuSpec(j, "A100", 40960) for j in range(n)),
+            "A100",
+        )
+        for i, n in enumerate(sizes)
+    ]
+    state = ClusterState.from_nodes(nodes)
+    running: list[Assignment] = []
+    busy = sorted(draw(st.sets(st.integers(0, g - 1), min_size=1, max_size=g - 1)))
+    for j in busy:
+        r = PlacementRequest(f"card{j}", draw(st.sampled_from((1000, 8000))), 1024, 1, 1000)
+        running.append(make_assignment(state, 0, r, (j,)))
+        state.apply(running[-1])
+    for i, n in enumerate(sizes[1:], start=1):
+        for j in range(n):
+            milli = draw(st.integers(50, 900))
+            r = PlacementRequest(
+                f"s{i}.{j}", 1000, 1024, 1, milli, draw(st.sampled_from((0, 2048)))
+            )
+            running.append(make_assignment(state, i, r, (j,)))
+            state.apply(running[-1])
+    movable = [a for a in running if draw(st.integers(0, 5)) > 0]
+    cands = [candidate(a, draw(st.sampled_from(("t1", "t2"))), 60) for a in movable]
+    wide = PlacementRequest("wide", draw(st.sampled_from((1000, 8000))), 1024, g, 1000)
+    waiting = [wide, *draw(gpu_requests("w", 0, 2))]
+    limits = DefragLimits(
+        max_moves=draw(st.integers(0, 8)),
+        max_moves_per_owner=draw(st.integers(1, 8)),
+        max_total_cost_seconds=draw(st.sampled_from((60, 600, 3000))),
+        max_cost_seconds_per_move=300,
+        chains=draw(st.integers(0, 4)) > 0,
+    )
+    return state, running, cands, waiting, limits
+
+
 @settings(max_examples=150, deadline=None)
-@given(scenarios())
+@given(st.one_of(scenarios(), chain_scenarios()))
 def test_plan_respects_candidates_limits_and_capacity(scenario: Scenario) -> None:
     state, running, cands, waiting, limits = scenario
     frozen = {k: getattr(state, k).copy() for k in ("cpu_free", "gpu_free", "gpu_mem_free")}
@@ -173,7 +219,7 @@ def test_plan_respects_candidates_limits_and_capacity(scenario: Scenario) -> Non
 
 
 @settings(max_examples=150, deadline=None)
-@given(scenarios())
+@given(st.one_of(scenarios(), chain_scenarios()))
 def test_applying_the_plan_then_each_unlock_succeeds_as_planned(scenario: Scenario) -> None:
     state, _, cands, waiting, limits = scenario
     plan = plan_defrag(state, waiting, cands, limits)
@@ -187,10 +233,32 @@ def test_applying_the_plan_then_each_unlock_succeeds_as_planned(scenario: Scenar
 
 
 @settings(max_examples=40, deadline=None)
-@given(scenarios())
+@given(st.one_of(scenarios(), chain_scenarios()))
 def test_unlocked_request_did_not_fit_before_the_moves(scenario: Scenario) -> None:
     state, _, cands, waiting, limits = scenario
     plan = plan_defrag(state, waiting, cands, limits)
     by_id = {r.request_id: r for r in waiting}
     for u in plan.unlocks:
         assert not feasible_mask(state, by_id[u.request_id])[state.index[u.node]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(scenarios(), chain_scenarios()))
+def test_a_workload_that_fit_no_other_node_moves_only_in_a_chain_that_unlocks_a_request(
+    scenario: Scenario,
+) -> None:
+    state, _, cands, waiting, limits = scenario
+    plan = plan_defrag(state, waiting, cands, limits)
+    by_id = {c.workload_id: c for c in cands}
+    stuck = []
+    for m in plan.moves:
+        c = by_id[m.workload_id]
+        fits = feasible_mask(state, c.request())
+        fits[state.index[c.node]] = False
+        if not fits.any():
+            stuck.append(m)
+    # at most one chained workload per freed node, never when chains are off, never onto a freed node
+    assert len(stuck) <= len(plan.unlocks)
+    if not limits.chains:
+        assert stuck == []
+    assert not {m.to_node for m in stuck} & {u.node for u in plan.unlocks}
