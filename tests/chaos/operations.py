@@ -545,13 +545,14 @@ BORROWERS = (
     # (polite: a notice, the checkpoint hook, then the stop). Priority -1: reclaimed before anyone
     # else's work.
     Borrower("training", "ml-research", "bob", 36, 2, -1),
-    # `interactive` (40 GPUs, of which inference keeps its idle min of 12): 16 GPUs with the demo's 4
-    # leave ml-research's clients about 4 to borrow (its max is 24, plus a loan). Priority 0 like
-    # codespaces: a reclaim takes the most recently started borrowed work first, so ml-research's
-    # codespaces started later are suspended (home kept) before these. Two owners: the team's
-    # borrowing is shared equally among its active users.
-    Borrower("interactive", "ml-research", "grace", 4, 2, 0),
-    Borrower("interactive", "ml-research", "alice", 4, 2, 0),
+    # `interactive` (40 GPUs, of which inference keeps its idle min of 12): 18 GPUs with the demo's 4
+    # hold ml-research near its max of 24 (plus a loan), so vision's work within its min needs a
+    # reclaim. Priority 0 like codespaces: a reclaim takes the most recently started borrowed work
+    # first, so ml-research's codespaces started later are suspended (home kept) before these. Three
+    # owners, as the team's borrowing is shared equally among its active users.
+    Borrower("interactive", "ml-research", "alice", 3, 2, 0),
+    Borrower("interactive", "ml-research", "bob", 3, 2, 0),
+    Borrower("interactive", "ml-research", "grace", 3, 2, 0),
 )
 
 

@@ -1,10 +1,11 @@
 """Seed the chaos database: the demo data (three teams, the simulated 24-node cluster, quotas in both
 pools, codespace templates) plus one more member per team, an API token per user, and every fairness
 feature of issue 17 switched on through the operators' services (`FAIRNESS`): decayed fair share with a
-1-hour half-life, a minimum runtime and a 3 s polite-reclaim countdown in both groups, the harness's
-checkpoint hook (TESSERA_CHAOS_HOOK_URL) on some team quotas, per-person caps on two quotas, an equal
-share of borrowing on one, a soft GPU-hour budget on one quota and a hard one on another (both small
-enough to run out within the run's first minutes), and two loans already approved (one from a sibling,
+1-hour half-life, a minimum runtime and a 5 s polite-reclaim countdown in both groups, the harness's
+checkpoint hook (TESSERA_CHAOS_HOOK_URL) on four team quotas, a per-person cap on one quota and another
+that the operator switches on and off during the run, an equal share of borrowing on one quota, a soft
+GPU-hour budget on one quota and a hard one on another (each a little above what the quota used this
+week, so both run out within the run's first minutes), and two loans already approved (one from a sibling,
 one from the operators) whose windows end while the run is under way. Prints one JSON line:
 {"users": {username: {"token", "operator", "probe", "tenants": {slug: {pool: quota id}},
 "admin_of": [slug]}}, "budgets": [{"id", "tenant"}], "toggled_cap_quota": id, "loans": [id]}.
@@ -40,7 +41,7 @@ class Fairness:
 
     half_life_hours: int = 1
     min_runtime_seconds: int = 2
-    reclaim_notice_seconds: int = 3
+    reclaim_notice_seconds: int = 5
     # group, tenant, GPUs per person; never changed during the run, so the auditor checks it
     user_caps: tuple[tuple[str, str, int], ...] = (("training", "vision", 4),)
     # group, tenant: the operator switches its cap between TOGGLED_CAP and none during the run

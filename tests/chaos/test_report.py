@@ -155,3 +155,13 @@ def test_a_refusal_the_operation_does_not_promise_is_unexpected() -> None:
     )
     unanswered = OpRecord("loan.request", "alice", Call("POST", "quota-loans/", started=1.0))
     assert expect_answer(unanswered, allowed).unexpected == ""  # the "no answer" check judges it
+
+
+def test_an_audit_the_placements_moved_under_is_shown_and_is_not_a_failure_by_itself() -> None:
+    moved = report(audits_moved=["audit 1: newest placement 5 -> 7, released 2 -> 2"])
+    moved.probe_latencies_fault_free = [0.1]
+    assert moved.failures() == []
+    assert (
+        "audited again because placements moved while the audit ran: audit 1: newest placement"
+        " 5 -> 7, released 2 -> 2"
+    ) in moved.format()
