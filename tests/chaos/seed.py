@@ -53,12 +53,13 @@ class Fairness:
                                            ("interactive", "vision"))  # fmt: skip
     # group, tenant, GPU-hours per week beyond what the quota used this week when seeded (the demo
     # seed backfills a month of telemetry), hard. Usage is charged from the telemetry's minute
-    # samples, a GPU-minute (1/60 GPU-hour) per GPU held. ml-research holds about 70 GPUs of
-    # `training` once its borrowers run (operations.BORROWERS), so 4 GPU-hours run out three or four
-    # minutes into the run and stop its borrowing (its min still starts); inference holds a few GPUs
+    # samples, a GPU-minute (1/60 GPU-hour) per GPU held. ml-research holds 30-60 GPUs of `training`
+    # once its borrowers run (operations.BORROWERS; 3.4 GPU-hours in the five minutes of a bounded
+    # run), so 2 GPU-hours run out two to three minutes in and stop its borrowing (its min still
+    # starts); inference holds a few GPUs
     # of `interactive`, so 0.1 GPU-hours run out within the first minutes and stop every new GPU
     # request of that quota (its CPU work and every other quota go on).
-    budgets: tuple[tuple[str, str, str, bool], ...] = (("training", "ml-research", "4.00", False),
+    budgets: tuple[tuple[str, str, str, bool], ...] = (("training", "ml-research", "2.00", False),
                                                        ("interactive", "inference", "0.10", True))  # fmt: skip
     # group, borrower, lender ("" = the operators), GPUs, seconds from the seed until the window ends
     loans: tuple[tuple[str, str, str, int, int], ...] = (("training", "inference", "vision", 2, 100),
