@@ -1,15 +1,22 @@
 """Random API operations as the seeded users: codespaces of every size (create, stop, start, delete),
-gang jobs (submit, cancel), quota edits with and without If-Match, and operator actions (cordon,
-uncordon, drain, GPU failure and repair). Every operation is one `OpRecord`."""
+gang jobs (submit, cancel), quota edits with and without If-Match, operator actions (cordon,
+uncordon, drain, GPU failure and repair), and the fairness features (issue 17): quota loans requested
+by team admins (of a sibling or of the operators, windows of seconds so they expire during the run),
+approved or declined by the lender's admin or an operator, cancelled by the borrower, GPU-hour budget
+top-ups and a per-person cap switched on and off by the operator, and the refusals those promise
+(a member asking for a loan or setting a cap, a team admin topping up, out-of-range values). Every
+operation is one `OpRecord`; an answer outside what the operation allows is `unexpected`."""
 
 from __future__ import annotations
 
 import random
 import threading
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.chaos.client import ApiClient, Call
+from tests.chaos.seed import TOGGLED_CAP
 
 OPERATOR = "(operator)"
 TEMPLATE_POOLS = {"pytorch": "training", "notebook": "interactive"}
@@ -55,6 +62,7 @@ class Actor:
     tenants: dict[str, dict[str, int]]
     client: ApiClient
     operator_client: ApiClient
+    admin_of: tuple[str, ...] = ()
     codespaces: list[int] = field(default_factory=list)
     jobs: list[int] = field(default_factory=list)
 
@@ -74,6 +82,20 @@ class World:
     counter: int = 0
     failed_gpus: list[int] = field(default_factory=list)
     cordoned: list[int] = field(default_factory=list)
+    drained: set[int] = field(default_factory=set)
+    budgets: dict[int, str] = field(default_factory=dict)  # budget id -> its quota's tenant slug
+    toggled_cap_quota: int | None = None
+    requested_loans: list[RequestedLoan] = field(default_factory=list)
+
+    def team_quotas(self, pool: str) -> dict[str, int]:
+        """Tenant slug -> quota id of every team's quota in `pool` (the latency probe's left out)."""
+        return {
+            slug: pools[pool]
+            for info in self.users.values()
+            if not info["probe"]
+            for slug, pools in info["tenants"].items()
+            if pool in pools
+        }
 
     def next_name(self, prefix: str) -> str:
         with self.lock:
@@ -92,6 +114,7 @@ class World:
             info["tenants"],
             ApiClient(self.base_url, info["token"]),
             ApiClient(self.base_url, self.operator_token),
+            tuple(info.get("admin_of", ())),
         )
 
     def client_usernames(self) -> list[str]:
@@ -105,6 +128,15 @@ class World:
         return next(name for name, info in self.users.items() if info["probe"])
 
 
+@dataclass(frozen=True)
+class RequestedLoan:
+    """A loan the run asked for and nobody has decided yet (as far as the clients know)."""
+
+    loan_id: int
+    borrower_tenant: str
+    lender_tenant: str  # "" = asked of the operators
+
+
 def _results(call: Call) -> list[dict[str, Any]]:
     body = call.body
     if isinstance(body, dict):
@@ -112,8 +144,9 @@ def _results(call: Call) -> list[dict[str, Any]]:
     return list(body or [])
 
 
-def discover(base_url: str, users: dict[str, Any]) -> World:
-    """Build the shared world from the seed and a few operator GETs."""
+def discover(base_url: str, seed: dict[str, Any]) -> World:
+    """Build the shared world from the seed's output and a few operator GETs."""
+    users: dict[str, Any] = seed["users"]
     token = next(u["token"] for u in users.values() if u["operator"])
     operator = ApiClient(base_url, token)
 
@@ -126,7 +159,16 @@ def discover(base_url: str, users: dict[str, Any]) -> World:
         t["name"]: [p["name"] for p in t.get("presets", [])]
         for t in _results(operator.call("GET", "templates/", params={"limit": 500}))
     }
-    return World(base_url, users, ids("nodes/"), ids("gpus/"), ids("quotas/"), templates)
+    return World(
+        base_url,
+        users,
+        ids("nodes/"),
+        ids("gpus/"),
+        ids("quotas/"),
+        templates,
+        budgets={int(b["id"]): str(b["tenant"]) for b in seed.get("budgets", [])},
+        toggled_cap_quota=seed.get("toggled_cap_quota"),
+    )
 
 
 # ------------------------------------------------------------------------------------ operations
@@ -238,6 +280,7 @@ def operator_action(world: World, actor: Actor, rng: random.Random) -> OpRecord:
             path, kind = f"nodes/{node}/cordon/", "node.cordon"
         elif roll < 0.85:
             node = rng.choice(world.nodes)
+            world.drained.add(node)  # a drain cordons the node: uncordoned at the end
             path, kind = f"nodes/{node}/drain/", "node.drain"
         else:
             gpu = rng.choice(world.gpus)
@@ -246,6 +289,186 @@ def operator_action(world: World, actor: Actor, rng: random.Random) -> OpRecord:
     # Cordon and drain require a reason (issue 16); every operator action carries one.
     body = {"healthy": True, "reason": "repaired"} if kind == "gpu.heal" else {"reason": kind}
     return OpRecord(kind, OPERATOR, actor.operator_client.call("POST", path, json=body))
+
+
+LOAN_SECONDS = (8, 20, 45)
+"""Loan windows: a few seconds to most of a minute, so loans start, move min and expire in the run."""
+
+
+def _fields(call: Call) -> list[str]:
+    """The fields a 400 names (its `error.fields` keys)."""
+    body = call.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return sorted(body["error"].get("fields") or {})
+    return []
+
+
+def expect_answer(record: OpRecord, allowed: dict[int, str | None]) -> OpRecord:
+    """Mark `record` unexpected unless its status is one of `allowed`; a 400 allowed with a field name
+    must name that field (the refusal says what was wrong). A call without an answer is judged by
+    the run's "no answer" check, not here."""
+    call = record.call
+    if call.status is None:
+        return record
+    if call.status not in allowed:
+        record.unexpected = (
+            f"{call.method} {call.path} answered {call.status} {call.error_code}, "
+            f"expected {sorted(allowed)}"
+        )
+    elif call.status == 400 and allowed[400] and allowed[400] not in _fields(call):
+        record.unexpected = (
+            f"{call.method} {call.path} answered 400 naming {_fields(call)}, not {allowed[400]}"
+        )
+    return record
+
+
+def request_loan(world: World, actor: Actor, rng: random.Random) -> OpRecord:
+    """A team admin asks a sibling quota (or the operators) for 1-2 GPUs of min from now on. Refused
+    only with a 400 naming `gpus` (the lender's min, or the group's unassigned GPUs, is promised)."""
+    if not actor.admin_of:
+        return list_loans(world, actor, rng)
+    borrower_tenant = rng.choice(sorted(actor.admin_of))
+    pool = rng.choice(sorted(actor.tenants[borrower_tenant]))
+    quotas = world.team_quotas(pool)
+    siblings = sorted(slug for slug in quotas if slug != borrower_tenant)
+    lender_tenant = rng.choice(["", *siblings])
+    now = datetime.now(UTC)
+    body: dict[str, Any] = {
+        "borrower": quotas[borrower_tenant],
+        "lender": quotas[lender_tenant] if lender_tenant else None,
+        "gpus": rng.choice([1, 1, 2]),
+        "starts_at": now.isoformat(),
+        "ends_at": (now + timedelta(seconds=rng.choice(LOAN_SECONDS))).isoformat(),
+        "reason": "chaos: a burst",
+    }
+    call = actor.client.call("POST", "quota-loans/", json=body)
+    record = OpRecord("loan.request", actor.username, call)
+    if call.status == 201 and isinstance(call.body, dict):
+        with world.lock:
+            world.requested_loans.append(
+                RequestedLoan(int(call.body["id"]), borrower_tenant, lender_tenant)
+            )
+    return expect_answer(record, {201: None, 400: "gpus"})
+
+
+def _take_requested_loan(world: World, rng: random.Random) -> RequestedLoan | None:
+    with world.lock:
+        if not world.requested_loans:
+            return None
+        return world.requested_loans.pop(rng.randrange(len(world.requested_loans)))
+
+
+def decide_loan(world: World, actor: Actor, rng: random.Random, verb: str) -> OpRecord:
+    """The lender's team admin (when this client is one) or an operator approves or declines. 409
+    when it expired or was decided first; an approval may get a 400 naming `gpus` (the lender's min
+    or the unassigned GPUs were promised to another loan meanwhile)."""
+    loan = _take_requested_loan(world, rng)
+    if loan is None:
+        return request_loan(world, actor, rng)
+    own = bool(loan.lender_tenant) and loan.lender_tenant in actor.admin_of
+    client = actor.client if own else actor.operator_client
+    call = client.call("POST", f"quota-loans/{loan.loan_id}/{verb}/", json={"note": "chaos"})
+    record = OpRecord(f"loan.{verb}", actor.username if own else OPERATOR, call)
+    allowed: dict[int, str | None] = {200: None, 409: None}
+    if verb == "approve":
+        allowed[400] = "gpus"
+    return expect_answer(record, allowed)
+
+
+def cancel_loan(world: World, actor: Actor, rng: random.Random) -> OpRecord:
+    """The borrower's team admin (when this client is one) or an operator withdraws a request (409
+    when it was decided or expired first)."""
+    loan = _take_requested_loan(world, rng)
+    if loan is None:
+        return request_loan(world, actor, rng)
+    own = loan.borrower_tenant in actor.admin_of
+    client = actor.client if own else actor.operator_client
+    call = client.call("POST", f"quota-loans/{loan.loan_id}/cancel/", json={})
+    record = OpRecord("loan.cancel", actor.username if own else OPERATOR, call)
+    return expect_answer(record, {200: None, 409: None})
+
+
+def list_loans(world: World, actor: Actor, rng: random.Random) -> OpRecord:
+    call = actor.client.call("GET", "quota-loans/", params={"limit": 50})
+    return expect_answer(OpRecord("loan.list", actor.username, call), {200: None})
+
+
+def top_up_budget(world: World, actor: Actor, rng: random.Random) -> OpRecord:
+    """The operator grants a small top-up (an exhausted budget stays about exhausted: a top-up is
+    well under a GPU-minute of what the quota burns each minute)."""
+    if not world.budgets:
+        return list_loans(world, actor, rng)
+    budget = rng.choice(sorted(world.budgets))
+    call = actor.operator_client.call(
+        "POST",
+        f"quota-budgets/{budget}/top-up/",
+        json={"gpu_hours": rng.choice(["0.01", "0.02"]), "reason": "chaos top-up"},
+    )
+    return expect_answer(OpRecord("budget.top-up", OPERATOR, call), {200: None})
+
+
+def toggle_user_cap(world: World, actor: Actor, rng: random.Random) -> OpRecord:
+    """The operator switches the per-person cap of the seeded quota on (TOGGLED_CAP GPUs) or off;
+    the answer carries the cap it set."""
+    if world.toggled_cap_quota is None:
+        return list_loans(world, actor, rng)
+    cap = rng.choice([TOGGLED_CAP, None])
+    call = actor.operator_client.call(
+        "POST", f"quotas/{world.toggled_cap_quota}/user-cap/", json={"max_gpus_per_user": cap}
+    )
+    record = expect_answer(OpRecord("user-cap.toggle", OPERATOR, call), {200: None})
+    if call.status == 200 and isinstance(call.body, dict):
+        if call.body.get("max_gpus_per_user") != cap:
+            record.unexpected = f"user-cap {cap} answered max_gpus_per_user {call.body!r:.100}"
+    return record
+
+
+def refused_fairness_call(world: World, actor: Actor, rng: random.Random) -> OpRecord:
+    """One call the fairness API must refuse, with the status (and field) it promises: a member who
+    is not a team admin asks for a loan (403) or sets a cap (403); a team admin tops up a budget (403
+    for their own team's, 404 for another's); an admin asks for 0 GPUs or a window ending before it
+    starts (400 naming the field); the operator tops up a negative amount or sets a cap of 0 (400)."""
+    tenant = rng.choice(sorted(actor.tenants))
+    quota = actor.tenants[tenant][rng.choice(sorted(actor.tenants[tenant]))]
+    now = datetime.now(UTC)
+    loan = {
+        "borrower": quota,
+        "gpus": 1,
+        "starts_at": now.isoformat(),
+        "ends_at": (now + timedelta(seconds=30)).isoformat(),
+    }
+    case = rng.choice(["loan", "cap", "top-up", "bad-loan", "bad-top-up", "bad-cap"])
+    path: str
+    body: dict[str, Any]
+    allowed: dict[int, str | None]
+    client = actor.client
+    if case == "loan" and tenant not in actor.admin_of:
+        path, body, allowed = "quota-loans/", loan, {403: None}
+    elif case == "cap" and tenant not in actor.admin_of:
+        path, body = f"quotas/{quota}/user-cap/", {"max_gpus_per_user": 3}
+        allowed = {403: None}
+    elif case == "top-up" and world.budgets:
+        budget = rng.choice(sorted(world.budgets))
+        path, body = f"quota-budgets/{budget}/top-up/", {"gpu_hours": "1", "reason": "mine"}
+        allowed = {403 if world.budgets[budget] in actor.tenants else 404: None}
+    elif case == "bad-loan" and tenant in actor.admin_of:
+        if rng.random() < 0.5:
+            path, body, allowed = "quota-loans/", {**loan, "gpus": 0}, {400: "gpus"}
+        else:
+            earlier = (now - timedelta(seconds=5)).isoformat()
+            path, body, allowed = "quota-loans/", {**loan, "ends_at": earlier}, {400: "ends_at"}
+    elif case == "bad-top-up" and world.budgets:
+        client = actor.operator_client
+        path = f"quota-budgets/{rng.choice(sorted(world.budgets))}/top-up/"
+        body, allowed = {"gpu_hours": "-1", "reason": "chaos"}, {400: "gpu_hours"}
+    else:
+        client = actor.operator_client
+        path, body = f"quotas/{quota}/user-cap/", {"max_gpus_per_user": 0}
+        allowed = {400: "max_gpus_per_user"}
+    user = actor.username if client is actor.client else OPERATOR
+    return expect_answer(
+        OpRecord("fairness.refused", user, client.call("POST", path, json=body)), allowed
+    )
 
 
 MIX: list[tuple[float, str]] = [
@@ -259,6 +482,14 @@ MIX: list[tuple[float, str]] = [
     (0.05, "quota.patch"),
     (0.02, "quota.patch-no-if-match"),
     (0.06, "operator"),
+    # fairness over time: about one operation in ten, so the operations above stay the majority
+    (0.04, "loan.request"),
+    (0.025, "loan.approve"),
+    (0.01, "loan.decline"),
+    (0.01, "loan.cancel"),
+    (0.01, "budget.top-up"),
+    (0.01, "user-cap.toggle"),
+    (0.015, "fairness.refused"),
 ]
 
 
@@ -278,15 +509,88 @@ def random_operation(world: World, actor: Actor, rng: random.Random) -> OpRecord
         return edit_quota(world, actor, rng, with_if_match=False)
     if kind == "operator":
         return operator_action(world, actor, rng)
+    if kind == "loan.request":
+        return request_loan(world, actor, rng)
+    if kind in ("loan.approve", "loan.decline"):
+        return decide_loan(world, actor, rng, kind.split(".", 1)[1])
+    if kind == "loan.cancel":
+        return cancel_loan(world, actor, rng)
+    if kind == "budget.top-up":
+        return top_up_budget(world, actor, rng)
+    if kind == "user-cap.toggle":
+        return toggle_user_cap(world, actor, rng)
+    if kind == "fairness.refused":
+        return refused_fairness_call(world, actor, rng)
     return list_codespaces(world, actor, rng)
 
 
+@dataclass(frozen=True)
+class Borrower:
+    """One-pod jobs of `gpus` whole GPUs each that one team submits before the clients start, to
+    borrow most of a pool's idle capacity (the seeded demo load leaves both pools nearly empty, and
+    the clients alone rarely fill them), so that the fairness features have contention to act on."""
+
+    pool: str
+    tenant: str
+    username: str
+    jobs: int
+    gpus: int
+    priority: int
+
+
+BORROWERS = (
+    # `training` (80 GPUs; the demo's work holds about 8): 72 GPUs, its min of 32 and all that the
+    # others leave idle, so the pool stays full (what the borrower cannot run waits, and takes back
+    # whatever is freed) and the other teams' work within their mins needs a reclaim of these
+    # (polite: a notice, the checkpoint hook, then the stop). Priority -1: reclaimed before anyone
+    # else's work.
+    Borrower("training", "ml-research", "bob", 36, 2, -1),
+    # `interactive` (40 GPUs, of which inference keeps its idle min of 12): 18 GPUs with the demo's 4
+    # hold ml-research near its max of 24 (plus a loan), so vision's work within its min needs a
+    # reclaim. Priority 0 like codespaces: a reclaim takes the most recently started borrowed work
+    # first, so ml-research's codespaces started later are suspended (home kept) before these. Three
+    # owners, as the team's borrowing is shared equally among its active users.
+    Borrower("interactive", "ml-research", "alice", 3, 2, 0),
+    Borrower("interactive", "ml-research", "bob", 3, 2, 0),
+    Borrower("interactive", "ml-research", "grace", 3, 2, 0),
+)
+
+
+def borrow_idle_capacity(world: World) -> list[OpRecord]:
+    """Before the clients start: submit the BORROWERS' jobs through the API. Each submit is an
+    ordinary record (checked for lost, duplicated and unexplained like the clients' ones)."""
+    records = []
+    for borrower in BORROWERS:
+        info = world.users[borrower.username]
+        client = ApiClient(world.base_url, info["token"])
+        for _ in range(borrower.jobs):
+            name = world.next_name(f"borrow-{borrower.username}")
+            body = {
+                "name": name,
+                "tenant": borrower.tenant,
+                "quota": info["tenants"][borrower.tenant][borrower.pool],
+                "pods": 1,
+                "member": {"cpu_milli": 2000, "memory_mib": 8192, "gpu_count": borrower.gpus},
+                "priority": borrower.priority,
+                "timeout_seconds": 3600,
+            }
+            call = client.call("POST", "jobs/", json=body)
+            record = OpRecord("job.submit", borrower.username, call, name=name)
+            if call.status == 201 and isinstance(call.body, dict):
+                record.created = ("job", int(call.body["id"]))
+            records.append(expect_answer(record, {201: None}))
+    return records
+
+
 def restore_cluster(world: World) -> list[OpRecord]:
-    """At the end: uncordon every node and repair every GPU the run broke (so quiescence can place)."""
+    """At the end: uncordon every node the run cordoned or drained and repair every GPU it broke (so
+    quiescence can place), and switch the toggled per-person cap off: switched on while someone
+    already held more, it would be reported by the auditor (a cap lowered below what a person holds
+    is, by design), and the caps the run never touched are still checked."""
     operator = ApiClient(world.base_url, world.operator_token)
     records = [
         OpRecord("node.uncordon", OPERATOR, operator.call("POST", f"nodes/{n}/uncordon/"))
-        for n in world.cordoned
+        for n in sorted(set(world.cordoned) | world.drained)
     ]
     records += [
         OpRecord(
@@ -296,7 +600,15 @@ def restore_cluster(world: World) -> list[OpRecord]:
         )
         for g in world.failed_gpus
     ]
+    if world.toggled_cap_quota is not None:
+        call = operator.call(
+            "POST",
+            f"quotas/{world.toggled_cap_quota}/user-cap/",
+            json={"max_gpus_per_user": None},
+        )
+        records.append(expect_answer(OpRecord("user-cap.toggle", OPERATOR, call), {200: None}))
     world.cordoned.clear()
+    world.drained.clear()
     world.failed_gpus.clear()
     return records
 

@@ -9,6 +9,7 @@ import math
 import os
 import random
 import statistics
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -16,15 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.chaos.faults import FaultInjector, Kill
+from tests.chaos.hook import CheckpointHook, HookCall
 from tests.chaos.operations import (
     OpRecord,
     World,
+    borrow_idle_capacity,
     discover,
     probe_job,
     random_operation,
     restore_cluster,
 )
-from tests.chaos.seed import PROBE_TENANT
+from tests.chaos.seed import HOOK_URL_VARIABLE, PROBE_TENANT
 from tests.chaos.stack import Stack, StackConfig
 
 RECOVERY_LIMIT_SECONDS = 10.0
@@ -70,6 +73,9 @@ class ChaosReport:
     probe_latencies: list[float] = field(default_factory=list)
     probe_latencies_fault_free: list[float] = field(default_factory=list)
     quiesced_after: float | None = None
+    audits_moved: list[str] = field(default_factory=list)
+    hook_calls: list[HookCall] = field(default_factory=list)
+    fairness: dict[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ summaries
 
@@ -98,6 +104,7 @@ class ChaosReport:
             ("contract broken", self.unexpected),
             ("5xx outside a web-worker kill", self.server_errors_other),
             ("injector error", self.injector_errors),
+            ("bad checkpoint-hook call", [c.problem for c in self.hook_calls if c.problem]),
         ):
             if items:
                 out.append(f"{label}: {len(items)} (e.g. {items[0]})")
@@ -165,10 +172,16 @@ class ChaosReport:
             "submit->first placement of every workload ever placed (includes waiting for capacity): "
             + _latency_text(self.latencies)
         )
+        lines.append(fairness_line(self.fairness, self.hook_calls))
         lines.append(
             "quiescence: "
             + (f"{self.quiesced_after:.0f}s" if self.quiesced_after is not None else "not reached")
         )
+        if self.audits_moved:
+            lines.append(
+                "audited again because placements moved while the audit ran: "
+                + "; ".join(self.audits_moved)
+            )
         lines.append("invariants (manage.py audit after quiescence):")
         for inv in self.audit.get("invariants", []):
             lines.append(f"  {inv['name']:<20} {inv['status']:<9} {inv['count']}")
@@ -247,7 +260,8 @@ def _probe_loop(
 
 def quiesce(stack: Stack, timeout: float) -> float | None:
     """Wait until nothing moves: no workload waiting for its first cycle, none PLACED (the simulated
-    pods run after 0.5 s), no codespace in a transitional state, and the state counts unchanged for
+    pods run after 0.5 s), no codespace in a transitional state, no reclaim notice counting down or
+    waiting for its delivery, no active placement without its pod, and the state counts unchanged for
     three polls. Returns how long it took, or None at the timeout."""
     started = time.time()
     previous: Any = None
@@ -258,7 +272,15 @@ def quiesce(stack: Stack, timeout: float) -> float | None:
             " (SELECT count(*) FROM scheduling_workload WHERE state = 'pending' AND pending_code = 'queued'),"
             " (SELECT count(*) FROM scheduling_workload WHERE state = 'placed'),"
             " (SELECT count(*) FROM codespaces_codespace"
-            "   WHERE state IN ('placed', 'starting', 'stopping', 'deleting'))"
+            "   WHERE state IN ('placed', 'starting', 'stopping', 'deleting')),"
+            " (SELECT count(*) FROM quotas_reclaimnotice WHERE state = 'noticed'"
+            "   OR signal_state = 'pending' OR hook_state = 'pending'),"
+            # a placement whose pod is not made yet (the follow-up task or the reconciler is behind)
+            " (SELECT count(*) FROM scheduling_placement p"
+            "   JOIN scheduling_workload w ON w.id = p.workload_id"
+            "   WHERE p.released_at IS NULL AND w.state IN ('placed', 'running')"
+            "   AND NOT EXISTS (SELECT 1 FROM scheduling_simulatedpod s"
+            "     WHERE s.workload_id = p.workload_id))"
         )[0]
         counts = stack.query(
             "SELECT state, count(*) FROM scheduling_workload GROUP BY state ORDER BY state"
@@ -272,29 +294,153 @@ def quiesce(stack: Stack, timeout: float) -> float | None:
     return None
 
 
+PLACEMENT_MOVES = (
+    "SELECT (SELECT coalesce(max(id), 0) FROM scheduling_placement),"
+    " (SELECT count(*) FROM scheduling_placement WHERE released_at IS NOT NULL)"
+)
+"""The newest placement and how many were released: unchanged while nothing was placed or stopped."""
+AUDIT_ATTEMPTS = 3
+
+
+def audit_when_still(
+    stack: Stack, report: ChaosReport, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Quiesce, then run `manage.py audit --grace 0`; when a placement was made or released while it
+    ran (pending work with a clock keeps the world moving after the clients stop: a gang's timeout
+    gives its share to others, a loan's window ends), a grace-0 audit compares a moving target, so
+    quiesce and audit again, at most AUDIT_ATTEMPTS times; the last audit stands either way. Every
+    audit the world moved under is listed in the report (`audits_moved`)."""
+    audited = None
+    for attempt in range(AUDIT_ATTEMPTS):
+        quiesced = quiesce(stack, timeout)
+        if attempt == 0:
+            report.quiesced_after = quiesced
+        before = stack.query(PLACEMENT_MOVES)
+        audited = stack.manage("audit", "--json", "--grace", "0", timeout=120)
+        after = stack.query(PLACEMENT_MOVES)
+        if before == after:
+            break
+        report.audits_moved.append(
+            f"audit {attempt + 1}: newest placement {before[0][0]} -> {after[0][0]},"
+            f" released {before[0][1]} -> {after[0][1]}"
+        )
+    assert audited is not None
+    return audited
+
+
 def run_chaos(config: ChaosConfig) -> ChaosReport:
     """Run the whole scenario and return its report (the stack is stopped afterwards)."""
     report = ChaosReport(config)
+    hook = CheckpointHook()
+    hook.start()
     stack = Stack(
-        StackConfig(config.database_url, config.broker_url, web_workers=config.web_workers)
+        StackConfig(
+            config.database_url,
+            config.broker_url,
+            web_workers=config.web_workers,
+            extra_env=fairness_environment(hook),
+        )
     )
     started = time.time()
-    seed_data = stack.prepare()
-    stack.start()
-    report.setup_seconds = time.time() - started
     try:
-        _drive(stack, seed_data, config, report)
+        seed_data = stack.prepare()
+        stack.start()
+        report.setup_seconds = time.time() - started
+        try:
+            _drive(stack, seed_data, config, report)
+        finally:
+            stack.stop()
     finally:
-        stack.stop()
+        hook.stop()
+    report.hook_calls = hook.snapshot()
     return report
+
+
+def fairness_environment(hook: CheckpointHook) -> dict[str, str]:
+    """The stack's settings for the fairness features: the harness's hook and its secret, and loan
+    expiry and budget checks every few seconds (the production defaults are minutes)."""
+    return {
+        HOOK_URL_VARIABLE: hook.url,
+        "TESSERA_CHECKPOINT_HOOK_SECRET": hook.secret,
+        "TESSERA_CHECKPOINT_HOOK_TIMEOUT_SECONDS": "2",
+        "TESSERA_QUOTA_LOAN_EXPIRY_SECONDS": "5",
+        "TESSERA_QUOTA_BUDGET_CHECK_SECONDS": "10",
+    }
+
+
+FAIRNESS_COUNTS = (
+    "SELECT 'notices given', count(*) FROM quotas_reclaimnotice"
+    " UNION ALL SELECT 'notices ' || state, count(*) FROM quotas_reclaimnotice GROUP BY state"
+    " UNION ALL SELECT 'codespaces suspended', count(*) FROM quotas_reclaimnotice"
+    "  WHERE state = 'executed' AND workload_kind = 'codespace'"
+    " UNION ALL SELECT 'hooks ' || hook_state, count(*) FROM quotas_reclaimnotice GROUP BY hook_state"
+    " UNION ALL SELECT 'loans requested', count(*) FROM quotas_quotaloan"
+    " UNION ALL SELECT 'loans ever approved', count(*) FROM quotas_quotaloan WHERE decided_at IS NOT NULL"
+    "  AND state IN ('approved', 'expired')"
+    " UNION ALL SELECT 'loans expired after approval', count(*) FROM quotas_quotaloan"
+    "  WHERE state = 'expired' AND decided_at IS NOT NULL"
+    " UNION ALL SELECT 'loans ' || state, count(*) FROM quotas_quotaloan GROUP BY state"
+    " UNION ALL SELECT 'budget alerts ' || threshold, count(*) FROM quotas_budgetalert"
+    "  GROUP BY threshold"
+    " UNION ALL SELECT 'budget top-ups', count(*) FROM quotas_budgettopup"
+    " UNION ALL SELECT 'user-cap changes', count(*) FROM quotas_quotachange WHERE subject = 'user_cap'"
+)
+"""What the run did with the fairness features, from the database after the run (for the report)."""
+
+BUDGET_STOPPED = "SELECT id FROM scheduling_workload WHERE pending_code = 'budget_exhausted'"
+"""Workloads waiting now because their quota's GPU-hour budget ran out (admission's code)."""
+
+
+def _watch_budget_stops(
+    stack: Stack, seen: set[int], stop: threading.Event, every: float = 1.0
+) -> None:
+    """Collect every workload seen waiting on an exhausted budget while the run lasts (the database
+    keeps only the latest pending code). A poll that fails (a database-session kill) is skipped."""
+    while not stop.wait(every):
+        try:
+            seen.update(int(row[0]) for row in stack.query(BUDGET_STOPPED))
+        except Exception:  # noqa: BLE001 (psycopg errors of a killed session; the next poll retries)
+            continue
+
+
+def fairness_line(fairness: dict[str, int], hook_calls: list[HookCall]) -> str:
+    """One line of what the fairness features did in the run (0 where nothing happened)."""
+
+    def n(name: str) -> int:
+        return int(fairness.get(name, 0))
+
+    hooks = ", ".join(
+        f"{k.removeprefix('hooks ')} {v}"
+        for k, v in sorted(fairness.items())
+        if k.startswith("hooks ")
+    )
+    alerts = ", ".join(
+        f"{k.removeprefix('budget alerts ')}% {v}"
+        for k, v in sorted(fairness.items())
+        if k.startswith("budget alerts ")
+    )
+    closed = n("notices executed") + n("notices cancelled")
+    return (
+        f"fairness features exercised: reclaim notices given {n('notices given')}, closed {closed}"
+        f" (executed {n('notices executed')}, cancelled {n('notices cancelled')}),"
+        f" open {n('notices noticed')}; codespaces suspended {n('codespaces suspended')};"
+        f" checkpoint-hook POSTs received {len(hook_calls)}"
+        f" ({sum(1 for c in hook_calls if c.problem)} bad; notices' hook states: {hooks or 'none'});"
+        f" loans requested {n('loans requested')}, approved {n('loans ever approved')},"
+        f" expired {n('loans expired')} (after approval {n('loans expired after approval')}),"
+        f" declined {n('loans declined')}, cancelled {n('loans cancelled')};"
+        f" budget alerts {alerts or 'none'}, workloads stopped by an exhausted budget"
+        f" {n('budget stops')}, top-ups {n('budget top-ups')}; user-cap changes"
+        f" {n('user-cap changes')}"
+    )
 
 
 def _drive(
     stack: Stack, seed_data: dict[str, Any], config: ChaosConfig, report: ChaosReport
 ) -> None:
-    world = discover(stack.base_url, seed_data["users"])
+    world = discover(stack.base_url, seed_data)
     usernames = world.client_usernames()
-    records: list[OpRecord] = []
+    records: list[OpRecord] = borrow_idle_capacity(world)
     lock = threading.Lock()
     stop = threading.Event()
     injector = FaultInjector(
@@ -319,8 +465,14 @@ def _drive(
     threads.append(
         threading.Thread(target=_probe_loop, args=(world, records, lock, stop), daemon=True)
     )
+    budget_stops: set[int] = set()
+    watching = threading.Event()
+    watcher = threading.Thread(
+        target=_watch_budget_stops, args=(stack, budget_stops, watching), daemon=True
+    )
     injector_thread = threading.Thread(target=injector.run, daemon=True)
     injector_thread.start()
+    watcher.start()
     for thread in threads:
         thread.start()
     while not (
@@ -338,14 +490,17 @@ def _drive(
     report.records = records
     report.kills = injector.history
     report.injector_errors = injector.errors
-    report.quiesced_after = quiesce(stack, config.quiesce_timeout)
-    audited = stack.manage("audit", "--json", "--grace", "0", timeout=120)
+    audited = audit_when_still(stack, report, config.quiesce_timeout)
+    watching.set()
+    watcher.join(timeout=10)
     try:
         report.audit = json.loads(audited.stdout)
     except ValueError:
         report.injector_errors.append(f"manage.py audit printed no JSON: {audited.stderr[-1000:]}")
     _check_requests(stack, report)
     _check_latency(stack, report)
+    report.fairness = {str(name): int(count) for name, count in stack.query(FAIRNESS_COUNTS)}
+    report.fairness["budget stops"] = len(budget_stops)
 
 
 def server_error_lines(records: list[OpRecord], kills: list[Kill]) -> tuple[int, list[str]]:

@@ -1,11 +1,20 @@
-"""The chaos report's verdict, without the stack: which 5xx, recoveries and latencies break a promise."""
+"""The chaos report's verdict, without the stack: which 5xx, recoveries, latencies, hook calls and API
+answers break a promise, and how the fairness features' activity is shown."""
 
 from __future__ import annotations
 
 from tests.chaos.client import Attempt, Call
 from tests.chaos.faults import Kill
-from tests.chaos.operations import OpRecord
-from tests.chaos.run import ChaosConfig, ChaosReport, fault_windows, percentile, server_error_lines
+from tests.chaos.hook import HookCall
+from tests.chaos.operations import OpRecord, expect_answer
+from tests.chaos.run import (
+    ChaosConfig,
+    ChaosReport,
+    fairness_line,
+    fault_windows,
+    percentile,
+    server_error_lines,
+)
 
 CLEAN_AUDIT = {"invariants": [{"name": "gpu_compute", "status": "ok", "count": 0, "error": ""}]}
 
@@ -87,3 +96,72 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([], 99) is None
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
+
+
+def test_the_fairness_line_says_what_each_feature_did() -> None:
+    counts = {
+        "notices given": 7,
+        "notices executed": 4,
+        "notices cancelled": 2,
+        "notices noticed": 1,
+        "codespaces suspended": 3,
+        "hooks sent": 5,
+        "hooks none": 2,
+        "loans requested": 9,
+        "loans ever approved": 4,
+        "loans approved": 1,
+        "loans expired": 5,
+        "loans expired after approval": 3,
+        "loans declined": 1,
+        "budget alerts 80": 1,
+        "budget alerts 100": 2,
+        "budget stops": 6,
+        "budget top-ups": 8,
+        "user-cap changes": 10,
+    }
+    hook_calls = [HookCall(1.0, 1, 2), HookCall(2.0, None, None, "bad or missing signature")]
+    assert fairness_line(counts, hook_calls) == (
+        "fairness features exercised: reclaim notices given 7, closed 6 (executed 4, cancelled 2),"
+        " open 1; codespaces suspended 3; checkpoint-hook POSTs received 2 (1 bad; notices' hook"
+        " states: none 2, sent 5); loans requested 9, approved 4, expired 5 (after approval 3),"
+        " declined 1, cancelled 0; budget alerts 100% 2, 80% 1, workloads stopped by an exhausted"
+        " budget 6, top-ups 8; user-cap changes 10"
+    )
+
+
+def test_a_bad_checkpoint_hook_call_is_a_failure() -> None:
+    bad = report(
+        hook_calls=[HookCall(1.0, None, None, "bad or missing signature")],
+        probe_latencies_fault_free=[0.1],
+    )
+    assert bad.failures() == ["bad checkpoint-hook call: 1 (e.g. bad or missing signature)"]
+
+
+def answered(status: int, fields: dict[str, list[str]] | None = None) -> OpRecord:
+    call = Call("POST", "quota-loans/", started=1.0, status=status)
+    call.body = {"error": {"code": "invalid", "message": "m", "fields": fields or {}}}
+    return OpRecord("loan.request", "alice", call)
+
+
+def test_a_refusal_the_operation_does_not_promise_is_unexpected() -> None:
+    allowed: dict[int, str | None] = {201: None, 400: "gpus"}
+    assert expect_answer(answered(201), allowed).unexpected == ""
+    assert expect_answer(answered(400, {"gpus": ["x"]}), allowed).unexpected == ""
+    assert expect_answer(answered(400, {"ends_at": ["x"]}), allowed).unexpected == (
+        "POST quota-loans/ answered 400 naming ['ends_at'], not gpus"
+    )
+    assert expect_answer(answered(403), allowed).unexpected == (
+        "POST quota-loans/ answered 403 invalid, expected [201, 400]"
+    )
+    unanswered = OpRecord("loan.request", "alice", Call("POST", "quota-loans/", started=1.0))
+    assert expect_answer(unanswered, allowed).unexpected == ""  # the "no answer" check judges it
+
+
+def test_an_audit_the_placements_moved_under_is_shown_and_is_not_a_failure_by_itself() -> None:
+    moved = report(audits_moved=["audit 1: newest placement 5 -> 7, released 2 -> 2"])
+    moved.probe_latencies_fault_free = [0.1]
+    assert moved.failures() == []
+    assert (
+        "audited again because placements moved while the audit ran: audit 1: newest placement"
+        " 5 -> 7, released 2 -> 2"
+    ) in moved.format()
