@@ -8,7 +8,7 @@ truncated integer scores, are bit-identical to the original.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -99,6 +99,9 @@ class FragModel:
                 access = frozenset(model_index[n] for n in names if n in model_index)
             self.types.append((t.cpu_milli, t.gpu_milli, t.gpu_count, t.freq, access))
         self._memo: TwoGenerationMemo[NodeKey, float] = TwoGenerationMemo(FRAG_MEMO_CAPACITY)
+        #: The typical types' distinct CPU requests, ascending: ``F`` sees a node's free CPU only through
+        #: ``cpu >= c`` against these, so the memo keys a state by how many of them its CPU reaches.
+        self.cpu_thresholds = sorted({t[0] for t in self.types})
         self.type_cpu = np.array([t[0] for t in self.types], np.int64)
         self.type_milli = np.array([t[1] for t in self.types], np.int64)
         self.type_count = np.array([t[2] for t in self.types], np.int64)
@@ -126,12 +129,23 @@ class FragModel:
         self._type_milli_3d = self.type_milli[None, None, :]
 
     def frag(self, key: NodeKey) -> float:
-        """``F(node)`` in GPU milli for a node state ``(model id, free CPU, sorted free GPU milli)``."""
-        v = self._memo.get(key)
+        """``F(node)`` in GPU milli for a node state ``(model id, free CPU, sorted free GPU milli)``.
+
+        Memoised per :meth:`memo_key`: states that differ only in free CPU between two consecutive typical
+        CPU requests take the same branches of :meth:`_frag`, so the same float operations and value.
+        """
+        mk = self.memo_key(key)
+        v = self._memo.get(mk)
         if v is None:
             v = self._frag(key)
-            self._memo[key] = v
+            self._memo[mk] = v
         return v
+
+    def memo_key(self, key: NodeKey) -> NodeKey:
+        """``key`` with its free CPU replaced by how many typical CPU requests it reaches (``F`` is the
+        same for every state of one memo key)."""
+        model, cpu, idle = key
+        return (model, bisect_right(self.cpu_thresholds, cpu), idle)
 
     def _frag(self, key: NodeKey) -> float:
         model, cpu, idle = key
