@@ -213,3 +213,15 @@ def test_fragmentation_memo_shares_states_whose_cpu_reaches_the_same_typical_req
     assert fm.frag((0, 32000, idle)) == fm._frag((0, 32000, idle))
     assert fm.frag((0, 32000, idle)) != fm.frag((0, 31999, idle))
     assert len(fm._memo) == 2
+
+
+def test_row_statistics_count_and_sum_per_distinct_typical_milli_exactly() -> None:
+    fm = FragModel(TYPICAL, {"A100": 0, "T4": 1, "L40S": 2})
+    assert fm.stat_milli.tolist() == [0, 80, 250, 500, 1000]
+    rows = np.array([[0, 80, 1000, 999], [250, 250, 500, 0], [1000, 1000, 1000, 1000]], np.int64)
+    count_ge, sum_lt = fm.row_stats(rows)
+    for r, row in enumerate(rows.tolist()):
+        for u, m in enumerate(fm.stat_milli.tolist()):
+            assert count_ge[r, u] == sum(g >= m for g in row)
+            assert sum_lt[r, u] == sum(g for g in row if g < m)
+    assert count_ge.dtype == sum_lt.dtype == np.int64
