@@ -19,8 +19,8 @@ from ..state import ClusterState, NodeKey
 from ..types import GPU_MILLI, PlacementRequest, TypicalPod
 from .base import CachedNodeScorer, Choice, FloatArray, IntArray
 
-#: Node states for :meth:`FgdPolicy.total_frag_rows`: model id, free CPU, idle GPU milli, and per typical
-#: type the GPUs with at least its milli and the free milli of the others.
+#: Node states for :meth:`FgdPolicy.total_frag_rows`: model id, free CPU, idle GPU milli, and per distinct
+#: typical milli the GPUs with at least that milli and the free milli of the others.
 AfterRows = tuple[IntArray, IntArray, IntArray, IntArray, IntArray]
 
 #: Above this many nodes to score, :meth:`FgdPolicy.score_nodes` first keeps one node per row class.
@@ -253,7 +253,7 @@ class FgdPolicy(CachedNodeScorer):
             owner, col = np.nonzero(distinct)
             v = srt[owner, col][:, None]
             w = v - m
-            tm = fm.type_milli[None, :]
+            tm = fm.stat_milli[None, :]
             v_ge = v >= tm
             w_ge = w >= tm
             cnt = count_ge[owner] - v_ge + w_ge

@@ -148,16 +148,33 @@ class TesseraPolicy(FgdPolicy):
         For a slice, every GPU that fits is tried and the node scores its best GPU (``vals``: the free milli
         of the GPUs reaching it), as in :meth:`FgdPolicy.score_key`.
         """
-        t0 = self._total_frag(key)
+        # :meth:`_total_frag` of the state and of each state after the placement, inlined (this runs for
+        # every stale node of most decisions, issue 18) with the same float operations: the states after
+        # the placement all have the node's free CPU minus the pod's and its idle milli minus the pod's.
+        fm = self._frag
+        assert fm is not None
+        frag = fm.frag
+        model, cpu, idle = key
         c, m, k = pod
+        w, rho, scale = self.cpu_weight, self.rho, self.scale
+        total = sum(idle)
+        slice_pod = k == 1 and 0 < m < GPU_MILLI
+        if rho <= 0.0:
+            cpu_frag = cpu_frag_after = 0.0
+        else:
+            total_after = total - m if slice_pod else total - m * k if m > 0 else total
+            cpu_frag = max(0.0, float(total) - cpu / rho)
+            cpu_frag_after = max(0.0, float(total_after) - (cpu - c) / rho)
+        t0 = frag(key) + w * cpu_frag
         vals: tuple[int, ...] = ()
-        if k == 1 and 0 < m < GPU_MILLI:
+        if slice_pod:
             best = -1
             found: list[int] = []
-            for v in sorted(set(key[2])):
+            for v in sorted(set(idle)):
                 if v < m or (allowed is not None and v not in allowed):
                     continue
-                s = fgd_score(t0 - self._total_frag(after_placement(key, pod, v)), self.scale)
+                t1 = frag(after_placement(key, pod, v)) + w * cpu_frag_after
+                s = fgd_score(t0 - t1, scale)
                 if s > best:
                     best, found = s, [v]
                 elif s == best:
@@ -165,13 +182,11 @@ class TesseraPolicy(FgdPolicy):
             score = float(best)
             vals = tuple(found)
         else:
-            score = float(
-                fgd_score(t0 - self._total_frag(after_placement(key, pod, None)), self.scale)
-            )
-        model, _cpu, idle = key
-        if pod[2] > 0:
+            t1 = frag(after_placement(key, pod, None)) + w * cpu_frag_after
+            score = float(fgd_score(t0 - t1, scale))
+        if k > 0:
             score -= self.mu * self._pressure.get(model, 0.0)
-        if sum(idle) < GPU_MILLI * len(idle):
+        if total < GPU_MILLI * len(idle):
             score += self.bonus
         return score, vals
 

@@ -200,3 +200,28 @@ def test_the_per_node_score_memo_stays_bounded_over_many_request_shapes() -> Non
         r = PlacementRequest(str(j), cpu_milli=100 + j, memory_mib=1, gpu_count=1, gpu_milli=10)
         place_one(state, r, pol)
     assert 8 <= len(pol._memo) <= 16
+
+
+def test_fragmentation_memo_shares_states_whose_cpu_reaches_the_same_typical_requests() -> None:
+    # Issue 18: F sees free CPU only through ``cpu >= c`` against the typical requests (here ... 16000,
+    # 32000, 64000), so the states with 16000..31999 free CPU are one memo entry, with the exact value.
+    fm = FragModel(TYPICAL, {"A100": 0, "T4": 1, "L40S": 2})
+    idle = (0, 250, 1000, 1000)
+    keys = [(0, cpu, idle) for cpu in (16000, 20000, 31999)]
+    assert [fm.frag(k) for k in keys] == [fm._frag(k) for k in keys]
+    assert len(fm._memo) == 1
+    assert fm.frag((0, 32000, idle)) == fm._frag((0, 32000, idle))
+    assert fm.frag((0, 32000, idle)) != fm.frag((0, 31999, idle))
+    assert len(fm._memo) == 2
+
+
+def test_row_statistics_count_and_sum_per_distinct_typical_milli_exactly() -> None:
+    fm = FragModel(TYPICAL, {"A100": 0, "T4": 1, "L40S": 2})
+    assert fm.stat_milli.tolist() == [0, 80, 250, 500, 1000]
+    rows = np.array([[0, 80, 1000, 999], [250, 250, 500, 0], [1000, 1000, 1000, 1000]], np.int64)
+    count_ge, sum_lt = fm.row_stats(rows)
+    for r, row in enumerate(rows.tolist()):
+        for u, m in enumerate(fm.stat_milli.tolist()):
+            assert count_ge[r, u] == sum(g >= m for g in row)
+            assert sum_lt[r, u] == sum(g for g in row if g < m)
+    assert count_ge.dtype == sum_lt.dtype == np.int64
