@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
@@ -100,7 +101,16 @@ def _params(request: Request) -> dict[str, Any]:
     return {name: request.query_params.get(name, "") for name in names}
 
 
+class _OnePageSchema(AutoSchema):
+    """The list answers one page object ({next, previous, results}), not an array of them: the board
+    pages itself (pagination_class None), so drf-spectacular must not wrap the response in a list."""
+
+    def _is_list_view(self, serializer: Any = None) -> bool:
+        return False
+
+
 class ReclaimNoticeBoardViewSet(viewsets.GenericViewSet):
+    schema = _OnePageSchema()
     """The reclaim plan across groups (what, whose, when): every notice the caller may see."""
 
     serializer_class = ReclaimNoticeSerializer
