@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from quotas.cluster import cluster_rows
@@ -731,11 +731,23 @@ _SHAPE = (
 them)."""
 
 
+HELD_BACK_CODES = ("user_cap", "budget_exhausted")
+"""Waiting codes (quotas.admission.AdmissionCode USER_CAP, BUDGET_EXHAUSTED) of work held back by its own
+team's limit, a person's GPU cap or a spent GPU-hour budget: more capacity would not start it."""
+
+
 def _live_workloads(group: QuotaGroup | int) -> QuerySet[Any]:
     """The group's live workloads: PENDING (demand) and active (used); the one definition of both is
-    the scheduling app's (`quotas.cluster.ClusterRows.charged_workloads`)."""
+    the scheduling app's (`quotas.cluster.ClusterRows.charged_workloads`). Waiting work the last cycle
+    held back by a person's cap or a spent budget (HELD_BACK_CODES) is not demand: counted, it kept the
+    team's share of borrowing (even its idle min) from siblings that could use it, while nothing of it
+    could start. Admission still counts each request it checks in the demand, so the work is admitted
+    (and may reclaim within min) as soon as its limit allows."""
     group_id = group if isinstance(group, int) else group.pk
-    return cluster_rows().charged_workloads(int(group_id))
+    rows = cluster_rows()
+    return rows.charged_workloads(int(group_id)).exclude(
+        ~Q(state__in=rows.active_states) & Q(pending_code__in=HELD_BACK_CODES)
+    )
 
 
 def live_usage(group: QuotaGroup | int) -> list[WorkloadUsage]:

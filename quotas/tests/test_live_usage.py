@@ -87,3 +87,26 @@ def test_snapshots_of_both_readings_have_the_same_figures(live):
     qb = summed.by_name("team-b")
     assert qb.side(Side.GPU).nonpreemptible_used == Resources(4000, 4 * 81920, 1000, 1024)
     assert qb.side(Side.CPU).pending == Resources(0, 0, 2000, 1024)
+
+
+def test_waiting_work_held_back_by_a_cap_or_a_spent_budget_is_not_demand(live):
+    group, qa, _ = live
+    before = {u.name for u in live_usage(group)}
+    capped = make_workload(qa, state="pending", gpu_count=1, gpu_milli=1000)
+    spent = make_workload(qa, state="pending", gpu_count=1, gpu_milli=1000)
+    waiting = make_workload(qa, state="pending", gpu_count=1, gpu_milli=1000)
+    running = make_workload(qa, gpu_count=1, gpu_milli=1000)  # a code left from when it waited
+    Workload.objects.filter(pk=capped.pk).update(pending_code="user_cap")
+    Workload.objects.filter(pk=spent.pk).update(pending_code="budget_exhausted")
+    Workload.objects.filter(pk__in=[waiting.pk, running.pk]).update(pending_code="quota_runtime")
+    Workload.objects.filter(pk=running.pk).update(pending_code="user_cap")
+    names = {u.name for u in live_usage(group)}
+    assert names - before == {waiting.name, running.name}
+    assert aggregated_usage(group) == aggregate(live_usage(group))  # both readings agree
+
+
+def test_the_held_back_codes_are_the_admission_codes_of_a_cap_and_a_spent_budget():
+    from quotas.admission import AdmissionCode
+    from quotas.usage import HELD_BACK_CODES
+
+    assert HELD_BACK_CODES == (AdmissionCode.USER_CAP.value, AdmissionCode.BUDGET_EXHAUSTED.value)

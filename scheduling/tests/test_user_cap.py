@@ -108,3 +108,26 @@ def test_two_cycles_at_once_never_let_one_person_past_the_cap(alice: Any, team_a
         thread.join(timeout=60)
     assert errors == []
     assert held_by(alice) == 3
+
+
+@pytest.mark.django_db
+def test_work_held_back_by_a_persons_cap_does_not_reserve_the_teams_share(
+    alice: Any, bob: Any, team_a: Any, team_b: Any
+) -> None:
+    # given 8 GPUs, two teams with 4 GPUs of min each and max 8; team-a caps a person at 2 GPUs
+    small_cluster(gpu_nodes=2, gpus_per_node=4)
+    group = make_group()
+    mine = make_quota(group, team_a, name="team-a", gpu_min_milli=4000, gpu_max_milli=8000)
+    mine.max_gpus_per_user = 2
+    mine.save(update_fields=["max_gpus_per_user"])
+    theirs = make_quota(group, team_b, name="team-b", gpu_min_milli=4000, gpu_max_milli=8000)
+    # alice alone wants 6 GPUs of team-a (2 may run), bob 6 of team-b
+    submit_many(mine, alice, 6)
+    submit_many(theirs, bob, 6)
+    run_cycle(group.pk)
+    run_cycle(group.pk)
+    # alice's 4 capped jobs cannot run whatever team-b does: they are not demand that holds back
+    # team-b's borrowing, so team-b borrows team-a's 2 idle GPUs of min
+    assert (held_by(alice), held_by(bob)) == (2, 6)
+    capped = Workload.objects.filter(owner=alice, state="pending")
+    assert {w.pending_code for w in capped} == {"user_cap"}
