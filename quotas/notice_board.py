@@ -263,22 +263,25 @@ def _position(notice: ReclaimNotice, *, backward: bool) -> BoardPosition:
     return BoardPosition(live, at, notice.pk, backward)
 
 
+def _after(
+    rows: QuerySet[Any], key: str, cursor: BoardPosition | None, *, ascending: bool, backward: bool
+) -> QuerySet[Any]:
+    """`rows` after `cursor` in the order (`key`, id) — ascending or descending — or before it
+    nearest first when `backward`: one keyset walk for both segments of the board."""
+    up = ascending != backward
+    if cursor is not None:
+        op = "gt" if up else "lt"
+        rows = rows.filter(
+            Q(**{f"{key}__{op}": cursor.at}) | Q(**{key: cursor.at, f"pk__{op}": cursor.notice_id})
+        )
+    return rows.order_by(key, "pk") if up else rows.order_by(f"-{key}", "-pk")
+
+
 def _live_rows(
     rows: QuerySet[ReclaimNotice], cursor: BoardPosition | None, *, backward: bool = False
 ) -> QuerySet[Any]:
     """Live notices after `cursor` in board order (deadline, id), or before it nearest first."""
-    live = rows.filter(_LIVE)
-    if backward:
-        if cursor is not None:
-            live = live.filter(
-                Q(deadline__lt=cursor.at) | Q(deadline=cursor.at, pk__lt=cursor.notice_id)
-            )
-        return live.order_by("-deadline", "-pk")
-    if cursor is not None:
-        live = live.filter(
-            Q(deadline__gt=cursor.at) | Q(deadline=cursor.at, pk__gt=cursor.notice_id)
-        )
-    return live.order_by("deadline", "pk")
+    return _after(rows.filter(_LIVE), "deadline", cursor, ascending=True, backward=backward)
 
 
 def _closed_rows(
@@ -287,17 +290,7 @@ def _closed_rows(
     """Closed notices after `cursor` in board order (newest closed first, then the higher id), or
     before it nearest first."""
     closed = rows.exclude(_LIVE).annotate(closed_key=Coalesce("closed_at", "noticed_at"))
-    if backward:
-        if cursor is not None:
-            closed = closed.filter(
-                Q(closed_key__gt=cursor.at) | Q(closed_key=cursor.at, pk__gt=cursor.notice_id)
-            )
-        return closed.order_by("closed_key", "pk")
-    if cursor is not None:
-        closed = closed.filter(
-            Q(closed_key__lt=cursor.at) | Q(closed_key=cursor.at, pk__lt=cursor.notice_id)
-        )
-    return closed.order_by("-closed_key", "-pk")
+    return _after(closed, "closed_key", cursor, ascending=False, backward=backward)
 
 
 def _forward(rows: QuerySet[ReclaimNotice], query: BoardQuery, want: int) -> list[ReclaimNotice]:
