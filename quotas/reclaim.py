@@ -89,18 +89,21 @@ class _Unit:
     started_at: datetime
     freed: Resources
 
-    @property
-    def key(self) -> tuple[Any, ...]:
-        # lowest priority first, most recently started first, then name and ids for determinism
-        return (
-            self.priority,
-            -self.started_at.timestamp(),
-            self.name,
-            tuple(m.workload_id for m in self.members),
-        )
-
 
 _LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def _order(unit: _Unit) -> tuple[Any, ...]:
+    """Reclaim's order of units: lowest priority first, most recently started first, then name and
+    ids for determinism (the start as microseconds before the latest time: an int, cheap to compare)."""
+    before_latest = _LATEST - unit.started_at
+    return (
+        unit.priority,
+        (before_latest.days * 86_400 + before_latest.seconds) * 1_000_000
+        + before_latest.microseconds,
+        unit.name,
+        tuple(m.workload_id for m in unit.members),
+    )
 
 
 def with_whole_gangs(
@@ -123,14 +126,18 @@ def with_whole_gangs(
 
 
 def _units(
-    snapshot: GroupSnapshot, side: Side, protect_started_after: datetime | None = None
+    snapshot: GroupSnapshot,
+    side: Side,
+    protect_started_after: datetime | None = None,
+    among: Collection[int] | None = None,
 ) -> list[_Unit]:
     """Active work on `side` grouped into reclaimable units; units with non-preemptible work are dropped,
     and so are units that started after `protect_started_after` (minimum runtime before preemption;
-    a unit with no start time yet counts as just started)."""
+    a unit with no start time yet counts as just started), and, with `among`, units with a member
+    not in it."""
     grouped: dict[tuple[str, int], list[WorkloadUsage]] = {}
     for w in snapshot.workloads:
-        if not w.active or w.side is not side:
+        if not w.active or w.side is not side or (among is not None and w.workload_id not in among):
             continue
         key = ("gang", w.gang_id) if w.gang_id else ("workload", w.workload_id)
         grouped.setdefault(key, []).append(w)
@@ -146,6 +153,8 @@ def _units(
     for members in grouped.values():
         if not all(m.preemptible for m in members):
             continue
+        if among is not None and not all(m.workload_id in among for m in members):
+            continue
         first = members[0]
         starts = [m.started_at or _LATEST for m in members]
         if protect_started_after is not None and max(starts) > protect_started_after:
@@ -159,10 +168,14 @@ def _units(
                 side=side,
                 priority=max(m.priority for m in members),
                 started_at=max(starts),
-                freed=total(m.resources.only(side.dimensions) for m in members if m.side is side),
+                freed=(
+                    first.resources.only(side.dimensions)
+                    if len(members) == 1
+                    else total(m.resources.only(side.dimensions) for m in members if m.side is side)
+                ),
             )
         )
-    return sorted(units, key=lambda u: u.key)
+    return sorted(units, key=_order)
 
 
 def _covers(freed: Resources, need: Resources, dims: tuple[str, ...]) -> bool:
@@ -290,7 +303,7 @@ def plan_reclaim(
             }
             picked: list[_Unit] = []
             still_needed = need
-            for unit in _units(snapshot, side, protect_started_after):
+            for unit in _units(snapshot, side, protect_started_after, among):
                 if unit.quota_id == quota_id or unit.quota_id not in remaining_over:
                     continue
                 if any(m.workload_id in taken for m in unit.members):

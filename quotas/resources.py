@@ -65,11 +65,23 @@ class Resources:
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    # Sums and differences are spelled out: reclaim and the quota snapshot add thousands of these
+    # per cycle, and a generator over getattr costs several times more (values are ints, as `get`).
     def __add__(self, other: Resources) -> Resources:
-        return Resources(*(self.get(d) + other.get(d) for d in DIMENSIONS))
+        return Resources(
+            int(self.gpu_milli) + int(other.gpu_milli),
+            int(self.gpu_memory_mib) + int(other.gpu_memory_mib),
+            int(self.cpu_milli) + int(other.cpu_milli),
+            int(self.memory_mib) + int(other.memory_mib),
+        )
 
     def __sub__(self, other: Resources) -> Resources:
-        return Resources(*(self.get(d) - other.get(d) for d in DIMENSIONS))
+        return Resources(
+            int(self.gpu_milli) - int(other.gpu_milli),
+            int(self.gpu_memory_mib) - int(other.gpu_memory_mib),
+            int(self.cpu_milli) - int(other.cpu_milli),
+            int(self.memory_mib) - int(other.memory_mib),
+        )
 
     def scaled(self, factor: int) -> Resources:
         return Resources(*(self.get(d) * factor for d in DIMENSIONS))
@@ -90,6 +102,13 @@ class Resources:
 
     def only(self, dimensions: tuple[str, ...]) -> Resources:
         """Keep `dimensions`, zero the others."""
+        if dimensions == DIMENSIONS:
+            return Resources(
+                int(self.gpu_milli),
+                int(self.gpu_memory_mib),
+                int(self.cpu_milli),
+                int(self.memory_mib),
+            )
         return Resources(*(self.get(d) if d in dimensions else 0 for d in DIMENSIONS))
 
     def is_zero(self) -> bool:
