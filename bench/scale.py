@@ -13,8 +13,8 @@ cluster: ``--nodes`` nodes of 8 H100, labelled in racks of 16 nodes and blocks o
 
 1. ``placed``: 8 × nodes single-GPU jobs queued at once (4,000 at 500 nodes) until all are placed (KAI: 6m37s);
 2. ``reclaim-gang``: the cluster full of a lending quota's 8-GPU jobs; a quota guaranteed half the
-   cluster submits one job of nodes / 2 pods × 8 GPUs (250 pods, 2,000 GPUs at 500 nodes): time until all
-   its pods are placed (KAI: 51.8 s);
+   cluster submits one job of nodes / 2 pods × 8 GPUs (250 pods, 2,000 GPUs at 500 nodes; at most 512
+   pods, the largest job Tessera accepts): time until all its pods are placed (KAI: 51.8 s);
 3. ``reclaim-one``: the cluster full of single-GPU jobs (4,000 at 500 nodes); a guaranteed quota submits one
    single-GPU job: time until it is placed (KAI: 4.21 s);
 4. ``unschedulable``: on the full cluster, a job that cannot fit now: time until its waiting reason is
@@ -228,7 +228,10 @@ def placed(nodes: int, timeout: float) -> Outcome:
 
 
 def reclaim_gang(nodes: int, timeout: float) -> Outcome:
-    pods = nodes // 2
+    from scheduling.services.workloads import MAX_GANG_MEMBERS
+
+    # half the cluster, as KAI's at 500 nodes, up to the largest job Tessera accepts (512 pods)
+    pods = min(nodes // 2, MAX_GANG_MEMBERS)
     lender, owner = _quotas(pods * 8)
     # whole-node jobs: reclaim stops whole jobs by quota share, not by where they run, so single-GPU
     # victims would leave the freed GPUs scattered and no 8-GPU pod could start
