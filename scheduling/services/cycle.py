@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -31,10 +31,10 @@ from django.utils import timezone
 
 from portal.transactions import is_lock_conflict
 from quotas.models import QuotaGroup
-from quotas.usage import group_snapshot, usage_of
+from quotas.usage import usage_of
 from scheduling import observers
 from scheduling.choices import ACTIVE_STATES, WorkloadState
-from scheduling.engine import GPU_MILLI, Assignment
+from scheduling.engine import GPU_MILLI, Assignment, ClusterState
 from scheduling.followups import followups
 from scheduling.lock_objects import lock_nodes, lock_shard
 from scheduling.models import Gpu, Placement, PlacementGpu, Shard, Workload
@@ -50,7 +50,7 @@ from scheduling.services.decide import (
 from scheduling.services.mig_cards import MigPool, mig_pool, record_mig_slots
 from scheduling.services.mig_reconfig import record_relayouts
 from scheduling.services.polite_reclaim import reclaim_politely
-from scheduling.services.quota_bridge import cycle_snapshot, warm_capacity
+from scheduling.services.quota_bridge import cycle_snapshot, reclaim_snapshot, warm_capacity
 from scheduling.services.snapshot import (
     GroupCluster,
     bump_shards_for_nodes,
@@ -310,11 +310,11 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
     return _CycleRead(cycle_input, {w.pk: w for w in pending}, cluster, cached)
 
 
-def _decide(group: QuotaGroup, read: _CycleRead) -> CycleDecision:
+def _decide(group: QuotaGroup, read: _CycleRead, version: int) -> CycleDecision:
     """`decide` on the cycle's input, reading the group's workloads one by one (for reclaim) only when
     an admitted unit found no capacity."""
     proposal = propose(read.input)
-    workloads = group_snapshot(group, headroom=False) if proposal.reclaim_candidates else None
+    workloads = reclaim_snapshot(group, version) if proposal.reclaim_candidates else None
     return conclude(proposal, workloads, protect_started_after=read.input.protect_started_after)
 
 
@@ -327,11 +327,13 @@ def _stop_victims(group: QuotaGroup, claim: Reclaim) -> list[int]:
         )
     )
     reasons = {i: v.reason for v in claim.victims for i in v.workload_ids}
+    stopped = set()
     for wid in sorted(kinds):
         if kinds[wid] == "codespace":
             release_workload(wid, reason=f"Reclaimed: {reasons[wid]}")
+            stopped.add(wid)
     # every job victim of the claim requeued at once: one transaction, one cycle triggered
-    requeue_each(
+    moved = requeue_each(
         {
             i: f"Reclaimed: {victim.reason}"
             for victim in claim.victims
@@ -341,7 +343,8 @@ def _stop_victims(group: QuotaGroup, claim: Reclaim) -> list[int]:
         code="reclaimed",
     )
     logger.info("cycle %s: reclaim for %s: %s", group, list(claim.claimant_ids), claim.message)
-    return sorted(kinds)
+    # with the gang mates a requeue takes along
+    return sorted(stopped.union(moved))
 
 
 def _record_waiting(rows: dict[int, Workload], decision: CycleDecision) -> None:
@@ -360,9 +363,54 @@ def _record_waiting(rows: dict[int, Workload], decision: CycleDecision) -> None:
 
 @dataclass(frozen=True)
 class _Applied:
+    """What a cycle wrote: the workloads placed, those reclaimed (stopped), and whether the decision's
+    state is the shard's committed one at `version` (no other writer moved the shard meanwhile)."""
+
     placed_ids: list[int]
     reclaimed: list[int]
     fresh: bool
+    version: int
+    decision: CycleDecision
+
+
+def _hold_version(shard: Shard) -> bool:
+    """Lock the shard's row before this cycle's reclaim bumps its version (the stops release
+    placements): from here every bump is this cycle's own. True when no other writer bumped it since
+    the cycle read it (the cycle's snapshot can then follow its own changes)."""
+    held = Shard.objects.select_for_update().filter(pk=shard.pk).values_list("version", flat=True)
+    return held.first() == shard.version
+
+
+def _release_stopped(
+    state: ClusterState, running: Mapping[int, Assignment], ids: Sequence[int]
+) -> bool:
+    """Release the reclaimed workloads' placements from the cycle's state; False when one of them is
+    not on it (the state is then no longer the database's)."""
+    held = [running[wid] for wid in ids if wid in running]
+    state.release_many(held)
+    return len(held) == len(ids)
+
+
+def _with_claimant(read: _CycleRead, decision: CycleDecision) -> CycleDecision:
+    """The decision with the reclaim's claimant placed where the decide step planned it (on the state
+    with exactly the stopped victims released): the claimant leaves the queue in the cycle that
+    reclaimed for it instead of waiting for the next one."""
+    claim = decision.reclaim
+    assert claim is not None
+    for a in claim.placements:
+        decision.state.apply(a)
+    placed = {int(a.request_id) for a in claim.placements}
+    requests = {m.workload_id: m.request for m in read.input.pending}
+    left = sorted(
+        ((wid, w) for wid, w in decision.waiting.items() if wid not in placed),
+        key=lambda item: item[1].position,
+    )
+    return replace(
+        decision,
+        placements=(*decision.placements, *claim.placements),
+        waiting={wid: replace(w, position=n) for n, (wid, w) in enumerate(left, start=1)},
+        placed_requests=(*decision.placed_requests, *(requests[i] for i in sorted(placed))),
+    )
 
 
 def _apply(
@@ -381,53 +429,88 @@ def _apply(
     record_mig_slots(decision.mig)
     # Workloads on instances a planned MIG reconfiguration creates wait for it (mig_reconfig).
     waiting_for_mig = record_relayouts(read.cluster, decision.mig_relayouts, decision.mig, now=now)
+    claim = decision.reclaim
+    own_bumps = claim is not None and _hold_version(shard)
     # Polite reclaim (scheduling.services.polite_reclaim): notices and countdowns; 0 s = at once.
-    polite = reclaim_politely(
-        group, decision.reclaim, decision.waiting, now=now, stop=_stop_victims
-    )
+    polite = reclaim_politely(group, claim, decision.waiting, now=now, stop=_stop_victims)
     reclaimed = polite.reclaimed
     if polite.waiting:
         decision = replace(decision, waiting={**decision.waiting, **polite.waiting})
+    exact = _release_stopped(decision.state, read.input.running, reclaimed)
+    if claim is not None and claim.placements and set(claim.victim_ids) <= set(reclaimed):
+        # every victim stopped now (no notice to wait for): the claimant starts in this cycle
+        decision = _with_claimant(read, decision)
+        placed_ids += _persist(read.cluster, claim.placements, read.rows, now)
     _record_waiting(read.rows, decision)
     refresh_gang_states({g for i in placed_ids if (g := read.rows[i].gang_id) is not None})
     took = (time.perf_counter() - started) * 1000
-    fresh = 0
+    version = shard.version
+    if own_bumps:
+        # the shard's row is held: every bump since was this cycle's stops
+        version = Shard.objects.values_list("version", flat=True).get(pk=shard.pk)
+    fresh = exact and own_bumps if reclaimed else True
     if placed_ids:
-        fresh = Shard.objects.filter(pk=shard.pk, version=shard.version).update(
-            version=shard.version + 1,
-            last_cycle_at=now,
-            last_cycle_ms=took,
-            last_cycle_placed=len(placed_ids),
+        fresh = fresh and bool(
+            Shard.objects.filter(pk=shard.pk, version=version).update(
+                version=version + 1,
+                last_cycle_at=now,
+                last_cycle_ms=took,
+                last_cycle_placed=len(placed_ids),
+            )
         )
+        version += 1
         observers.notify_on_commit([(read.rows[i].kind, i) for i in placed_ids])
         _materialize_on_commit([i for i in placed_ids if i not in waiting_for_mig])
     else:
         Shard.objects.filter(pk=shard.pk).update(
             last_cycle_at=now, last_cycle_ms=took, last_cycle_placed=0
         )
-    return _Applied(placed_ids, reclaimed, bool(fresh))
+    return _Applied(placed_ids, reclaimed, fresh, version, decision)
 
 
-def _keep_warm(read: _CycleRead, decision: CycleDecision, applied: _Applied, version: int) -> None:
-    """After commit: the worker's cached snapshot becomes the committed one (or is dropped when another
-    writer moved the shard's version meanwhile)."""
-    if not applied.placed_ids:
+def _keep_warm(read: _CycleRead, applied: _Applied) -> None:
+    """After commit: the worker's cached snapshot becomes the committed one, with this cycle's
+    placements and the placements its reclaim stopped released (or is dropped when another writer
+    moved the shard's version meanwhile)."""
+    if not applied.placed_ids and not applied.reclaimed:
         return
     if not applied.fresh:
         forget(read.cluster.group_id)
         return
+    decision = applied.decision
     cluster = read.cluster
     cluster.state = decision.state
     cluster.recent.extend(decision.placed_requests)
+    for wid in applied.reclaimed:
+        cluster.applied.pop(wid, None)
     for a in decision.placements:
         cluster.applied[int(a.request_id)] = a
-    cluster.version = version + 1
+    cluster.version = applied.version
     remember(cluster)
+
+
+class _WarmOnCommit:
+    """`_keep_warm` once, as the cycle's transaction commits: registered first, it runs before the
+    follow-ups the cycle triggered on commit (one may be a cycle of this shard in this process: an
+    eager run, or the next task of a single-process shard worker), so they find the snapshot warm.
+    Called again after the block, it is a no-op; inside an outer transaction (no commit yet) that
+    call is the one that does it."""
+
+    def __init__(self) -> None:
+        self.args: tuple[_CycleRead, _Applied] | None = None
+        self.done = False
+
+    def __call__(self) -> None:
+        if self.args is not None and not self.done:
+            self.done = True
+            _keep_warm(*self.args)
 
 
 def _run_once(group: QuotaGroup, *, limit: int, policy: str) -> CycleReport:
     started = time.perf_counter()
+    warm = _WarmOnCommit()
     with transaction.atomic():
+        transaction.on_commit(warm)
         lock_shard(group.pk)
         # The clock is read once the lock is held: another cycle of the shard may have kept us
         # waiting, and deadlines, placed_at and last_cycle_at must be the time this cycle acted at.
@@ -448,21 +531,22 @@ def _run_once(group: QuotaGroup, *, limit: int, policy: str) -> CycleReport:
                 last_cycle_placed=0,
             )
             return CycleReport(group.pk, timed_out_gangs=len(timed_out))
-        decision = _decide(group, read)
+        decision = _decide(group, read, shard.version)
         applied = _apply(group, shard, read, decision, now=now, started=started)
         if applied.placed_ids and len(read.input.pending) >= limit:
             # The cycle read a full batch and made progress: more may wait behind it. The next
             # cycle runs as soon as this one commits instead of at the next beat.
             trigger_cycle(group.pk)
-    _keep_warm(read, decision, applied, shard.version)
+        warm.args = (read, applied)
+    warm()
     considered = len(read.input.pending)
     return CycleReport(
         group_id=group.pk,
         considered=considered,
-        admitted=decision.admitted,
+        admitted=applied.decision.admitted,
         placed=len(applied.placed_ids),
         waiting=considered - len(applied.placed_ids),
-        refused=decision.refused,
+        refused=applied.decision.refused,
         timed_out_gangs=len(timed_out),
         reclaimed=len(applied.reclaimed),
         snapshot_cached=read.snapshot_cached,

@@ -157,6 +157,10 @@ class Reclaim:
     claimant_ids: tuple[int, ...]
     message: str
     victims: tuple[Victim, ...]
+    placements: tuple[Assignment, ...] = ()
+    """Where the claimant goes once exactly these victims have stopped (the engine's plan on the
+    cycle's state with them released; empty when victims were chosen by quota share alone): the cycle
+    that stops them all at once places the claimant in the same transaction."""
 
     @property
     def victim_ids(self) -> tuple[int, ...]:
@@ -598,6 +602,7 @@ def _reclaim(
         claim = usages if unit.gang_need else usages[0]
         among = None
         shortfall = None
+        placements: tuple[Assignment, ...] = ()
         if proposal.running and not any(m.mig_profile for m in unit.members):
             candidates = reclaimable(workloads, claim, protect_started_after=protect_started_after)
             if not candidates:
@@ -620,6 +625,7 @@ def _reclaim(
                 continue
             among = {i for v in choice.victims for i in v.workload_ids}
             shortfall = _freed(choice.victims)
+            placements = choice.placements
         plan = plan_reclaim(
             workloads,
             claim,
@@ -637,7 +643,9 @@ def _reclaim(
             f"Taking back capacity lent to other quotas: stopping {names}; it starts when they have "
             "stopped."
         )
-        return Reclaim(unit.ids, message, plan.victims)
+        stopped = {i for v in plan.victims for i in v.workload_ids}
+        # the engine's plan holds for the node choice's victims; the quota rules may stop fewer
+        return Reclaim(unit.ids, message, plan.victims, placements if stopped == among else ())
     return None
 
 

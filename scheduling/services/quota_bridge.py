@@ -11,6 +11,7 @@ decide step reads as data.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import Count, Max, Q
@@ -19,10 +20,12 @@ from quotas.models import QuotaGroup
 from quotas.usage import (
     GroupCapacity,
     GroupSnapshot,
+    WorkloadUsage,
     aggregated_usage,
     build_snapshot,
     group_capacity,
     group_specs,
+    live_usage,
 )
 from scheduling.models import Gpu, Node
 
@@ -76,14 +79,26 @@ def cycle_snapshot(group: QuotaGroup, shard_version: int | None = None) -> Group
     cached (see the module docstring), without the per-quota headroom the cycle does not read. With
     `shard_version`, the decayed fair-share reading is reused while the shard's version is unchanged
     (`quotas.time_inputs.cached_group_fair_shares`)."""
+    return _snapshot(group, shard_version, aggregated_usage(group))
+
+
+def reclaim_snapshot(group: QuotaGroup, shard_version: int | None = None) -> GroupSnapshot:
+    """What a cycle's reclaim plans on: the group's live workloads one by one (`quotas.usage.
+    live_usage`), with the capacity and the fair-share reading cached as in `cycle_snapshot`, so the
+    claim is judged on the same capacity the cycle admitted against."""
+    return _snapshot(group, shard_version, live_usage(group))
+
+
+def _snapshot(
+    group: QuotaGroup, shard_version: int | None, workloads: Sequence[WorkloadUsage]
+) -> GroupSnapshot:
     key = ("shard", shard_version) if shard_version is not None else None
-    specs = group_specs(group, fair_share_key=key)
     return build_snapshot(
         group_id=int(group.pk),
         group_name=group.name,
         allow_overcommitted_min=group.allow_overcommitted_min,
         capacity=_cached_capacity(group),
-        specs=specs,
-        workloads=aggregated_usage(group),
+        specs=group_specs(group, fair_share_key=key),
+        workloads=workloads,
         headroom=False,
     )

@@ -14,7 +14,8 @@ know shares, not nodes. Freeing 16 GPUs as one GPU on each of 16 nodes does not 
 
 At the end the engine itself places the claimant on the state with the chosen victims released (the
 policy, gang and topology rules of the cycle); if it cannot, or some pod found no node, the choice is
-`NoFit` with the reason: nothing is stopped for nothing.
+`NoFit` with the reason: nothing is stopped for nothing. The engine's plan is part of the choice: the
+cycle that stops the victims at once places the claimant there in the same transaction.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ from scheduling.engine.planner import plan_in_place
 
 @dataclass(frozen=True, slots=True)
 class NodeChoice:
-    """The victims to stop (in reclaim's order) and the node each claimant pod was fitted on."""
+    """The victims to stop (in reclaim's order), the node each claimant pod was fitted on, and the
+    engine's placements of the claimant once those victims are released."""
 
     victims: tuple[Victim, ...]
     nodes: Mapping[str, str]
+    placements: tuple[Assignment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +98,7 @@ def choose_by_node(
     # The nodes a pod could use at all once every permitted victim stopped (labels, models, cordons
     # and capacity as the engine filters them); reserving pods only narrows this.
     upper = state.copy()
-    for assignments in held:
-        for a in assignments:
-            upper.release(a)
+    upper.release_many(a for assignments in held for a in assignments)
     # Per (pod shape, node, the node's version): the victims that make room there, and their cost; a
     # node's version moves when a choice releases or reserves anything on it (pods of one shape, as a
     # gang's are, look at each node once plus the nodes earlier choices touched).
@@ -147,14 +148,15 @@ def choose_by_node(
         if upper_hold is not None:
             upper.apply(upper_hold)
     picked = sorted(chosen)
-    if not _engine_places(
+    placements = _engine_plan(
         state, pods, need, [held[c] for c in picked], gang, policy, topology_levels
-    ):
+    )
+    if placements is None:
         return NoFit(
             "reclaim cannot make room for it: even with the permitted victims chosen node by node "
             "stopped, the engine would not place it; nothing is reclaimed."
         )
-    return NodeChoice(tuple(candidates[c] for c in picked), nodes)
+    return NodeChoice(tuple(candidates[c] for c in picked), nodes, placements)
 
 
 def _cost(candidates: Sequence[Victim], room: Sequence[int], i: int) -> tuple[int, int, int, int]:
@@ -292,7 +294,7 @@ def _reserve(trial: ClusterState, pod: PlacementRequest, node_name: str) -> Assi
     )
 
 
-def _engine_places(
+def _engine_plan(
     state: ClusterState,
     pods: Sequence[PlacementRequest],
     need: int,
@@ -300,12 +302,10 @@ def _engine_places(
     gang: GangSpec | None,
     policy: str,
     topology_levels: Sequence[TopologyLevel],
-) -> bool:
-    """Whether the engine places at least `need` of `pods` once `released` are stopped."""
+) -> tuple[Assignment, ...] | None:
+    """The engine's placements of `pods` once `released` are stopped; None when fewer than `need`."""
     check = state.copy()
-    for assignments in released:
-        for a in assignments:
-            check.release(a)
+    check.release_many(a for assignments in released for a in assignments)
     plan = plan_in_place(
         check,
         list(pods),
@@ -313,7 +313,7 @@ def _engine_places(
         gangs=[gang] if gang is not None else [],
         topology_levels=topology_levels,
     )
-    return len(plan.placements) >= need
+    return tuple(plan.placements) if len(plan.placements) >= need else None
 
 
 def _shape(pod: PlacementRequest) -> str:

@@ -345,19 +345,94 @@ def test_quota_within_its_share_reclaims_capacity_lent_to_a_sibling(
     # when team-b asks for the 4 GPUs of its min
     claimant = submit(qb, "b", gpu_count=4, gpu_milli=1000)
     report = services.run_cycle(group.pk)
-    # then 4 of team-a's pods are requeued (never deleted) and team-b is told what is happening
+    # then 4 of team-a's pods are requeued (never deleted), and team-b starts in the same cycle on
+    # the GPUs they freed (one node's four: the victims were chosen node by node)
     assert report.reclaimed == 4
+    assert report.placed == 1
     claimant.refresh_from_db()
-    assert claimant.pending_code == "reclaiming"
-    assert claimant.pending_reason.startswith("Taking back capacity lent to other quotas")
+    assert claimant.state == WorkloadState.PLACED
+    assert claimant.pending_code == ""
     requeued = Workload.objects.filter(pk__in=[w.pk for w in borrowers], state="pending")
     assert requeued.count() == 4
     assert {w.pending_code for w in requeued} == {"reclaimed"}
-    # and the next cycle places team-b, while the requeued pods wait for team-a's share
+    assert len({w.placements.get(released_at__isnull=False).node_id for w in requeued}) == 1
+    # and the next cycle leaves the requeued pods waiting for team-a's share, nothing moved twice
     services.run_cycle(group.pk)
     claimant.refresh_from_db()
     assert claimant.state == WorkloadState.PLACED
     assert Workload.objects.filter(quota=qa, state="pending").count() == 4
+    assert_no_overcommit()
+
+
+def _reclaim_world(team_a: Any, team_b: Any) -> tuple[Any, Any, list[Workload]]:
+    """Two nodes of four GPUs; team-a (no min) borrows all eight, team-b is guaranteed four."""
+    small_cluster(gpu_nodes=2, gpus_per_node=4)
+    group = make_group()
+    qa = make_quota(group, team_a, name="a")
+    qb = make_quota(group, team_b, name="b", gpu_min_milli=4000)
+    borrowers = [submit(qa, f"a{i}", gpu_count=1, gpu_milli=1000) for i in range(8)]
+    assert services.run_cycle(group.pk).placed == 8
+    return group, qb, borrowers
+
+
+def test_snapshot_stays_in_step_with_the_database_after_a_reclaim(team_a: Any, team_b: Any) -> None:
+    # given the pool lent out, and team-b's claimant placed in the cycle that reclaimed for it
+    group, qb, _ = _reclaim_world(team_a, team_b)
+    submit(qb, "b", gpu_count=4, gpu_milli=1000)
+    assert services.run_cycle(group.pk).reclaimed == 4
+    # when the next cycle runs (the requeued pods wait)
+    submit(qb, "b2", gpu_count=1, gpu_milli=1000)
+    report = services.run_cycle(group.pk)
+    # then it used the cached snapshot, which is exactly a fresh build's: victims released, the
+    # claimant on its node
+    assert report.snapshot_cached
+    cluster = services.snapshot_for_group(group)
+    fresh = snap.build_group_cluster(group, cluster.version)
+    assert cluster.state.gpu_free.tolist() == fresh.state.gpu_free.tolist()
+    assert cluster.state.cpu_free.tolist() == fresh.state.cpu_free.tolist()
+    assert cluster.applied == fresh.applied
+    assert_no_overcommit()
+
+
+def test_a_reclaim_while_another_writer_moved_the_shard_drops_the_snapshot(
+    team_a: Any, team_b: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given another writer that bumps the shard's version after the cycle read it (a node change)
+    group, qb, _ = _reclaim_world(team_a, team_b)
+    submit(qb, "b", gpu_count=4, gpu_milli=1000)
+    from scheduling.services import cycle
+
+    real = cycle._hold_version
+
+    def bumped_first(shard: Shard) -> bool:
+        snap.bump_shards([shard.group_id])
+        return real(shard)
+
+    monkeypatch.setattr(cycle, "_hold_version", bumped_first)
+    report = services.run_cycle(group.pk)
+    assert (report.reclaimed, report.placed) == (4, 1)
+    # then the worker does not keep a snapshot it cannot vouch for: the next cycle rebuilds it
+    monkeypatch.setattr(cycle, "_hold_version", real)
+    submit(qb, "b2", gpu_count=1, gpu_milli=1000)
+    assert not services.run_cycle(group.pk).snapshot_cached
+    assert_no_overcommit()
+
+
+def test_a_reclaim_with_a_notice_places_the_claimant_only_when_its_victims_stop(
+    team_a: Any, team_b: Any
+) -> None:
+    # given a 60 s polite-reclaim notice in the group
+    group, qb, borrowers = _reclaim_world(team_a, team_b)
+    QuotaGroup.objects.filter(pk=group.pk).update(reclaim_notice_seconds=60)
+    claimant = submit(qb, "b", gpu_count=4, gpu_milli=1000)
+    # when the cycle reclaims for it
+    report = services.run_cycle(group.pk)
+    # then nothing is stopped yet and the claimant waits out the countdown, placed nowhere
+    claimant.refresh_from_db()
+    assert (report.reclaimed, report.placed) == (0, 0)
+    assert claimant.state == WorkloadState.PENDING
+    assert claimant.pending_code == "reclaiming"
+    assert Workload.objects.filter(pk__in=[w.pk for w in borrowers], state="placed").count() == 8
     assert_no_overcommit()
 
 
