@@ -142,20 +142,36 @@ def _units(
         key = ("gang", w.gang_id) if w.gang_id else ("workload", w.workload_id)
         grouped.setdefault(key, []).append(w)
     # A gang spanning sides is still one unit: all its active members, whatever their side.
-    active = {w.workload_id: w for w in snapshot.workloads if w.active}
-    pairs = [(w.workload_id, w.gang_id) for w in active.values()]
-    for key, members in grouped.items():
-        if key[0] == "gang":
-            members[:] = [
-                active[wid] for wid in with_whole_gangs((m.workload_id for m in members), pairs)
-            ]
+    if any(key[0] == "gang" for key in grouped):
+        active = {w.workload_id: w for w in snapshot.workloads if w.active}
+        pairs = [(w.workload_id, w.gang_id) for w in active.values() if w.gang_id]
+        for key, members in grouped.items():
+            if key[0] == "gang":
+                members[:] = [
+                    active[wid] for wid in with_whole_gangs((m.workload_id for m in members), pairs)
+                ]
     units = []
+    dims = side.dimensions
     for members in grouped.values():
+        first = members[0]
+        if len(members) == 1:  # most units on a large cluster: one workload, no gang
+            if not first.preemptible:
+                continue
+            started = first.started_at or _LATEST
+            if protect_started_after is not None and started > protect_started_after:
+                continue
+            units.append(
+                _Unit(
+                    (first,), first.gang_id, (first.gang_name or first.name) if first.gang_id
+                    else first.name, first.quota_id, side, first.priority, started,
+                    first.resources.only(dims),
+                )
+            )  # fmt: skip
+            continue
         if not all(m.preemptible for m in members):
             continue
         if among is not None and not all(m.workload_id in among for m in members):
             continue
-        first = members[0]
         starts = [m.started_at or _LATEST for m in members]
         if protect_started_after is not None and max(starts) > protect_started_after:
             continue
@@ -168,11 +184,7 @@ def _units(
                 side=side,
                 priority=max(m.priority for m in members),
                 started_at=max(starts),
-                freed=(
-                    first.resources.only(side.dimensions)
-                    if len(members) == 1
-                    else total(m.resources.only(side.dimensions) for m in members if m.side is side)
-                ),
+                freed=total(m.resources.only(dims) for m in members if m.side is side),
             )
         )
     return sorted(units, key=_order)
@@ -404,7 +416,9 @@ def reclaimable(
     (quotas.admission), and a unit must be whole, preemptible, past the minimum runtime, and belong to a
     sibling quota running above its runtime share in a dimension the unit frees. No budget is applied
     (how much a quota gives back is `plan_reclaim`'s rule); a caller choosing where capacity is freed
-    picks among these and then asks `plan_reclaim(..., among=...)` for the plan."""
+    picks among these and then asks `plan_reclaim(..., among=...)` for the plan, whose victims carry
+    the reasons shown to people (a candidate's reason only says it may be reclaimed: a large group has
+    thousands of candidates and describes the few it stops)."""
     claims = _claims(pending)
     counted = snapshot.pending_ids
     missing = [
@@ -430,19 +444,17 @@ def reclaimable(
             )
             if not admission.allowed:
                 continue
+            # per sibling quota, the dimensions it runs above its runtime share in
             over = {
-                q.quota_id: q.side(side).over_runtime
+                q.quota_id: tuple(d for d in dims if q.side(side).over_runtime.get(d) > 0)
                 for q in snapshot.quotas.values()
                 if q.quota_id != quota_id
             }
             for unit in _units(snapshot, side, protect_started_after):
-                if unit.quota_id not in over:
+                above = over.get(unit.quota_id)
+                if not above or not any(getattr(unit.freed, d) > 0 for d in above):
                     continue
-                if not any(over[unit.quota_id].get(d) > 0 and unit.freed.get(d) > 0 for d in dims):
-                    continue
-                out.append(
-                    _victim(snapshot, unit, side, f"may be reclaimed: {_describe_unit(unit, side)}")
-                )
+                out.append(_victim(snapshot, unit, side, "may be reclaimed"))
     return tuple(out)
 
 

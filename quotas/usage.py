@@ -440,6 +440,35 @@ def _add(totals: Totals, workload: WorkloadUsage, sign: int) -> None:
         held[workload.quota_id] = held[workload.quota_id] + resources
 
 
+def _add_all(totals: Totals, workloads: Iterable[WorkloadUsage]) -> None:
+    """`_add(totals, w, 1)` for each of `workloads`, summed per bucket in plain ints first (a snapshot of
+    a large group adds thousands)."""
+    sums: dict[tuple[Side, str, int], list[int]] = {}
+
+    def add(key: tuple[Side, str, int], g: int, gm: int, c: int, m: int) -> None:
+        acc = sums.get(key)
+        if acc is None:
+            sums[key] = [g, gm, c, m]
+        else:
+            acc[0] += g
+            acc[1] += gm
+            acc[2] += c
+            acc[3] += m
+
+    for w in workloads:
+        side = w.side
+        if w.quota_id not in totals[side]["used"]:
+            continue
+        r = w.resources
+        g, gm = (r.gpu_milli, r.gpu_memory_mib) if side is Side.GPU else (0, 0)
+        add((side, "used" if w.active else "pending", w.quota_id), g, gm, r.cpu_milli, r.memory_mib)
+        if w.active and not w.preemptible:
+            add((side, "nonpreemptible", w.quota_id), g, gm, r.cpu_milli, r.memory_mib)
+    for (side, kind, quota_id), (g, gm, c, m) in sums.items():
+        bucket = totals[side][kind]
+        bucket[quota_id] = bucket[quota_id] + Resources(g, gm, c, m)
+
+
 @dataclass(frozen=True, slots=True)
 class GroupSnapshot:
     """The state of one group at one moment: capacity, quotas (by id) and their workloads.
@@ -681,8 +710,7 @@ def build_snapshot(
             key=lambda w: (w.quota_id, w.workload_id),
         )
     )
-    for w in kept:
-        _add(totals, w, 1)
+    _add_all(totals, kept)
     return _compute(
         group_id=group_id,
         group_name=group_name,
@@ -751,11 +779,41 @@ def _live_workloads(group: QuotaGroup | int) -> QuerySet[Any]:
 
 
 def live_usage(group: QuotaGroup | int) -> list[WorkloadUsage]:
-    """One WorkloadUsage per live workload of the group (`usage_of` of each row), by id."""
+    """One WorkloadUsage per live workload of the group, by id: what `usage_of` makes of each row,
+    built straight from the row's columns (a reclaim on a 16,000-workload group reads every one, and
+    `usage_of`'s attribute lookups cost several times the row itself)."""
     fields = [f.name for f in _WorkloadFields.__dataclass_fields__.values()]
     columns = [("gang__name" if f == "gang_name" else f) for f in fields]
     rows = _live_workloads(group).order_by("id").values_list(*columns)
-    return [usage_of(_WorkloadFields(*row)) for row in rows]
+    active_states = frozenset(cluster_rows().active_states)
+    gpu, cpu = Side.GPU, Side.CPU
+    out = []
+    for (
+        pk, name, kind, quota_id, state, gpu_count, gpu_milli, gpu_memory_mib, whole_card_mib,
+        cpu_milli, memory_mib, priority, preemptible, gang_id, gang_name, started_at, placed_at,
+    ) in rows:  # fmt: skip
+        count = int(gpu_count or 0)
+        milli = int(gpu_milli or 0)
+        charged = whole_card_mib if milli >= WHOLE_CARD_MILLI else gpu_memory_mib
+        out.append(
+            WorkloadUsage(
+                int(pk or 0),
+                str(name),
+                str(kind),
+                int(quota_id),
+                gpu if count > 0 else cpu,
+                Resources(count * milli, count * int(charged or 0), int(cpu_milli or 0),
+                          int(memory_mib or 0)),
+                state in active_states,
+                int(priority or 0),
+                bool(preemptible),
+                gang_id,
+                gang_name or "",
+                started_at or placed_at,
+                None,
+            )
+        )  # fmt: skip
+    return out
 
 
 def live_gpu_milli(group: QuotaGroup | int, workload_ids: Iterable[int]) -> int:

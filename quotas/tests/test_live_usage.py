@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from quotas.resources import Resources, Side
@@ -13,6 +15,7 @@ from quotas.usage import (
     build_snapshot,
     group_capacity,
     live_usage,
+    usage_of,
 )
 from scheduling.models import Workload
 
@@ -60,6 +63,19 @@ def test_one_by_one_every_live_workload_is_charged_with_the_whole_card_it_holds(
         ]
     )
     assert {u.gang_name for u in usages.values() if u.gang_id} == {"train"}
+
+
+def test_each_row_is_read_as_usage_of_reads_the_workload(live):
+    # live_usage builds each WorkloadUsage from the row's columns; it must charge exactly as usage_of
+    # does on the model (the one charge), apart from the owner it does not read.
+    group = live[0]
+    rows = (
+        Workload.objects.filter(quota__group=group)
+        .exclude(state__in=("succeeded", "failed"))
+        .select_related("gang")
+        .order_by("id")
+    )
+    assert live_usage(group) == [replace(usage_of(w), owner_id=None) for w in rows]
 
 
 def test_the_summed_reading_equals_the_sum_of_the_one_by_one_reading(live):
