@@ -151,6 +151,18 @@ def filter_steps(request: PlacementRequest) -> list[Step]:
     return steps
 
 
+def admits_mask(state: ClusterState, request: PlacementRequest) -> BoolArray:
+    """Nodes whose cordon, labels and GPU models admit ``request``, whatever is free on them (the part
+    of :func:`feasible_mask` that releasing work cannot change)."""
+    r = request
+    m: BoolArray = state.schedulable.copy()
+    if r.node_labels:
+        m &= label_mask(state, r.node_labels)
+    if not r.is_cpu_only:
+        m &= model_mask(state, r.gpu_models)
+    return m
+
+
 def feasible_mask(state: ClusterState, request: PlacementRequest) -> BoolArray:
     """Nodes that can host ``request`` now: the conjunction of :func:`filter_steps`.
 
@@ -162,14 +174,11 @@ def feasible_mask(state: ClusterState, request: PlacementRequest) -> BoolArray:
         Boolean mask over nodes.
     """
     r = request
-    m = state.schedulable & (state.cpu_free >= r.cpu_milli) & (state.mem_free >= r.memory_mib)
-    if r.node_labels:
-        m &= label_mask(state, r.node_labels)
+    m = admits_mask(state, r) & (state.cpu_free >= r.cpu_milli) & (state.mem_free >= r.memory_mib)
     if r.is_cpu_only:
         if state.reservation.gpu_node_cpu_fraction or state.reservation.gpu_node_memory_fraction:
             m &= _reserved(state, r)
         return m
-    m &= model_mask(state, r.gpu_models)
     m &= _gpu(state, r)
     if not r.is_whole_gpu and r.gpu_memory_mib > 0:
         m &= _gpu_memory(state, r)

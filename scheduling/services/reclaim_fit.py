@@ -32,8 +32,9 @@ from scheduling.engine import (
     GangSpec,
     PlacementRequest,
     TopologyLevel,
+    TopologyPolicy,
 )
-from scheduling.engine.filters import feasible_mask
+from scheduling.engine.filters import admits_mask, feasible_mask
 from scheduling.engine.planner import plan_in_place
 
 
@@ -78,10 +79,7 @@ def choose_by_node(
         policy, topology_levels: the cycle's placement policy and the pool's topology.
     """
     trial = state.copy()
-    held = [
-        tuple(running[w] for w in v.workload_ids if w in running and running[w].node in state.index)
-        for v in candidates
-    ]
+    held = [_held(v.workload_ids, running, state.index) for v in candidates]
     on_node: dict[int, list[int]] = {}
     for index, assignments in enumerate(held):
         for node_name in dict.fromkeys(a.node for a in assignments):
@@ -95,10 +93,18 @@ def choose_by_node(
         by_size[: max(need, 0)],
         key=lambda r: (-r.gpu_count * r.gpu_milli, -r.cpu_milli, r.request_id),
     )
-    # The nodes a pod could use at all once every permitted victim stopped (labels, models, cordons
-    # and capacity as the engine filters them); reserving pods only narrows this.
-    upper = state.copy()
-    upper.release_many(a for assignments in held for a in assignments)
+    # The nodes a pod could use at all once every permitted victim stopped: the cordon, labels and
+    # models as the engine filters them, the capacity judged by `_make_room` node by node. A pod the
+    # engine also filters on more than a node's own free amounts (CPU-only work within the reserved
+    # share, a restricted multi-GPU topology) is filtered on a state with every victim released, which
+    # reserving pods only narrows.
+    upper: ClusterState | None = None
+    if any(_needs_upper(p) for p in targets):
+        upper = state.copy()
+        upper.release_many(a for assignments in held for a in assignments)
+    # No node can cost less than this: one unit of the lowest priority, the least GPU compute among
+    # those; nodes are tried in index order (the last tie-break), so the first to reach it wins.
+    floor = _floor(candidates)
     # Per (pod shape, node, the node's version): the victims that make room there, and their cost; a
     # node's version moves when a choice releases or reserves anything on it (pods of one shape, as a
     # gang's are, look at each node once plus the nodes earlier choices touched).
@@ -118,15 +124,18 @@ def choose_by_node(
                 pod.gpu_milli,
                 pod.gpu_memory_mib,
             )
-            for i in feasible_mask(upper, pod).nonzero()[0].tolist():
+            usable = admits_mask(trial, pod) if upper is None else feasible_mask(upper, pod)
+            for i in sorted(i for i in on_node if usable[i]):
                 key = (shape, i, version[i])
                 if key not in rooms:
-                    local = [c for c in on_node.get(i, ()) if c not in chosen]
+                    local = [c for c in on_node[i] if c not in chosen]
                     room = _make_room(trial, pod, i, local, held)
                     rooms[key] = None if room is None else (_cost(candidates, room, i), room)
                 found = rooms[key]
                 if found is not None and (best is None or found[0] < best[0]):
                     best = found
+                    if found[0][:3] == floor:
+                        break
             if best is None:
                 return NoFit(
                     f"reclaim cannot make room for pod {pod.request_id} ({_shape(pod)}): no node "
@@ -144,8 +153,8 @@ def choose_by_node(
         reservation = _reserve(trial, pod, node_name)
         if reservation is not None:
             trial.apply(reservation)
-        upper_hold = _reserve(upper, pod, node_name)
-        if upper_hold is not None:
+        upper_hold = _reserve(upper, pod, node_name) if upper is not None else None
+        if upper is not None and upper_hold is not None:
             upper.apply(upper_hold)
     picked = sorted(chosen)
     placements = _engine_plan(
@@ -157,6 +166,31 @@ def choose_by_node(
             "stopped, the engine would not place it; nothing is reclaimed."
         )
     return NodeChoice(tuple(candidates[c] for c in picked), nodes, placements)
+
+
+def _held(
+    ids: Sequence[int], running: Mapping[int, Assignment], nodes: Mapping[str, int]
+) -> tuple[Assignment, ...]:
+    """The placements of a unit's workloads on the state (a reclaim weighs thousands of units)."""
+    if len(ids) == 1:
+        a = running.get(ids[0])
+        return (a,) if a is not None and a.node in nodes else ()
+    return tuple(running[w] for w in ids if w in running and running[w].node in nodes)
+
+
+def _needs_upper(pod: PlacementRequest) -> bool:
+    """Whether the engine filters `pod` on more than the free amounts `_make_room` weighs on a node."""
+    return pod.is_cpu_only or (
+        pod.is_whole_gpu and pod.gpu_count > 1 and pod.topology is TopologyPolicy.RESTRICTED
+    )
+
+
+def _floor(candidates: Sequence[Victim]) -> tuple[int, int, int]:
+    """The lowest `_cost` (without its node) any room can have."""
+    if not candidates:
+        return (0, 0, 0)
+    lowest = min(v.priority for v in candidates)
+    return (lowest, 1, min(v.freed.gpu_milli for v in candidates if v.priority == lowest))
 
 
 def _cost(candidates: Sequence[Victim], room: Sequence[int], i: int) -> tuple[int, int, int, int]:

@@ -120,3 +120,39 @@ def test_a_gang_that_only_one_node_could_host_reclaims_nothing_for_its_second_po
     decision = decide(_gang_cycle(jobs))
     assert decision.reclaim is None
     assert "reclaim cannot make room" in decision.waiting[2].reason
+
+
+def _single_gpu_cycle(priorities: dict[int, int]) -> CycleInput:
+    """Team A (min 1 GPU, using nothing) submits one single-GPU job; every GPU runs a team-B job, of
+    priority `priorities[slot]` (slot = node * 8 + gpu; 5 when not given)."""
+    jobs = [
+        (replace(u, priority=priorities.get(n * GPUS + g, 5)), f"n{n + 1}", (g,))
+        for u, name, gpus in _team_b_jobs()
+        for n, g in [(int(name[1:]) - 1, gpus[0])]
+    ]
+    return cycle_input(
+        [quota(1, "team-a", gpu_min=1, gpu_max=32), quota(2, "team-b", gpu_max=32)],
+        [node(f"n{i + 1}", GPUS) for i in range(NODES)],
+        running=tuple(jobs),
+        waiting=(pending(1, 1, gpus=1),),
+    )
+
+
+def test_a_single_gpu_claimant_stops_the_least_important_job_on_whichever_node_it_runs() -> None:
+    # The cheapest room is on the third node: nodes are not taken in order just because they fit.
+    cycle = _single_gpu_cycle({2 * GPUS + 5: 1})
+    decision = decide(cycle)
+    assert decision.reclaim is not None
+    (victim,) = decision.reclaim.victims
+    assert victim.priority == 1
+    assert {cycle.running[w].node for w in victim.workload_ids} == {"n3"}
+    assert [(a.node, a.gpu_indices) for a in decision.reclaim.placements] == [("n3", (5,))]
+
+
+def test_among_equally_cheap_rooms_the_first_node_wins() -> None:
+    # Two priority-1 jobs, on the fourth and the second node: the second node is chosen.
+    cycle = _single_gpu_cycle({3 * GPUS + 1: 1, 1 * GPUS + 6: 1})
+    decision = decide(cycle)
+    assert decision.reclaim is not None
+    (victim,) = decision.reclaim.victims
+    assert {cycle.running[w].node for w in victim.workload_ids} == {"n2"}
