@@ -17,6 +17,7 @@ from django.db.models import Max, QuerySet
 from quotas.models import QuotaGroup
 from quotas.usage import WHOLE_CARD_MILLI, matching_node_ids
 from scheduling.models import Gpu, Workload
+from scheduling.services.pool_cache import pool_cached
 
 
 class PoolCards:
@@ -38,8 +39,16 @@ class PoolCards:
 
     @cached_property
     def in_pool(self) -> dict[str, int]:
-        """Model → largest memory among the cards of the nodes counted toward the group."""
-        return self._largest(Gpu.objects.filter(node_id__in=matching_node_ids(self.group)))
+        """Model → largest memory among the cards of the nodes counted toward the group (cached per
+        worker while the inventory is unchanged: `scheduling.services.pool_cache`)."""
+        group = self.group
+        if group.pk is None:
+            return self._largest(Gpu.objects.filter(node_id__in=matching_node_ids(group)))
+        return pool_cached(
+            group,
+            "largest cards",
+            lambda: self._largest(Gpu.objects.filter(node_id__in=matching_node_ids(group))),
+        )
 
     @cached_property
     def anywhere(self) -> dict[str, int]:
@@ -54,6 +63,12 @@ class PoolCards:
             if sizes:
                 return max(sizes)
         return 0
+
+
+def warm_cards(group: QuotaGroup) -> None:
+    """Read the largest card per model of the group's pool into the worker's cache now (an idle cycle
+    does it, for the next whole-GPU submission or requeue)."""
+    PoolCards.of(group).in_pool  # noqa: B018 - read for its cache
 
 
 def whole_card_memory_mib(

@@ -17,6 +17,7 @@ from typing import Any
 from portal.errors import InvalidInput
 from quotas.models import QuotaGroup
 from scheduling.models import Gpu, Node
+from scheduling.services.pool_cache import pool_cached
 from scheduling.services.snapshot import group_nodes, node_matches
 
 
@@ -34,6 +35,18 @@ class _PoolNode:
 
 
 def _pool(group: QuotaGroup) -> list[_PoolNode]:
+    """Every node counted toward the group with its cards (cached per worker while the inventory is
+    unchanged: `scheduling.services.pool_cache`)."""
+    return pool_cached(group, "feasibility", lambda: _read_pool(group))
+
+
+def warm_pool(group: QuotaGroup) -> None:
+    """Read the group's pool into the worker's cache now (an idle cycle does it: the next submission
+    does not pay for reading every node of a large pool)."""
+    _pool(group)
+
+
+def _read_pool(group: QuotaGroup) -> list[_PoolNode]:
     nodes = group_nodes(group)
     models: dict[int, list[str]] = defaultdict(list)
     memory: dict[int, list[int]] = defaultdict(list)

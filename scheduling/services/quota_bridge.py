@@ -10,11 +10,7 @@ decide step reads as data.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
-
-from django.db.models import Count, Max, Q
 
 from quotas.models import QuotaGroup
 from quotas.usage import (
@@ -27,45 +23,11 @@ from quotas.usage import (
     group_specs,
     live_usage,
 )
-from scheduling.models import Gpu, Node
-
-_capacity_cache: dict[int, tuple[Any, GroupCapacity]] = {}
-
-
-def _inventory_fingerprint(group: QuotaGroup) -> tuple[Any, ...]:
-    """Cheap summary of what the group's capacity depends on (nodes, their state, unhealthy GPUs)."""
-    nodes = Node.objects.aggregate(
-        n=Count("pk"),
-        last=Max("updated_at"),
-        off=Count("pk", filter=Q(cordoned=True) | Q(healthy=False)),
-    )
-    off_nodes = tuple(
-        Node.objects.filter(Q(cordoned=True) | Q(healthy=False))
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-    bad_gpus = tuple(Gpu.objects.filter(healthy=False).order_by("pk").values_list("pk", flat=True))
-    return (
-        nodes["n"],
-        nodes["last"],
-        off_nodes,
-        bad_gpus,
-        Gpu.objects.count(),
-        # every group's selector: a node an older group also matches is counted there, not here
-        tuple(
-            (pk, json.dumps(selector or {}, sort_keys=True))
-            for pk, selector in QuotaGroup.objects.order_by("pk").values_list("pk", "node_selector")
-        ),
-    )
+from scheduling.services.pool_cache import pool_cached
 
 
 def _cached_capacity(group: QuotaGroup) -> GroupCapacity:
-    key = _inventory_fingerprint(group)
-    hit = _capacity_cache.get(group.pk)
-    if hit is None or hit[0] != key:
-        hit = (key, group_capacity(group))
-        _capacity_cache[group.pk] = hit
-    return hit[1]
+    return pool_cached(group, "capacity", lambda: group_capacity(group))
 
 
 def warm_capacity(group: QuotaGroup) -> None:
