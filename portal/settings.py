@@ -442,6 +442,8 @@ TESSERA_METRICS_TOKEN = env_secret("TESSERA_METRICS_TOKEN") or ""
 # scheduling: shard queues, cycle size, beat (cycles, status sync, reconcilers, inventory sync).
 TESSERA_SCHEDULING_QUEUES = env_int("TESSERA_SCHEDULING_QUEUES", 4, minimum=1)
 TESSERA_CYCLE_MAX_WORKLOADS = env_int("TESSERA_CYCLE_MAX_WORKLOADS", 5000, minimum=1)
+# after a burst, the first idle cycle collects and freezes the worker's heap (scheduling.services.heap)
+TESSERA_GC_SETTLE_SECONDS = max(0.0, env_float("TESSERA_GC_SETTLE_SECONDS", 2.0))
 TESSERA_RECONCILE_INTERVAL_SECONDS = env_float("TESSERA_RECONCILE_INTERVAL_SECONDS", 30.0)
 TESSERA_INVENTORY_SYNC_SECONDS = env_float("TESSERA_INVENTORY_SYNC_SECONDS", 300.0)
 SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(  # type: ignore[union-attr,attr-defined]

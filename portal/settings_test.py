@@ -24,6 +24,8 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "tests"}
 }
 TESSERA_SIM_START_DELAY_SECONDS = 0.0
+# a full collection per test burst would slow the suite; test_heap turns it on
+TESSERA_GC_SETTLE_SECONDS = 0.0
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

@@ -38,7 +38,7 @@ from scheduling.engine import GPU_MILLI, Assignment, ClusterState
 from scheduling.followups import followups
 from scheduling.lock_objects import lock_nodes, lock_shard
 from scheduling.models import Gpu, Placement, PlacementGpu, Shard, Workload
-from scheduling.services.charge import mark_placed_whole_cards
+from scheduling.services.charge import mark_placed_whole_cards, warm_cards
 from scheduling.services.decide import (
     CycleDecision,
     CycleInput,
@@ -47,6 +47,8 @@ from scheduling.services.decide import (
     conclude,
     propose,
 )
+from scheduling.services.feasibility import warm_pool
+from scheduling.services.heap import note_busy, settle_after_burst
 from scheduling.services.mig_cards import MigPool, mig_pool, record_mig_slots
 from scheduling.services.mig_reconfig import record_relayouts
 from scheduling.services.polite_reclaim import reclaim_politely
@@ -519,10 +521,13 @@ def _run_once(group: QuotaGroup, *, limit: int, policy: str) -> CycleReport:
         timed_out = expire_gangs(group_id=group.pk, now=now)
         read = _read(group, shard, limit=limit, policy=policy)
         if read is None:
-            # An idle cycle keeps the worker warm: the snapshot and the group's capacity are ready
-            # (cheap when they already are) for the burst that comes next.
+            # An idle cycle keeps the worker warm: the snapshot, the group's capacity and the pool
+            # readings of submissions are ready (cheap when they already are) for the next burst.
             cached_group_cluster(group, shard.version)
             warm_capacity(group)
+            warm_pool(group)
+            warm_cards(group)
+            settle_after_burst()
             # Nothing waits: no reclaim is needed, live notices are cancelled.
             reclaim_politely(group, None, {}, now=now, stop=_stop_victims)
             Shard.objects.filter(pk=shard.pk).update(
@@ -531,6 +536,7 @@ def _run_once(group: QuotaGroup, *, limit: int, policy: str) -> CycleReport:
                 last_cycle_placed=0,
             )
             return CycleReport(group.pk, timed_out_gangs=len(timed_out))
+        note_busy()
         decision = _decide(group, read, shard.version)
         applied = _apply(group, shard, read, decision, now=now, started=started)
         if applied.placed_ids and len(read.input.pending) >= limit:
