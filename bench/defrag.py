@@ -2,7 +2,7 @@
 
     python -m bench.defrag [--traces default,multigpu50] [--budgets 0,0.5,1,2] [--seed 42] [--load 0.9]
                            [--hours 1] [--move-cost 60] [--retry-after 100] [--chains]
-                           [--nodes N] [--pods N] [--json PATH]
+                           [--steady-from 0.2] [--nodes N] [--pods N] [--json PATH]
 
 Same workload as ``bench.dynamic`` (its :func:`~bench.dynamic.load_workload`), one process. Per trace it
 replays FGD and Tessera without moves, then Tessera with defragmentation at each budget (moves per 100
@@ -11,6 +11,12 @@ the waits of whole-GPU requests and the never-started ones, each as a difference
 without moves measured in the same run, plus the replay's CPU time as a ratio. Under the table, per trace,
 the headroom of Tessera without moves (:func:`~scheduling.simulation.idle_while_waiting_pct`): the points of
 allocation that idle GPU compute while GPU requests waited could add at most, whatever moves are made.
+
+Two windows: the whole one, from the first arrival (the cluster starts empty, so the ramp-up weighs on it,
+and moves cannot help while nothing waits), and the **steady state**, from the arrival at the
+``--steady-from`` quantile of submissions (default 0.2: after the first 20 % of arrivals) to the last
+arrival. Allocation, headroom and the whole-GPU waits are printed for both (the steady-state waits are
+those of the whole-GPU requests submitted inside it).
 """
 
 from __future__ import annotations
@@ -44,21 +50,42 @@ BUDGETS = (0.0, 0.5, 1.0, 2.0)
 MAX_RETRY_AFTER = 1_000_000
 
 
+#: Default share of arrivals before the steady-state window begins.
+STEADY_FROM = 0.2
+
+
 def whole_gpu_waits(
-    requests: Sequence[TimedRequest], outcomes: Sequence[Any], horizon: int
+    requests: Sequence[TimedRequest],
+    outcomes: Sequence[Any],
+    horizon: int,
+    submitted_from: int = 0,
 ) -> dict[str, float]:
-    """Whole-GPU requests: mean and p95 wait of those that started, how many never did, and the mean
-    wait of all of them counting a request that never started as waiting until the horizon."""
-    pairs = [(t, o) for t, o in zip(requests, outcomes, strict=True) if t.request.is_whole_gpu]
+    """Whole-GPU requests submitted at ``submitted_from`` or later, one wait per request: mean, p90 and
+    p95 of those that started, how many never did, and the mean and p90 of all of them counting a
+    request that never started as waiting until the horizon."""
+    pairs = [
+        (t, o)
+        for t, o in zip(requests, outcomes, strict=True)
+        if t.request.is_whole_gpu and t.submit >= submitted_from
+    ]
     waits = [o.wait for _, o in pairs if o.wait is not None]
     censored = [o.wait if o.wait is not None else horizon - t.submit for t, o in pairs]
     return {
         "count": len(pairs),
         "mean": float(np.mean(waits)) if waits else 0.0,
+        "p90": float(np.percentile(waits, 90)) if waits else 0.0,
         "p95": float(np.percentile(waits, 95)) if waits else 0.0,
         "never": len(pairs) - len(waits),
         "mean_all": float(np.mean(censored)) if censored else 0.0,
+        "p90_all": float(np.percentile(censored, 90)) if censored else 0.0,
     }
+
+
+def steady_start(requests: Sequence[TimedRequest], share: float) -> int:
+    """The submission time at the ``share`` quantile of all submissions (0: the first)."""
+    submits = np.sort(np.fromiter((t.submit for t in requests), np.int64, len(requests)))
+    k = min(len(submits) - 1, int(share * len(submits)))
+    return int(submits[k])
 
 
 def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
@@ -71,6 +98,7 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
     _, prefix = tool.build(str(csv_path), args.seed, [n.name for n in nodes])
     typical = typical_pods(to_request(p) for p in tool.load_pods(str(csv_path)))
     last = max(t.submit for t in wl.requests)
+    steady = steady_start(wl.requests, args.steady_from)
     base = ReplayOptions(
         policy="tessera",
         seed=args.seed,
@@ -109,6 +137,7 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
             refusals = dict(stats.refusals)
         seconds = time.process_time() - c0
         summary = summarize(result, wl.requests, window=(0, last))
+        steady_summary = summarize(result, wl.requests, window=(steady, last))
         rows.append(
             {
                 "trace": trace,
@@ -118,7 +147,10 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
                 "alloc_pct": summary.allocation_pct,
                 "net_alloc_pct": summary.allocation_pct - 100 * lost / (capacity * max(1, last)),
                 "never": summary.never_started,
+                "steady_alloc_pct": steady_summary.allocation_pct,
+                "steady_from_s": steady,
                 "whole": whole_gpu_waits(wl.requests, result.outcomes, result.end),
+                "steady_whole": whole_gpu_waits(wl.requests, result.outcomes, result.end, steady),
                 "plans": plans,
                 "moves": moves,
                 "unlocked": unlocked,
@@ -127,7 +159,11 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
                 "refusals": refusals,
                 "moves_per_100": 100 * moves / max(1, result.placements),
                 "headroom_pts": idle_while_waiting_pct(result, wl.requests, window=(0, last)),
+                "steady_headroom_pts": idle_while_waiting_pct(
+                    result, wl.requests, window=(steady, last)
+                ),
                 "seconds": seconds,
+                "window_s": last,
             }
         )
         print(f"  {trace} {label}: {seconds:.1f} s", flush=True)
@@ -135,23 +171,40 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
+    """One line per run: allocation over the whole window and the steady state (held, and net of the
+    moved work's lost GPU-seconds), whole-GPU waits per request (mean and p90 of those that started, the
+    mean counting never-started ones, and the steady-state mean), moves and CPU time, each against
+    tessera without moves."""
     print(
-        "trace        run           alloc%  Δpts   net%   Δnet  whole-GPU wait: started mean (×)  "
-        "p95 (×)  all* mean (×)  never(whole)  moves /100pl unlocked  cpu ×"
+        "trace        run           alloc%  Δpts  Δnet | steady%  Δpts  Δnet | whole-GPU wait mean (×)"
+        "  p90 (×)  all* (×)  steady (×) | never(whole)  moves /100pl unlocked  cpu ×"
     )
     for trace in dict.fromkeys(r["trace"] for r in rows):
         ref = next(r for r in rows if r["trace"] == trace and r["run"] == "tessera")
         for r in (x for x in rows if x["trace"] == trace):
             w, rw = r["whole"], ref["whole"]
+            sw, rsw = r["steady_whole"], ref["steady_whole"]
+            net = r["net_alloc_pct"] - r["alloc_pct"]
+            ref_net = ref["net_alloc_pct"] - ref["alloc_pct"]
+            d_all = r["alloc_pct"] - ref["alloc_pct"]
+            d_ss = r["steady_alloc_pct"] - ref["steady_alloc_pct"]
+            # The lost GPU-seconds are spread over the whole window; the steady state bears them all.
+            span = max(1, r["window_s"] - r["steady_from_s"])
+            ss_net = d_ss + (net - ref_net) * r["window_s"] / span
             print(
-                f"{trace:<12} {r['run']:<12} {r['alloc_pct']:6.2f} {r['alloc_pct'] - ref['alloc_pct']:+5.2f} "
-                f"{r['net_alloc_pct']:6.2f} {r['net_alloc_pct'] - ref['net_alloc_pct']:+5.2f}  "
-                f"{w['mean']:7.0f} ({w['mean'] / max(rw['mean'], 1e-9):4.2f})  "
-                f"{w['p95']:6.0f} ({w['p95'] / max(rw['p95'], 1e-9):4.2f})  "
-                f"{w['mean_all']:6.0f} ({w['mean_all'] / max(rw['mean_all'], 1e-9):4.2f})  "
+                f"{trace:<12} {r['run']:<12} {r['alloc_pct']:6.2f} {d_all:+5.2f} "
+                f"{d_all + net - ref_net:+5.2f} | {r['steady_alloc_pct']:6.2f} {d_ss:+5.2f} "
+                f"{ss_net:+5.2f} | {w['mean']:7.0f} ({_ratio(w['mean'], rw['mean'])})  "
+                f"{w['p90']:6.0f} ({_ratio(w['p90'], rw['p90'])})  "
+                f"{w['mean_all']:5.0f} ({_ratio(w['mean_all'], rw['mean_all'])})  "
+                f"{sw['mean']:5.0f} ({_ratio(sw['mean'], rsw['mean'])}) | "
                 f"{r['never']:5d}({w['never']:4d})  {r['moves']:5d} {r['moves_per_100']:5.2f} "
                 f"{r['unlocked']:6d}  {r['seconds'] / max(ref['seconds'], 1e-9):5.2f}"
             )
+
+
+def _ratio(value: float, reference: float) -> str:
+    return f"{value / reference:4.2f}" if reference > 0 else "   -"
 
 
 def print_why(rows: list[dict[str, Any]]) -> None:
@@ -172,16 +225,18 @@ def print_why(rows: list[dict[str, Any]]) -> None:
 
 def print_headroom(rows: list[dict[str, Any]]) -> None:
     """Per trace, the headroom of tessera without moves next to what the best budget gained."""
-    print("trace        headroom pts (no moves)  best Δpts with moves")
+    print("trace        headroom pts (no moves): all  steady   best Δpts with moves: all  steady")
     for trace in dict.fromkeys(r["trace"] for r in rows):
         ref = next(r for r in rows if r["trace"] == trace and r["run"] == "tessera")
-        gains = [
-            r["alloc_pct"] - ref["alloc_pct"]
-            for r in rows
-            if r["trace"] == trace and r["run"].startswith("tessera+")
-        ]
+        mine = [r for r in rows if r["trace"] == trace and r["run"].startswith("tessera+")]
+        gains = [r["alloc_pct"] - ref["alloc_pct"] for r in mine]
+        steady = [r["steady_alloc_pct"] - ref["steady_alloc_pct"] for r in mine]
         best = f"{max(gains):+.2f}" if gains else "-"
-        print(f"{trace:<12} {ref['headroom_pts']:23.2f}  {best:>20}")
+        best_ss = f"{max(steady):+.2f}" if steady else "-"
+        print(
+            f"{trace:<12} {ref['headroom_pts']:27.2f} {ref['steady_headroom_pts']:7.2f}"
+            f"   {best:>24} {best_ss:>7}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -204,6 +259,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="let the planner chain two moves (DefragLimits.chains)",
     )
+    ap.add_argument(
+        "--steady-from",
+        type=float,
+        default=STEADY_FROM,
+        help="the steady-state window begins at this quantile of arrivals (0-0.9)",
+    )
     ap.add_argument("--nodes", type=int, default=None, help="first N nodes only (development)")
     ap.add_argument(
         "--pods", type=int, default=None, help="every k-th pod, at most N (development)"
@@ -212,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not 0 <= args.retry_after <= MAX_RETRY_AFTER:
         ap.error(f"--retry-after: between 0 and {MAX_RETRY_AFTER} placements")
+    if not 0 <= args.steady_from <= 0.9:
+        ap.error("--steady-from: between 0 and 0.9")
     args.budgets = [float(b) for b in args.budgets.split(",")]
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -222,12 +285,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"\ndefragmentation on the dynamic replay: seed {args.seed}, load {args.load:.2f}, "
         f"{args.hours:g} h window, move cost {args.move_cost} s, retry after {args.retry_after} "
-        f"placements, chains {'on' if args.chains else 'off'}, {time.perf_counter() - t0:.0f} s"
+        f"placements, chains {'on' if args.chains else 'off'}, steady state from the "
+        f"{args.steady_from:.0%} quantile of arrivals, {time.perf_counter() - t0:.0f} s"
     )
     print(
         "Δ and × are against tessera without moves in the same run; all* counts a whole-GPU request"
     )
-    print("that never started as waiting until the horizon\n")
+    print("that never started as waiting until the horizon; steady (×): mean wait of the whole-GPU")
+    print("requests submitted in the steady state that started\n")
     print_table(rows)
     print("\nwhy moves are rare (planner refusals, summed over plans)")
     print_why(rows)
