@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..fragmentation import EXACT_MARGIN, FragModel, after_placement
-from ..state import ClusterState, NodeKey
+from ..state import BoolArray, ClusterState, NodeKey
 from ..types import GPU_MILLI, PlacementRequest, TypicalPod
 from .base import CachedNodeScorer, Choice, FloatArray, IntArray
 
@@ -96,11 +96,17 @@ class FgdPolicy(CachedNodeScorer):
         return self._frag
 
     def choose(
-        self, state: ClusterState, request: PlacementRequest, cand: IntArray, prio: IntArray
+        self,
+        state: ClusterState,
+        request: PlacementRequest,
+        cand: IntArray,
+        prio: IntArray,
+        *,
+        mask: BoolArray | None = None,
     ) -> Choice:
         """See :meth:`CachedNodeScorer.choose`."""
         self.bind_models(state.model_index)
-        return super().choose(state, request, cand, prio)
+        return super().choose(state, request, cand, prio, mask=mask)
 
     def score_key(
         self, key: NodeKey, pod: tuple[int, int, int], allowed: frozenset[int] | None
