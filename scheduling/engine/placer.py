@@ -88,7 +88,7 @@ def place_one(
     mask = feasible_mask(state, request)
     if allowed is not None:
         mask &= allowed
-    cand = np.flatnonzero(mask)
+    cand = mask.nonzero()[0]  # ``np.flatnonzero`` without its wrapper (a 1-D mask)
     if cand.size == 0:
         return None
     sub = preferred_subset(state, request, cand)

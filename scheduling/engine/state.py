@@ -348,6 +348,15 @@ class ClusterState:
             self._keys[i] = k
         return k
 
+    def node_keys(self, nodes: list[int]) -> list[NodeKey]:
+        """:meth:`node_key` of each of ``nodes`` (one call for the few stale nodes of a decision)."""
+        keys = self._keys
+        out: list[NodeKey] = []
+        for i in nodes:
+            k = keys[i]
+            out.append(self.node_key(i) if k is None else k)
+        return out
+
     def node_free(self, name: str) -> dict[str, Any]:
         """Free resources of one node: CPU, memory, and per GPU (index, free milli, free memory, healthy)."""
         i = self.index[name]

@@ -74,7 +74,7 @@ def pick_masked(mask: BoolArray, scores: FloatArray, prio: IntArray) -> int:
     """:func:`pick` of the nodes in ``mask`` (not empty), ``scores`` given for every node: the same node
     (the best score, then the lowest priority, then the lowest index)."""
     total = np.where(mask, scores, -np.inf)
-    sel = np.flatnonzero(total == total.max())
+    sel = (total == total.max()).nonzero()[0]
     if sel.size == 1:
         return int(sel[0])
     return int(sel[int(np.argmin(prio[sel]))])
@@ -132,14 +132,15 @@ class CachedNodeScorer:
         """Scores and slice GPU values of ``nodes`` (their current state) for a request shape, via
         :meth:`score_key` and the memo; a subclass may compute them in one vectorised pass instead."""
         memo = self._memo
+        keys = state.node_keys(nodes.tolist())
         scores: list[float] = []
         vals: list[tuple[int, ...]] = []
-        for i in nodes.tolist():
-            key = state.node_key(i)
-            r = memo.get((key, pk))
+        for key in keys:
+            mk = (key, pk)
+            r = memo.get(mk)
             if r is None:
                 r = self.score_key(key, pk, None)
-                memo[(key, pk)] = r
+                memo[mk] = r
             scores.append(r[0])
             vals.append(r[1])
         return scores, vals
@@ -192,7 +193,7 @@ class CachedNodeScorer:
             assert mask is not None
             changed = vers != state.version
             changed &= mask
-            stale = np.flatnonzero(changed)
+            stale = changed.nonzero()[0]
         else:
             stale = cand[vers[cand] != state.version[cand]]
         if stale.size:
