@@ -189,11 +189,12 @@ class ClusterState:
         )
         self.idle_milli[i] = sum(healthy)
         self.version[i] += 1
-        self._keys[i] = None
         gpus = sorted((f, m) for f, m, o in zip(free, mem, ok, strict=True) if o)
-        self._classify(
-            i, (int(self.model_id[i]), int(self.cpu_free[i]), int(self.mem_free[i]), tuple(gpus))
-        )
+        model, cpu = int(self.model_id[i]), int(self.cpu_free[i])
+        # :meth:`node_key` from the sorted healthy GPUs at hand (their free milli, ascending), rather
+        # than from the arrays again when a policy first asks.
+        self._keys[i] = (model, cpu, tuple([f for f, _ in gpus]))
+        self._classify(i, (model, cpu, int(self.mem_free[i]), tuple(gpus)))
 
     def _row(self, i: int) -> tuple[Any, ...]:
         ok = self.gpu_ok[i]
