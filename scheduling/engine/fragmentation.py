@@ -138,7 +138,8 @@ class FragModel:
         Memoised per :meth:`memo_key`: states that differ only in free CPU between two consecutive typical
         CPU requests take the same branches of :meth:`_frag`, so the same float operations and value.
         """
-        mk = self.memo_key(key)
+        model, cpu, idle = key
+        mk = (model, bisect_right(self.cpu_thresholds, cpu), idle)  # :meth:`memo_key`, inlined
         v = self._memo.get(mk)
         if v is None:
             v = self._frag(key)

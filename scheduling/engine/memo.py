@@ -44,7 +44,11 @@ class TwoGenerationMemo(Generic[K, V]):
         if v is None:
             v = self._old.get(key)
             if v is not None:
-                self[key] = v
+                young = self._young
+                if len(young) >= self.capacity:
+                    self._old = young
+                    young = self._young = {}
+                young[key] = v
         return v
 
     def __setitem__(self, key: K, value: V) -> None:

@@ -88,10 +88,13 @@ def place_one(
     mask = feasible_mask(state, request)
     if allowed is not None:
         mask &= allowed
-    cand = np.flatnonzero(mask)
+    cand = mask.nonzero()[0]  # ``np.flatnonzero`` without its wrapper (a 1-D mask)
     if cand.size == 0:
         return None
-    cand = preferred_subset(state, request, cand)
+    sub = preferred_subset(state, request, cand)
+    # ``mask`` stays the boolean form of the candidates unless the preferences narrowed them.
+    exact_mask: BoolArray | None = mask if sub is cand else None
+    cand = sub
     if prio is None:
         prio = np.arange(len(state), dtype=np.int64)
     if cand.size > 1 and node_local(policy):
@@ -103,9 +106,13 @@ def place_one(
             # stale nodes in one vectorised pass (deduplicated by class) is faster on every candidate,
             # which spares this sort (the choice is the same either way, see :func:`representatives`).
             cand = representatives(state, cand, prio)
+            exact_mask = None
         if memory_slice:
             cand = _slice_finalists(state, request, policy, cand, prio)
-    i, gpus = policy.choose(state, request, cand, prio)
+        assert isinstance(policy, CachedNodeScorer)
+        i, gpus = policy.choose(state, request, cand, prio, mask=exact_mask)
+    else:
+        i, gpus = policy.choose(state, request, cand, prio)
     assignment = make_assignment(state, i, request, gpus)
     state.apply(assignment)
     return assignment

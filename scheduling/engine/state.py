@@ -189,11 +189,12 @@ class ClusterState:
         )
         self.idle_milli[i] = sum(healthy)
         self.version[i] += 1
-        self._keys[i] = None
         gpus = sorted((f, m) for f, m, o in zip(free, mem, ok, strict=True) if o)
-        self._classify(
-            i, (int(self.model_id[i]), int(self.cpu_free[i]), int(self.mem_free[i]), tuple(gpus))
-        )
+        model, cpu = int(self.model_id[i]), int(self.cpu_free[i])
+        # :meth:`node_key` from the sorted healthy GPUs at hand (their free milli, ascending), rather
+        # than from the arrays again when a policy first asks.
+        self._keys[i] = (model, cpu, tuple([f for f, _ in gpus]))
+        self._classify(i, (model, cpu, int(self.mem_free[i]), tuple(gpus)))
 
     def _row(self, i: int) -> tuple[Any, ...]:
         ok = self.gpu_ok[i]
@@ -347,6 +348,15 @@ class ClusterState:
             k = (int(self.model_id[i]), int(self.cpu_free[i]), tuple(sorted(free.tolist())))
             self._keys[i] = k
         return k
+
+    def node_keys(self, nodes: list[int]) -> list[NodeKey]:
+        """:meth:`node_key` of each of ``nodes`` (one call for the few stale nodes of a decision)."""
+        keys = self._keys
+        out: list[NodeKey] = []
+        for i in nodes:
+            k = keys[i]
+            out.append(self.node_key(i) if k is None else k)
+        return out
 
     def node_free(self, name: str) -> dict[str, Any]:
         """Free resources of one node: CPU, memory, and per GPU (index, free milli, free memory, healthy)."""

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..fragmentation import after_placement
-from ..state import ClusterState, NodeKey
+from ..state import BoolArray, ClusterState, NodeKey
 from ..types import GPU_MILLI, PlacementRequest, TypicalPod
 from .base import Choice, FloatArray, IntArray
 from .fgd import FgdPolicy, fgd_score
@@ -122,7 +122,13 @@ class TesseraPolicy(FgdPolicy):
         self._bound = -1
 
     def choose(
-        self, state: ClusterState, request: PlacementRequest, cand: IntArray, prio: IntArray
+        self,
+        state: ClusterState,
+        request: PlacementRequest,
+        cand: IntArray,
+        prio: IntArray,
+        *,
+        mask: BoolArray | None = None,
     ) -> Choice:
         """Bind the pressure table to the state's models, then score as :class:`CachedNodeScorer`."""
         if state.uid != self._bound:
@@ -138,7 +144,7 @@ class TesseraPolicy(FgdPolicy):
                     [pressure.get(x, 0.0) for x in range(-1, max(pressure, default=-1) + 1)]
                 )
                 self._memo.clear()
-        return super().choose(state, request, cand, prio)
+        return super().choose(state, request, cand, prio, mask=mask)
 
     def score_key(
         self, key: NodeKey, pod: tuple[int, int, int], allowed: frozenset[int] | None
