@@ -332,16 +332,23 @@ def test_submit_rejects_quota_of_another_tenant(team_a: Any, team_b: Any) -> Non
     assert not Workload.objects.exists()
 
 
-def test_quota_within_its_share_reclaims_capacity_lent_to_a_sibling(
-    team_a: Any, team_b: Any
-) -> None:
-    # given team-a (no min) borrowing all 8 GPUs of the pool with preemptible pods
+def _reclaim_world(team_a: Any, team_b: Any) -> tuple[Any, Any, list[Workload]]:
+    """Two nodes of four GPUs; team-a (no min) borrows all eight, team-b is guaranteed four."""
     small_cluster(gpu_nodes=2, gpus_per_node=4)
     group = make_group()
     qa = make_quota(group, team_a, name="a")
     qb = make_quota(group, team_b, name="b", gpu_min_milli=4000)
     borrowers = [submit(qa, f"a{i}", gpu_count=1, gpu_milli=1000) for i in range(8)]
     assert services.run_cycle(group.pk).placed == 8
+    return group, qb, borrowers
+
+
+def test_quota_within_its_share_reclaims_capacity_lent_to_a_sibling(
+    team_a: Any, team_b: Any
+) -> None:
+    # given team-a (no min) borrowing all 8 GPUs of the pool with preemptible pods
+    group, qb, borrowers = _reclaim_world(team_a, team_b)
+    qa = borrowers[0].quota
     # when team-b asks for the 4 GPUs of its min
     claimant = submit(qb, "b", gpu_count=4, gpu_milli=1000)
     report = services.run_cycle(group.pk)
@@ -362,17 +369,6 @@ def test_quota_within_its_share_reclaims_capacity_lent_to_a_sibling(
     assert claimant.state == WorkloadState.PLACED
     assert Workload.objects.filter(quota=qa, state="pending").count() == 4
     assert_no_overcommit()
-
-
-def _reclaim_world(team_a: Any, team_b: Any) -> tuple[Any, Any, list[Workload]]:
-    """Two nodes of four GPUs; team-a (no min) borrows all eight, team-b is guaranteed four."""
-    small_cluster(gpu_nodes=2, gpus_per_node=4)
-    group = make_group()
-    qa = make_quota(group, team_a, name="a")
-    qb = make_quota(group, team_b, name="b", gpu_min_milli=4000)
-    borrowers = [submit(qa, f"a{i}", gpu_count=1, gpu_milli=1000) for i in range(8)]
-    assert services.run_cycle(group.pk).placed == 8
-    return group, qb, borrowers
 
 
 def test_snapshot_stays_in_step_with_the_database_after_a_reclaim(team_a: Any, team_b: Any) -> None:
