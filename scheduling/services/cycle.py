@@ -52,6 +52,7 @@ from scheduling.services.heap import note_busy, settle_after_burst
 from scheduling.services.mig_cards import MigPool, mig_pool, record_mig_slots
 from scheduling.services.mig_reconfig import record_relayouts
 from scheduling.services.polite_reclaim import reclaim_politely
+from scheduling.services.pool_cache import one_inventory_reading
 from scheduling.services.quota_bridge import (
     ReclaimRows,
     cycle_snapshot,
@@ -588,7 +589,8 @@ def run_cycle(group_id: int, *, limit: int | None = None, policy: str | None = N
     policy = policy or settings.TESSERA_PLACEMENT_POLICY
     for attempt in range(2):
         try:
-            report = _run_once(group, limit=limit, policy=policy)
+            with one_inventory_reading():
+                report = _run_once(group, limit=limit, policy=policy)
         except (StaleSnapshot, IntegrityError, OperationalError) as exc:
             if isinstance(exc, OperationalError) and not is_lock_conflict(exc):
                 raise
