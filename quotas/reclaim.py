@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from typing import Any
 
@@ -44,6 +44,14 @@ class Victim:
     priority: int
     freed: Resources
     reason: str
+    started_at: datetime | None = None
+    """When the unit started (its last member); None when it has not yet (it counts as just started)."""
+
+    @property
+    def order(self) -> tuple[int, timedelta, str, int]:
+        """Reclaim's order as a key (lowest first): priority, most recently started, name, first id."""
+        since = _LATEST - self.started_at if self.started_at is not None else timedelta(0)
+        return (self.priority, since, self.name, self.workload_ids[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,20 +141,23 @@ def _units(
     side: Side,
     protect_started_after: datetime | None = None,
     among: Collection[int] | None = None,
+    units_of: Sequence[WorkloadUsage] | None = None,
 ) -> list[_Unit]:
     """Active work on `side` grouped into reclaimable units; units with non-preemptible work are dropped,
     and so are units that started after `protect_started_after` (minimum runtime before preemption;
     a unit with no start time yet counts as just started), and, with `among`, units with a member
-    not in it."""
+    not in it. The work is `units_of` when given (each gang with all its active members), else the
+    snapshot's workloads."""
+    workloads = snapshot.workloads if units_of is None else units_of
     grouped: dict[tuple[str, int], list[WorkloadUsage]] = {}
-    for w in snapshot.workloads:
+    for w in workloads:
         if not w.active or w.side is not side or (among is not None and w.workload_id not in among):
             continue
         key = ("gang", w.gang_id) if w.gang_id else ("workload", w.workload_id)
         grouped.setdefault(key, []).append(w)
     # A gang spanning sides is still one unit: all its active members, whatever their side.
     if any(key[0] == "gang" for key in grouped):
-        active = {w.workload_id: w for w in snapshot.workloads if w.active}
+        active = {w.workload_id: w for w in workloads if w.active}
         pairs = [(w.workload_id, w.gang_id) for w in active.values() if w.gang_id]
         for key, members in grouped.items():
             if key[0] == "gang":
@@ -233,6 +244,7 @@ def plan_reclaim(
     shortfall: Resources | None = None,
     protect_started_after: datetime | None = None,
     among: Collection[int] | None = None,
+    units_of: Sequence[WorkloadUsage] | None = None,
 ) -> ReclaimPlan:
     """Choose the work to stop so that `pending` can start.
 
@@ -246,6 +258,8 @@ def plan_reclaim(
             minus the group's free capacity" (e.g. the placement engine needs a whole node free).
         among: when given, only units whose members are all in it may be chosen (the scheduling cycle
             passes the victims it chose node by node, see scheduling.services.reclaim_fit).
+        units_of: the workloads units are made of, when not the snapshot's own (a snapshot of summed
+            usage gives the quota figures, and these rows, each gang whole, the units to choose among).
 
     Returns:
         ReclaimPlan: victims in the order to stop them, each with a reason, and an outcome per request.
@@ -318,7 +332,7 @@ def plan_reclaim(
             }
             picked: list[_Unit] = []
             still_needed = need
-            for unit in _units(snapshot, side, protect_started_after, among):
+            for unit in _units(snapshot, side, protect_started_after, among, units_of):
                 if unit.quota_id == quota_id or unit.quota_id not in remaining_over:
                     continue
                 if any(m.workload_id in taken for m in unit.members):
@@ -408,6 +422,7 @@ def _victim(snapshot: GroupSnapshot, unit: _Unit, side: Side, reason: str) -> Vi
         priority=unit.priority,
         freed=unit.freed,
         reason=reason,
+        started_at=None if unit.started_at == _LATEST else unit.started_at,
     )
 
 
@@ -416,6 +431,7 @@ def reclaimable(
     pending: Any,
     *,
     protect_started_after: datetime | None = None,
+    units_of: Sequence[WorkloadUsage] | None = None,
 ) -> tuple[Victim, ...]:
     """Every unit the quota rules let `pending` (one request: a workload or a gang's members) take
     back, in the order reclaim prefers them: the claimant must be entitled to reclaim on its side
@@ -424,7 +440,29 @@ def reclaimable(
     (how much a quota gives back is `plan_reclaim`'s rule); a caller choosing where capacity is freed
     picks among these and then asks `plan_reclaim(..., among=...)` for the plan, whose victims carry
     the reasons shown to people (a candidate's reason only says it may be reclaimed: a large group has
-    thousands of candidates and describes the few it stops)."""
+    thousands of candidates and describes the few it stops). `units_of`: as in `plan_reclaim` (only the
+    units made of these rows are listed)."""
+    out: list[Victim] = []
+    for side, over in _sources(snapshot, pending):
+        for unit in _units(snapshot, side, protect_started_after, units_of=units_of):
+            above = over.get(unit.quota_id)
+            if not above or not any(getattr(unit.freed, d) > 0 for d in above):
+                continue
+            out.append(_victim(snapshot, unit, side, "may be reclaimed"))
+    return tuple(out)
+
+
+def may_reclaim(snapshot: GroupSnapshot, pending: Any) -> bool:
+    """Whether `reclaimable` could list anything for `pending` at all: it is entitled to reclaim on a
+    side where some sibling quota runs above its runtime share. Reads no workload one by one."""
+    return any(any(over.values()) for _, over in _sources(snapshot, pending))
+
+
+def _sources(
+    snapshot: GroupSnapshot, pending: Any
+) -> list[tuple[Side, dict[int, tuple[str, ...]]]]:
+    """Per side on which `pending` is entitled to reclaim: per sibling quota, the dimensions of that
+    side it runs above its runtime share in."""
     claims = _claims(pending)
     counted = snapshot.pending_ids
     missing = [
@@ -432,7 +470,7 @@ def reclaimable(
     ]
     if missing:
         snapshot = snapshot.with_workloads([replace(u, active=False) for u in missing])
-    out: list[Victim] = []
+    out = []
     for claim in claims:
         for side in (Side.GPU, Side.CPU):
             on_side = [u for u in claim if u.side is side]
@@ -450,18 +488,17 @@ def reclaimable(
             )
             if not admission.allowed:
                 continue
-            # per sibling quota, the dimensions it runs above its runtime share in
-            over = {
-                q.quota_id: tuple(d for d in dims if q.side(side).over_runtime.get(d) > 0)
-                for q in snapshot.quotas.values()
-                if q.quota_id != quota_id
-            }
-            for unit in _units(snapshot, side, protect_started_after):
-                above = over.get(unit.quota_id)
-                if not above or not any(getattr(unit.freed, d) > 0 for d in above):
-                    continue
-                out.append(_victim(snapshot, unit, side, "may be reclaimed"))
-    return tuple(out)
+            out.append(
+                (
+                    side,
+                    {
+                        q.quota_id: tuple(d for d in dims if q.side(side).over_runtime.get(d) > 0)
+                        for q in snapshot.quotas.values()
+                        if q.quota_id != quota_id
+                    },
+                )
+            )
+    return out
 
 
 def victims_for(snapshot: GroupSnapshot, pending: Sequence[Any]) -> tuple[int, ...]:

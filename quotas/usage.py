@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from quotas.cluster import cluster_rows
@@ -782,9 +782,59 @@ def live_usage(group: QuotaGroup | int) -> list[WorkloadUsage]:
     """One WorkloadUsage per live workload of the group, by id: what `usage_of` makes of each row,
     built straight from the row's columns (a reclaim on a 16,000-workload group reads every one, and
     `usage_of`'s attribute lookups cost several times the row itself)."""
+    return _usages(_live_workloads(group))
+
+
+def pending_usage(group: QuotaGroup | int) -> list[WorkloadUsage]:
+    """`live_usage` of the group's live workloads that are not active (its demand), by id."""
+    return _usages(_live_workloads(group).exclude(state__in=cluster_rows().active_states))
+
+
+_ROWS_PER_QUERY = 5000
+"""Ids per `IN (...)` list (SQLite refuses more than 32,766 parameters in one statement)."""
+
+
+def active_usage(
+    group: QuotaGroup | int, ids: Collection[int], gangs: Collection[int] = ()
+) -> list[WorkloadUsage]:
+    """`live_usage` of the group's active workloads among `ids`, and of every active member of their
+    gangs and of `gangs`, by id: the rows a reclaim weighs on the nodes it looks at, each gang whole."""
+    active = _live_workloads(group).filter(state__in=cluster_rows().active_states)
+    wanted = sorted(set(ids))
+    gang_ids = set(gangs)
+    by_id: dict[int, WorkloadUsage] = {}
+    for start in range(0, len(wanted), _ROWS_PER_QUERY):
+        for usage in _usages(active.filter(pk__in=wanted[start : start + _ROWS_PER_QUERY])):
+            by_id[usage.workload_id] = usage
+            if usage.gang_id:
+                gang_ids.add(usage.gang_id)
+    ordered = sorted(gang_ids)
+    for start in range(0, len(ordered), _ROWS_PER_QUERY):
+        for usage in _usages(active.filter(gang_id__in=ordered[start : start + _ROWS_PER_QUERY])):
+            by_id[usage.workload_id] = usage
+    return [by_id[i] for i in sorted(by_id)]
+
+
+def lowest_preemptible(group: QuotaGroup | int, other_than: int) -> tuple[int, int] | None:
+    """(the lowest priority, the least GPU milli of a workload at it) among the group's active
+    preemptible workloads outside quota `other_than`; None when there are none. A lower bound on what
+    the cheapest unit a reclaim could stop costs (scheduling.services.reclaim_fit)."""
+    row = (
+        _live_workloads(group)
+        .filter(state__in=cluster_rows().active_states, preemptible=True)
+        .exclude(quota_id=other_than)
+        .annotate(milli=F("gpu_count") * F("gpu_milli"))
+        .order_by("priority", "milli")
+        .values_list("priority", "milli")
+        .first()
+    )
+    return None if row is None else (int(row[0] or 0), int(row[1] or 0))
+
+
+def _usages(workloads: QuerySet[Any]) -> list[WorkloadUsage]:
     fields = [f.name for f in _WorkloadFields.__dataclass_fields__.values()]
     columns = [("gang__name" if f == "gang_name" else f) for f in fields]
-    rows = _live_workloads(group).order_by("id").values_list(*columns)
+    rows = workloads.order_by("id").values_list(*columns)
     active_states = frozenset(cluster_rows().active_states)
     gpu, cpu = Side.GPU, Side.CPU
     out = []
@@ -826,15 +876,18 @@ def live_gpu_milli(group: QuotaGroup | int, workload_ids: Iterable[int]) -> int:
     return sum(int(count or 0) * int(milli or 0) for count, milli in rows)
 
 
-def aggregated_usage(group: QuotaGroup | int) -> list[WorkloadUsage]:
+def aggregated_usage(group: QuotaGroup | int, *, active_only: bool = False) -> list[WorkloadUsage]:
     """The group's live workloads summed per (quota, side, active, preemptible): the same used, pending,
     demand and non-preemptible figures as `live_usage`, read with one GROUP BY over request shapes
     instead of one row per workload (a scheduling cycle of a 5,000-workload group). Each shape is charged
     by `usage_of` (so `workload_resources`: the one charge), times the number of its rows. For admission
-    only: reclaim needs the individual workloads (`live_usage`)."""
+    only: reclaim needs the individual workloads (`live_usage`). With `active_only`, the active ones
+    alone (a reclaim reads the pending ones one by one: `pending_usage`)."""
+    live = _live_workloads(group)
+    if active_only:
+        live = live.filter(state__in=cluster_rows().active_states)
     rows = (
-        _live_workloads(group)
-        .values(*_SHAPE)
+        live.values(*_SHAPE)
         .annotate(n=Count("pk"), cpu=Sum("cpu_milli"), memory=Sum("memory_mib"))
         .order_by()
     )

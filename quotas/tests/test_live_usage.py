@@ -10,11 +10,14 @@ from quotas.resources import Resources, Side
 from quotas.tests.factories import QuotaFactory, QuotaGroupFactory, make_gang, make_workload
 from quotas.usage import (
     QuotaSpec,
+    active_usage,
     aggregate,
     aggregated_usage,
     build_snapshot,
     group_capacity,
     live_usage,
+    lowest_preemptible,
+    pending_usage,
     usage_of,
 )
 from scheduling.models import Workload
@@ -126,3 +129,45 @@ def test_the_held_back_codes_are_the_admission_codes_of_a_cap_and_a_spent_budget
     from quotas.usage import HELD_BACK_CODES
 
     assert HELD_BACK_CODES == (AdmissionCode.USER_CAP.value, AdmissionCode.BUDGET_EXHAUSTED.value)
+
+
+def test_running_work_summed_and_pending_work_one_by_one_read_the_same_figures(live):
+    # What a cycle's reclaim plans on (scheduling.services.quota_bridge.reclaim_snapshot).
+    group = live[0]
+    everyone = live_usage(group)
+    assert pending_usage(group) == [u for u in everyone if not u.active]
+    mixed = [*aggregated_usage(group, active_only=True), *pending_usage(group)]
+    assert aggregate(mixed) == aggregate(everyone)
+
+
+def test_the_running_rows_of_some_workloads_come_with_every_running_member_of_their_gangs(live):
+    group, qa, qb = live
+    running = {u.name: u for u in live_usage(group) if u.active}
+    member = next(u for u in running.values() if u.gang_id)
+    alone = next(u for u in running.values() if not u.gang_id and u.quota_id == qb.pk)
+    late = make_workload(
+        qa, state="running", gpu_count=2, gang=Workload.objects.get(pk=member.workload_id).gang
+    )
+    waiting = next(u for u in live_usage(group) if not u.active and not u.gang_id)
+    read = active_usage(
+        group, [alone.workload_id, waiting.workload_id], gangs=[int(member.gang_id or 0)]
+    )
+    assert [u.workload_id for u in read] == sorted([alone.workload_id, member.workload_id, late.pk])
+    assert read[0] == next(u for u in live_usage(group) if u.workload_id == read[0].workload_id)
+    # asked by one member, the gang comes whole too
+    assert {u.workload_id for u in active_usage(group, [late.pk])} == {member.workload_id, late.pk}
+    assert active_usage(group, []) == []
+
+
+def test_the_lowest_preemptible_running_work_outside_a_quota_bounds_what_a_reclaim_can_stop(live):
+    group, qa, qb = live
+    # team B runs a non-preemptible 4-GPU job and a preemptible CPU job: the CPU job, 0 GPU milli
+    assert lowest_preemptible(group, other_than=qa.pk) == (0, 0)
+    Workload.objects.filter(quota=qb, gpu_count=0).update(priority=3)
+    make_workload(qb, gpu_count=1, gpu_milli=500, gpu_memory_mib=1024, priority=3)
+    make_workload(qb, gpu_count=2, gpu_milli=1000, priority=1)
+    assert lowest_preemptible(group, other_than=qa.pk) == (1, 2000)
+    # team A's own work never counts against itself; nothing preemptible left: None
+    Workload.objects.filter(quota=qb).update(preemptible=False)
+    assert lowest_preemptible(group, other_than=qa.pk) is None
+    assert lowest_preemptible(group, other_than=qb.pk) is not None

@@ -52,7 +52,13 @@ from scheduling.services.heap import note_busy, settle_after_burst
 from scheduling.services.mig_cards import MigPool, mig_pool, record_mig_slots
 from scheduling.services.mig_reconfig import record_relayouts
 from scheduling.services.polite_reclaim import reclaim_politely
-from scheduling.services.quota_bridge import cycle_snapshot, reclaim_snapshot, warm_capacity
+from scheduling.services.pool_cache import one_inventory_reading
+from scheduling.services.quota_bridge import (
+    ReclaimRows,
+    cycle_snapshot,
+    reclaim_snapshot,
+    warm_capacity,
+)
 from scheduling.services.snapshot import (
     GroupCluster,
     bump_shards_for_nodes,
@@ -313,11 +319,16 @@ def _read(group: QuotaGroup, shard: Shard, *, limit: int, policy: str) -> _Cycle
 
 
 def _decide(group: QuotaGroup, read: _CycleRead, version: int) -> CycleDecision:
-    """`decide` on the cycle's input, reading the group's workloads one by one (for reclaim) only when
-    an admitted unit found no capacity."""
+    """`decide` on the cycle's input, reading the group's workloads for reclaim only when an admitted
+    unit found no capacity: the running ones summed, and one by one on the nodes reclaim looks at."""
     proposal = propose(read.input)
     workloads = reclaim_snapshot(group, version) if proposal.reclaim_candidates else None
-    return conclude(proposal, workloads, protect_started_after=read.input.protect_started_after)
+    return conclude(
+        proposal,
+        workloads,
+        protect_started_after=read.input.protect_started_after,
+        rows=ReclaimRows(group, version),
+    )
 
 
 def _stop_victims(group: QuotaGroup, claim: Reclaim) -> list[int]:
@@ -578,7 +589,8 @@ def run_cycle(group_id: int, *, limit: int | None = None, policy: str | None = N
     policy = policy or settings.TESSERA_PLACEMENT_POLICY
     for attempt in range(2):
         try:
-            report = _run_once(group, limit=limit, policy=policy)
+            with one_inventory_reading():
+                report = _run_once(group, limit=limit, policy=policy)
         except (StaleSnapshot, IntegrityError, OperationalError) as exc:
             if isinstance(exc, OperationalError) and not is_lock_conflict(exc):
                 raise

@@ -21,20 +21,22 @@
 
 Reclaim plans on the group's workloads one by one (`CycleInput.workloads`), which the cycle reads only
 when a unit needs it: `propose` runs steps 1–4, `conclude` steps 5–6, and `decide` is the two in one.
+On a large cluster the cycle gives `conclude` the running work summed instead, with `WorkloadRows`
+to read the running workloads of the nodes reclaim looks at (the first few, usually), one by one.
 `scheduling.services.cycle` builds the input from the database and applies the decision in one
 transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from quotas.admission import Admission, AdmissionSession
-from quotas.reclaim import Victim, plan_reclaim, reclaimable
-from quotas.resources import Resources
+from quotas.reclaim import Victim, may_reclaim, plan_reclaim, reclaimable
+from quotas.resources import Resources, Side
 from quotas.usage import GroupSnapshot, WorkloadUsage
 from scheduling.engine import (
     GPU_MILLI,
@@ -115,6 +117,50 @@ class CycleInput:
     running: Mapping[int, Assignment] = field(default_factory=dict)
     """Per active workload id, its placement on `cluster`: reclaim chooses its victims node by node
     (`scheduling.services.reclaim_fit`). Empty: victims by quota share alone (no node is known)."""
+
+
+class WorkloadRows(Protocol):
+    """The group's workloads one by one, read as reclaim needs them (the cycle's reader is
+    `scheduling.services.quota_bridge.ReclaimRows`; `SnapshotRows` serves them from a snapshot)."""
+
+    def active(self, ids: Collection[int], gangs: Collection[int]) -> Sequence[WorkloadUsage]:
+        """The active workloads among `ids`, and every active member of their gangs and of `gangs`."""
+        ...
+
+    def lowest(self, other_than: int) -> tuple[int, int] | None:
+        """(lowest priority, least GPU milli at it) of active preemptible work outside quota
+        `other_than`; None when there is none."""
+        ...
+
+    def one_by_one(self) -> GroupSnapshot:
+        """The group's snapshot with every live workload one by one."""
+        ...
+
+
+@dataclass(frozen=True)
+class SnapshotRows:
+    """`WorkloadRows` of a snapshot that already holds every workload one by one."""
+
+    snapshot: GroupSnapshot
+
+    def active(self, ids: Collection[int], gangs: Collection[int]) -> Sequence[WorkloadUsage]:
+        wanted = set(ids)
+        running = [w for w in self.snapshot.workloads if w.active]
+        gang_ids = set(gangs) | {
+            w.gang_id for w in running if w.gang_id and w.workload_id in wanted
+        }
+        return [w for w in running if w.workload_id in wanted or (w.gang_id in gang_ids)]
+
+    def lowest(self, other_than: int) -> tuple[int, int] | None:
+        return _lowest(w for w in self.snapshot.workloads if w.active and w.quota_id != other_than)
+
+    def one_by_one(self) -> GroupSnapshot:
+        return self.snapshot
+
+
+def _lowest(workloads: Any) -> tuple[int, int] | None:
+    keys = [(w.priority, w.resources.gpu_milli) for w in workloads if w.preemptible]
+    return min(keys) if keys else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,14 +365,21 @@ def conclude(
     workloads: GroupSnapshot | None,
     *,
     protect_started_after: datetime | None = None,
+    rows: WorkloadRows | None = None,
 ) -> CycleDecision:
-    """Steps 5–6: the reclaim claim (on `workloads`, the group's workloads one by one; work started
-    after `protect_started_after` is protected) and everyone's waiting reason and position."""
+    """Steps 5–6: the reclaim claim (work started after `protect_started_after` is protected) and
+    everyone's waiting reason and position. Reclaim reads `workloads`: the group's workloads one by
+    one, or, with `rows`, the snapshot whose running work may be summed (its pending work one by one)
+    and `rows` to read the running workloads reclaim weighs."""
     claim = None
     no_room: dict[int, str] = {}
     if workloads is not None and proposal.reclaim_candidates:
         claim = _reclaim(
-            proposal, _with_placements(workloads, proposal), protect_started_after, no_room
+            proposal,
+            _with_placements(workloads, proposal),
+            rows if rows is not None else SnapshotRows(workloads),
+            protect_started_after,
+            no_room,
         )
     placed = {int(a.request_id) for a in proposal.placements}
     waiting: dict[int, Waiting] = {}
@@ -589,6 +642,7 @@ def _with_placements(workloads: GroupSnapshot, proposal: Proposal) -> GroupSnaps
 def _reclaim(
     proposal: Proposal,
     workloads: GroupSnapshot,
+    rows: WorkloadRows,
     protect_started_after: datetime | None = None,
     no_room: dict[int, str] | None = None,
 ) -> Reclaim | None:
@@ -597,28 +651,46 @@ def _reclaim(
     the running work is (`Proposal.running`), the victims are chosen node by node so that the unit can
     place once they stopped (`reclaim_fit.choose_by_node`), and a unit no permitted victims would make
     room for reclaims nothing (why goes into `no_room`, per member id, for its waiting reason)."""
+    one_by_one: GroupSnapshot | None = None
+    by_node: dict[str, list[int]] | None = None
     for unit in proposal.reclaim_candidates:
         usages = [m.usage for m in unit.members]
         claim = usages if unit.gang_need else usages[0]
         among = None
         shortfall = None
         placements: tuple[Assignment, ...] = ()
+        snapshot = workloads
+        units_of: Sequence[WorkloadUsage] | None = None
         if proposal.running and not any(m.mig_profile for m in unit.members):
-            candidates = reclaimable(workloads, claim, protect_started_after=protect_started_after)
-            if not candidates:
+            if not may_reclaim(workloads, claim):
                 continue
+            if by_node is None:
+                by_node = {}
+                for wid, a in proposal.running.items():
+                    by_node.setdefault(a.node, []).append(wid)
+            source = _Permitted(
+                workloads,
+                claim,
+                protect_started_after,
+                rows,
+                by_node,
+                usages[0].quota_id,
+                frozenset(int(a.request_id) for a in proposal.placements),
+            )
             choice = choose_by_node(
                 proposal.state,
                 [m.request for m in unit.members],
                 unit.gang_need or 1,
-                candidates,
+                source,
                 proposal.running,
                 gang=_gang_spec(unit) if unit.gang_need else None,
                 policy=proposal.policy,
                 topology_levels=proposal.topology_levels,
             )
             if isinstance(choice, NoFit):
-                if no_room is not None:
+                # as when nothing at all is permitted: no reason to add (asked of every node only
+                # when the nodes tried had none)
+                if no_room is not None and (source.handed or source.rest()):
                     no_room.update(dict.fromkeys(unit.ids, choice.reason))
                 continue
             if not choice.victims:
@@ -626,12 +698,22 @@ def _reclaim(
             among = {i for v in choice.victims for i in v.workload_ids}
             shortfall = _freed(choice.victims)
             placements = choice.placements
+            units_of = source.rows_of(among)
+        else:
+            if one_by_one is None:
+                one_by_one = (
+                    workloads
+                    if isinstance(rows, SnapshotRows)
+                    else _with_placements(rows.one_by_one(), proposal)
+                )
+            snapshot = one_by_one
         plan = plan_reclaim(
-            workloads,
+            snapshot,
             claim,
             protect_started_after=protect_started_after,
             among=among,
             shortfall=shortfall,
+            units_of=units_of,
         )
         if not plan.victims:
             if among is not None and no_room is not None:
@@ -647,6 +729,96 @@ def _reclaim(
         # the engine's plan holds for the node choice's victims; the quota rules may stop fewer
         return Reclaim(unit.ids, message, plan.victims, placements if stopped == among else ())
     return None
+
+
+@dataclass
+class _Permitted:
+    """The units `claim` may take back (`quotas.reclaim.reclaimable`), read node by node as
+    `reclaim_fit.choose_by_node` asks for them (`reclaim_fit.Candidates`): the running workloads of
+    those nodes (this cycle's placements from `snapshot`, the others through `rows`), each gang whole."""
+
+    snapshot: GroupSnapshot
+    claim: Any
+    protect_started_after: datetime | None
+    rows: WorkloadRows
+    by_node: Mapping[str, Sequence[int]]
+    quota_id: int
+    placed_ids: frozenset[int] = frozenset()
+    """This cycle's placements (active in `snapshot`, still pending in the database)."""
+    handed: int = 0
+    _asked: set[int] = field(default_factory=set)
+    _given: set[tuple[Side, int]] = field(default_factory=set)
+    _read: dict[int, WorkloadUsage] = field(default_factory=dict)
+    _placed: dict[int, WorkloadUsage] | None = None
+
+    def floor(self) -> tuple[int, int, int]:
+        lowest = [
+            x
+            for x in (
+                self.rows.lowest(self.quota_id),
+                _lowest(u for u in self._placed_now().values() if u.quota_id != self.quota_id),
+            )
+            if x is not None
+        ]
+        if not lowest:
+            return (0, 0, 0)
+        priority, milli = min(lowest)
+        return (priority, 1, milli)
+
+    def on(self, nodes: Sequence[str]) -> Sequence[Victim]:
+        return self._units([w for node in nodes for w in self.by_node.get(node, ())])
+
+    def rest(self) -> Sequence[Victim]:
+        return self._units([w for ids in self.by_node.values() for w in ids])
+
+    def rows_of(self, ids: Collection[int]) -> list[WorkloadUsage]:
+        """The rows read so far of the units whose members are `ids` (each gang whole)."""
+        gangs = {self._read[i].gang_id for i in ids if i in self._read and self._read[i].gang_id}
+        return [u for u in self._read.values() if u.workload_id in ids or u.gang_id in gangs]
+
+    def _placed_now(self) -> dict[int, WorkloadUsage]:
+        if self._placed is None:
+            ids = self.placed_ids
+            self._placed = (
+                {w.workload_id: w for w in self.snapshot.workloads if w.workload_id in ids}
+                if ids
+                else {}
+            )
+        return self._placed
+
+    def _units(self, ids: Sequence[int]) -> list[Victim]:
+        new = [w for w in ids if w not in self._asked]
+        if not new:
+            return []
+        self._asked.update(new)
+        placed = self._placed_now()
+        here = [placed[w] for w in new if w in placed]
+        read = {
+            u.workload_id: u
+            for u in self.rows.active(
+                [w for w in new if w not in placed], {u.gang_id for u in here if u.gang_id}
+            )
+        }
+        gangs = {u.gang_id for u in read.values() if u.gang_id} | {
+            u.gang_id for u in here if u.gang_id
+        }
+        for u in placed.values():
+            if u.workload_id in self._asked or (u.gang_id and u.gang_id in gangs):
+                read[u.workload_id] = u
+        self._read.update(read)
+        out = []
+        for victim in reclaimable(
+            self.snapshot,
+            self.claim,
+            protect_started_after=self.protect_started_after,
+            units_of=list(read.values()),
+        ):
+            key = (victim.side, victim.workload_ids[0])
+            if key not in self._given:
+                self._given.add(key)
+                out.append(victim)
+        self.handed += len(out)
+        return out
 
 
 def _gang_spec(unit: Unit) -> GangSpec:

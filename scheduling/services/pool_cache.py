@@ -9,13 +9,18 @@ The key is a fingerprint of the inventory, a handful of small queries: the node 
 unhealthy GPUs, the cards per model (how many, their memory together and the largest), and every
 group's selector (a node an older group also matches counts toward that group). Cached values are shared:
 callers read them and never change them.
+
+A cycle or a submission reads several pool values within a fraction of a second: inside
+`one_inventory_reading()` the fingerprint is read once (the next cycle or submission sees any change).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from django.db.models import Count, Max, Q, Sum
@@ -27,6 +32,21 @@ T = TypeVar("T")
 
 _cache: dict[tuple[int, str], tuple[tuple[Any, ...], Any]] = {}
 _lock = threading.Lock()
+_reading: ContextVar[list[tuple[Any, ...]] | None] = ContextVar("inventory_reading", default=None)
+
+
+@contextmanager
+def one_inventory_reading() -> Iterator[None]:
+    """Within the block (a cycle, a submission), `pool_cached` reads the inventory fingerprint once.
+    Nested blocks share the outermost one's reading. Also a decorator."""
+    if _reading.get() is not None:
+        yield
+        return
+    token = _reading.set([])
+    try:
+        yield
+    finally:
+        _reading.reset(token)
 
 
 def inventory_fingerprint() -> tuple[Any, ...]:
@@ -54,7 +74,13 @@ def inventory_fingerprint() -> tuple[Any, ...]:
 def pool_cached(group: QuotaGroup, what: str, read: Callable[[], T]) -> T:
     """`read()` of `group`'s pool, from the worker's cache while the inventory fingerprint is the one it
     was read at. `what` names the reading (one group has several)."""
-    key = inventory_fingerprint()
+    reading = _reading.get()
+    if reading:
+        key = reading[0]
+    else:
+        key = inventory_fingerprint()
+        if reading is not None:
+            reading.append(key)
     slot = (int(group.pk), what)
     with _lock:
         hit = _cache.get(slot)

@@ -10,18 +10,22 @@ decide step reads as data.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from quotas.models import QuotaGroup
 from quotas.usage import (
     GroupCapacity,
     GroupSnapshot,
     WorkloadUsage,
+    active_usage,
     aggregated_usage,
     build_snapshot,
     group_capacity,
     group_specs,
     live_usage,
+    lowest_preemptible,
+    pending_usage,
 )
 from scheduling.services.pool_cache import pool_cached
 
@@ -45,10 +49,31 @@ def cycle_snapshot(group: QuotaGroup, shard_version: int | None = None) -> Group
 
 
 def reclaim_snapshot(group: QuotaGroup, shard_version: int | None = None) -> GroupSnapshot:
-    """What a cycle's reclaim plans on: the group's live workloads one by one (`quotas.usage.
-    live_usage`), with the capacity and the fair-share reading cached as in `cycle_snapshot`, so the
-    claim is judged on the same capacity the cycle admitted against."""
-    return _snapshot(group, shard_version, live_usage(group))
+    """What a cycle's reclaim plans on, with `ReclaimRows`: the group's running work summed
+    (`quotas.usage.aggregated_usage`) and its pending work one by one (`pending_usage`; the claimant
+    and this cycle's placements are among it), with the capacity and the fair-share reading cached as
+    in `cycle_snapshot`, so the claim is judged on the same capacity the cycle admitted against. The
+    quota figures are those of the workloads one by one (`quotas/tests/test_live_usage.py`)."""
+    workloads = [*aggregated_usage(group, active_only=True), *pending_usage(group)]
+    return _snapshot(group, shard_version, workloads)
+
+
+@dataclass(frozen=True)
+class ReclaimRows:
+    """`scheduling.services.decide.WorkloadRows` from the database: the group's running workloads one
+    by one, for the nodes a reclaim looks at (`quotas.usage.active_usage`)."""
+
+    group: QuotaGroup
+    shard_version: int | None = None
+
+    def active(self, ids: Collection[int], gangs: Collection[int]) -> Sequence[WorkloadUsage]:
+        return active_usage(self.group, ids, gangs)
+
+    def lowest(self, other_than: int) -> tuple[int, int] | None:
+        return lowest_preemptible(self.group, other_than)
+
+    def one_by_one(self) -> GroupSnapshot:
+        return _snapshot(self.group, self.shard_version, live_usage(self.group))
 
 
 def _snapshot(

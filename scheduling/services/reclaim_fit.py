@@ -12,6 +12,10 @@ know shares, not nodes. Freeing 16 GPUs as one GPU on each of 16 nodes does not 
 - a gang victim is released whole, on every node it runs on (an earlier choice may help a later pod);
 - the pod is then reserved on that node, so the next pod does not count on the same room.
 
+The permitted units come from a `Candidates` source node by node, as the nodes are tried (in batches
+that double): a claimant that finds room on the first nodes does not weigh the 16,000 other units of a
+full 2,000-node cluster. A list of victims known up front is such a source (`Listed`).
+
 At the end the engine itself places the claimant on the state with the chosen victims released (the
 policy, gang and topology rules of the cycle); if it cannot, or some pod found no node, the choice is
 `NoFit` with the reason: nothing is stopped for nothing. The engine's plan is part of the choice: the
@@ -20,11 +24,13 @@ cycle that stops the victims at once places the claimant there in the same trans
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Protocol
 
 from quotas.reclaim import Victim
+from quotas.resources import Side
 from scheduling.engine import (
     GPU_MILLI,
     Assignment,
@@ -55,11 +61,70 @@ class NoFit:
     reason: str
 
 
+class Candidates(Protocol):
+    """The units the quota rules permit a claimant to stop (`quotas.reclaim.reclaimable`), handed out
+    by the nodes they run on; each unit is handed out once."""
+
+    def floor(self) -> tuple[int, int, int]:
+        """A lower bound on `_cost` without its node: (priority, units, GPU milli freed)."""
+        ...
+
+    def on(self, nodes: Sequence[str]) -> Sequence[Victim]:
+        """The units not handed out yet with a member placed on one of `nodes`."""
+        ...
+
+    def rest(self) -> Sequence[Victim]:
+        """Every unit not handed out yet."""
+        ...
+
+
+@dataclass
+class Listed:
+    """Candidates known up front, in reclaim's order (what `reclaimable` returns)."""
+
+    victims: Sequence[Victim]
+    running: Mapping[int, Assignment]
+    _by_node: dict[str, list[int]] = field(init=False, default_factory=dict)
+    _given: set[int] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        for index, victim in enumerate(self.victims):
+            nodes = {self.running[w].node for w in victim.workload_ids if w in self.running}
+            for node in nodes:
+                self._by_node.setdefault(node, []).append(index)
+
+    def floor(self) -> tuple[int, int, int]:
+        return _floor(self.victims)
+
+    def on(self, nodes: Sequence[str]) -> Sequence[Victim]:
+        return self._hand_out(i for node in nodes for i in self._by_node.get(node, ()))
+
+    def rest(self) -> Sequence[Victim]:
+        return self._hand_out(range(len(self.victims)))
+
+    def _hand_out(self, indices: Iterable[int]) -> list[Victim]:
+        out = []
+        for i in sorted(set(indices) - self._given):
+            self._given.add(i)
+            out.append(self.victims[i])
+        return out
+
+
+def _rank(victim: Victim) -> tuple[bool, int, timedelta, str, int]:
+    """Reclaim's order among candidates: GPU-side units first (`reclaimable` lists a request's GPU
+    side first), then `Victim.order`."""
+    return (victim.side is not Side.GPU, *victim.order)
+
+
+_FIRST_BATCH = 8
+"""Nodes whose candidates are asked for at once, first; each later batch is twice the last."""
+
+
 def choose_by_node(
     state: ClusterState,
     pods: Sequence[PlacementRequest],
     need: int,
-    candidates: Sequence[Victim],
+    candidates: Sequence[Victim] | Candidates,
     running: Mapping[int, Assignment],
     *,
     gang: GangSpec | None = None,
@@ -73,18 +138,30 @@ def choose_by_node(
         state: the engine state with current placements applied (not mutated).
         pods: the claimant's engine requests (one workload, or a gang's pending members).
         need: how many of `pods` must place (a gang's `min_available` minus its active members; 1 alone).
-        candidates: the units the quota rules permit to stop, in the order reclaim prefers them.
+        candidates: the units the quota rules permit to stop: a list in the order reclaim prefers them,
+            or a source that hands them out by node.
         running: per active workload id, its placement on `state` (units without one free nothing).
         gang: the claimant's gang, for the engine's final check (all or nothing, topology).
         policy, topology_levels: the cycle's placement policy and the pool's topology.
     """
+    source = Listed(candidates, running) if isinstance(candidates, Sequence) else candidates
     trial = state.copy()
-    held = [_held(v.workload_ids, running, state.index) for v in candidates]
+    cands: list[Victim] = []
+    held: list[tuple[Assignment, ...]] = []
     on_node: dict[int, list[int]] = {}
-    for index, assignments in enumerate(held):
-        for node_name in dict.fromkeys(a.node for a in assignments):
-            if node_name in trial.index:
-                on_node.setdefault(trial.index[node_name], []).append(index)
+
+    def take(victims: Iterable[Victim]) -> None:
+        for victim in victims:
+            assignments = _held(victim.workload_ids, running, state.index)
+            for node_name in dict.fromkeys(a.node for a in assignments):
+                on_node.setdefault(trial.index[node_name], []).append(len(cands))
+            cands.append(victim)
+            held.append(assignments)
+
+    # the nodes anything runs on (the only ones a candidate can be on), and those asked about
+    occupied = sorted({state.index[a.node] for a in running.values() if a.node in state.index})
+    asked = bytearray(len(trial))
+    batch = _FIRST_BATCH
     chosen: set[int] = set()
     nodes: dict[str, str] = {}
     # The `need` cheapest pods are enough; the largest of them is fitted first.
@@ -100,11 +177,13 @@ def choose_by_node(
     # reserving pods only narrows.
     upper: ClusterState | None = None
     if any(_needs_upper(p) for p in targets):
+        take(source.rest())
+        asked[:] = b"\x01" * len(trial)
         upper = state.copy()
         upper.release_many(a for assignments in held for a in assignments)
     # No node can cost less than this: one unit of the lowest priority, the least GPU compute among
     # those; nodes are tried in index order (the last tie-break), so the first to reach it wins.
-    floor = _floor(candidates)
+    floor = source.floor()
     # Per (pod shape, node, the node's version): the victims that make room there, and their cost; a
     # node's version moves when a choice releases or reserves anything on it (pods of one shape, as a
     # gang's are, look at each node once plus the nodes earlier choices touched).
@@ -125,12 +204,22 @@ def choose_by_node(
                 pod.gpu_memory_mib,
             )
             usable = admits_mask(trial, pod) if upper is None else feasible_mask(upper, pod)
-            for i in sorted(i for i in on_node if usable[i]):
+            order = [i for i in occupied if usable[i]]
+            for k, i in enumerate(order):
+                if not asked[i]:
+                    ask = [j for j in order[k : k + batch] if not asked[j]]
+                    take(source.on([trial.names[j] for j in ask]))
+                    for j in ask:
+                        asked[j] = 1
+                    batch *= 2
                 key = (shape, i, version[i])
                 if key not in rooms:
-                    local = [c for c in on_node[i] if c not in chosen]
+                    local = sorted(
+                        (c for c in on_node.get(i, ()) if c not in chosen),
+                        key=lambda c: _rank(cands[c]),
+                    )
                     room = _make_room(trial, pod, i, local, held)
-                    rooms[key] = None if room is None else (_cost(candidates, room, i), room)
+                    rooms[key] = None if room is None else (_cost(cands, room, i), room)
                 found = rooms[key]
                 if found is not None and (best is None or found[0] < best[0]):
                     best = found
@@ -156,7 +245,7 @@ def choose_by_node(
         upper_hold = _reserve(upper, pod, node_name) if upper is not None else None
         if upper is not None and upper_hold is not None:
             upper.apply(upper_hold)
-    picked = sorted(chosen)
+    picked = sorted(chosen, key=lambda c: _rank(cands[c]))
     placements = _engine_plan(
         state, pods, need, [held[c] for c in picked], gang, policy, topology_levels
     )
@@ -165,7 +254,7 @@ def choose_by_node(
             "reclaim cannot make room for it: even with the permitted victims chosen node by node "
             "stopped, the engine would not place it; nothing is reclaimed."
         )
-    return NodeChoice(tuple(candidates[c] for c in picked), nodes, placements)
+    return NodeChoice(tuple(cands[c] for c in picked), nodes, placements)
 
 
 def _held(

@@ -46,6 +46,7 @@ from scheduling.lock_objects import lock_shard, lock_shards
 from scheduling.models import Gang, Placement, Workload
 from scheduling.services.charge import PoolCards, recharge_pending, whole_card_memory_mib
 from scheduling.services.feasibility import check_gang_fits
+from scheduling.services.pool_cache import one_inventory_reading
 from scheduling.services.slicing import models_for_slice, whole_card_only_models
 from scheduling.services.snapshot import bump_shards_for_nodes
 from scheduling.services.topology import group_levels
@@ -300,6 +301,7 @@ def _check_name(name: Any, field: str = "name") -> str:
 
 
 # ------------------------------------------------------------------------------------------ submit
+@one_inventory_reading()
 def submit_workload(
     *,
     tenant: Tenant,
@@ -385,6 +387,7 @@ def submit_workload(
     return w
 
 
+@one_inventory_reading()
 def submit_gang(
     *,
     tenant: Tenant,

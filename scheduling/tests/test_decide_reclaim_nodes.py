@@ -5,10 +5,25 @@ No database (see test_decide.py): the decide step stays pure.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 
-from quotas.usage import WorkloadUsage
-from scheduling.services.decide import CycleInput, decide
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quotas.reclaim import Victim, reclaimable
+from quotas.usage import GroupSnapshot, WorkloadUsage
+from scheduling.engine import GangSpec, PlacementRequest
+from scheduling.services.decide import (
+    CycleInput,
+    PendingWorkload,
+    SnapshotRows,
+    _Permitted,
+    conclude,
+    decide,
+    propose,
+)
+from scheduling.services.reclaim_fit import NodeChoice, _floor, choose_by_node
 from scheduling.tests.engine.builders import node
 from scheduling.tests.test_decide import cycle_input, pending, placed, quota, usage
 
@@ -156,3 +171,138 @@ def test_among_equally_cheap_rooms_the_first_node_wins() -> None:
     assert decision.reclaim is not None
     (victim,) = decision.reclaim.victims
     assert {cycle.running[w].node for w in victim.workload_ids} == {"n2"}
+
+
+@dataclass
+class _CountingRows:
+    """The snapshot's workloads as the cycle's database reader serves them, counting what is read."""
+
+    rows: SnapshotRows
+    asked: int = 0
+    whole: int = 0
+
+    def active(self, ids: Collection[int], gangs: Collection[int]) -> Sequence[WorkloadUsage]:
+        self.asked += len(ids)
+        return self.rows.active(ids, gangs)
+
+    def lowest(self, other_than: int) -> tuple[int, int] | None:
+        return self.rows.lowest(other_than)
+
+    def one_by_one(self) -> GroupSnapshot:
+        self.whole += 1
+        return self.rows.one_by_one()
+
+
+def test_a_reclaim_on_a_full_cluster_reads_the_running_work_of_its_first_nodes_only() -> None:
+    # 64 nodes full of team B's jobs, all alike: the first node tried has the cheapest room, so the
+    # reclaim reads the jobs of the first batch of nodes (8 x 8) and none of the 448 others.
+    nodes = 64
+    jobs = [
+        (usage(100 + k, 2, active=True, started=k), f"n{k % nodes + 1:02d}", (k // nodes,))
+        for k in range(nodes * GPUS)
+    ]
+    cycle = cycle_input(
+        [quota(1, "team-a", gpu_min=1, gpu_max=8), quota(2, "team-b", gpu_max=nodes * GPUS)],
+        [node(f"n{i + 1:02d}", GPUS) for i in range(nodes)],
+        running=tuple(jobs),
+        waiting=(pending(1, 1, gpus=1),),
+    )
+    assert cycle.workloads is not None
+    rows = _CountingRows(SnapshotRows(cycle.workloads))
+    decision = conclude(propose(cycle), cycle.workloads, rows=rows)
+    assert decision.reclaim is not None
+    (victim,) = decision.reclaim.victims
+    on_n01 = [u for u, where, _ in jobs if where == "n01"]
+    assert victim.workload_ids == (max(on_n01, key=lambda u: u.started_at).workload_id,)
+    assert [a.node for a in decision.reclaim.placements] == ["n01"]
+    assert rows.asked == 8 * GPUS
+    assert rows.whole == 0
+    again = decide(cycle)
+    assert (again.reclaim, again.waiting) == (decision.reclaim, decision.waiting)
+
+
+@dataclass
+class _AllAtOnce:
+    """Every candidate handed out at the first node asked about (as before reclaim read node by node)."""
+
+    victims: Sequence[Victim]
+    handed: bool = False
+
+    def floor(self) -> tuple[int, int, int]:
+        return _floor(self.victims)
+
+    def on(self, nodes: Sequence[str]) -> Sequence[Victim]:
+        return self.rest()
+
+    def rest(self) -> Sequence[Victim]:
+        out, self.handed = ([] if self.handed else list(self.victims)), True
+        return out
+
+
+def _world(draw: st.DrawFn) -> tuple[CycleInput, list[WorkloadUsage]]:
+    """Team B's running work on 6 nodes: jobs of 1-4 GPUs and gangs of two pods on two nodes, random
+    priorities and starts, some not preemptible, some GPUs free; team A's claimant of 1-8 GPUs or a
+    gang of two 8-GPU pods."""
+    nodes, running, wid, gang = 6, [], 100, 50
+    free = {n: list(range(GPUS)) for n in range(nodes)}
+    for _ in range(draw(st.integers(4, 30))):
+        gpus = draw(st.sampled_from((1, 1, 2, 4)))
+        spread = draw(st.booleans())
+        homes = draw(st.lists(st.integers(0, nodes - 1), min_size=2 if spread else 1, max_size=2 if spread else 1, unique=True))  # fmt: skip
+        if any(len(free[n]) < gpus for n in homes):
+            continue
+        priority, started = draw(st.integers(0, 3)), draw(st.integers(0, 5))
+        preemptible = draw(st.integers(0, 9)) > 0
+        gang += 1
+        for n in homes:
+            wid += 1
+            indices = tuple(free[n][:gpus])
+            del free[n][:gpus]
+            u = replace(
+                usage(wid, 2, gpus=gpus, active=True, priority=priority, started=started,
+                      gang=gang if spread else None),
+                preemptible=preemptible,
+            )  # fmt: skip
+            running.append((u, f"n{n + 1}", indices))
+    waiting: tuple[PendingWorkload, ...]
+    if draw(st.booleans()):
+        waiting = (pending(1, 1, gpus=draw(st.integers(1, 8))),)
+    else:
+        waiting = tuple(pending(i + 1, 1, gpus=8, gang=9, min_available=2) for i in range(2))
+    cycle = cycle_input(
+        [quota(1, "team-a", gpu_min=16, gpu_max=48), quota(2, "team-b", gpu_max=48)],
+        [node(f"n{i + 1}", GPUS) for i in range(nodes)],
+        running=tuple(running),
+        waiting=waiting,
+    )
+    return cycle, [w.usage for w in waiting]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_victims_read_node_by_node_are_those_chosen_from_every_candidate_known_up_front(
+    data: st.DataObject,
+) -> None:
+    cycle, claim = _world(data.draw)
+    assert cycle.workloads is not None
+    claimant = claim if len(claim) > 1 else claim[0]
+    pods = [PlacementRequest(str(u.workload_id), u.resources.cpu_milli, 1024,
+                             u.resources.gpu_milli // 1000, 1000, 0) for u in claim]  # fmt: skip
+    gang = GangSpec("gang9", ("1", "2"), 2) if len(claim) > 1 else None
+    everyone = reclaimable(cycle.workloads, claimant)
+    up_front = choose_by_node(
+        cycle.cluster, pods, len(pods), _AllAtOnce(everyone), cycle.running, gang=gang
+    )
+    assert choose_by_node(cycle.cluster, pods, len(pods), everyone, cycle.running, gang=gang) == (
+        up_front
+    )
+    by_node: dict[str, list[int]] = {}
+    for wid, a in cycle.running.items():
+        by_node.setdefault(a.node, []).append(wid)
+    source = _Permitted(cycle.workloads, claimant, None, SnapshotRows(cycle.workloads), by_node, 1)
+    lazily = choose_by_node(cycle.cluster, pods, len(pods), source, cycle.running, gang=gang)
+    assert lazily == up_front
+    if isinstance(lazily, NodeChoice):
+        permitted = {v.workload_ids for v in everyone}
+        assert all(v.workload_ids in permitted for v in lazily.victims)
+        assert len(lazily.placements) == len(pods)

@@ -4,10 +4,13 @@ a sync is the new inventory, never the cached old one."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from scheduling.inventory import sync_inventory_rows
 from scheduling.services.charge import PoolCards
 from scheduling.services.feasibility import NeverFits, check_gang_fits
+from scheduling.services.pool_cache import inventory_fingerprint, one_inventory_reading
 from scheduling.tests.factories import gpu_node, make_group
 
 pytestmark = pytest.mark.django_db
@@ -40,4 +43,33 @@ def test_a_node_relabelled_out_of_the_pool_no_longer_counts() -> None:
         [gpu_node("n1", "H100", 80, gpus=8, pool="other"), gpu_node("n2", "H100", 80, gpus=2)]
     )
     with pytest.raises(NeverFits):
+        check_gang_fits(group, [{**POD, "gpu_count": 8}], min_available=1)
+
+
+def test_within_one_reading_the_inventory_is_summarised_once_and_the_next_reading_sees_changes() -> (
+    None
+):
+    group = make_group()
+    sync_inventory_rows([gpu_node("n1", "H100", 80, gpus=4)])
+
+    def both() -> None:
+        PoolCards.of(group).largest_memory_mib(["H100"])
+        check_gang_fits(group, [{**POD, "gpu_count": 4}], min_available=1)
+
+    both()  # the pool is read and cached
+    with CaptureQueriesContext(connection) as fingerprint:
+        inventory_fingerprint()
+    with CaptureQueriesContext(connection) as outside:
+        both()
+    with CaptureQueriesContext(connection) as inside, one_inventory_reading():
+        both()
+        with one_inventory_reading():  # a nested block shares the reading
+            both()
+    others = len(outside) - 2 * len(fingerprint)  # both() reads the fingerprint twice outside
+    assert len(fingerprint) >= 1
+    assert others >= 0
+    assert len(inside) == len(fingerprint) + 2 * others  # once for four readings inside
+    with one_inventory_reading():
+        sync_inventory_rows([gpu_node("n1", "H100", 80, gpus=8)])
+    with one_inventory_reading():  # the next reading is a new one
         check_gang_fits(group, [{**POD, "gpu_count": 8}], min_available=1)
