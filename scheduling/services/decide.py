@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from quotas.admission import Admission, AdmissionSession
-from quotas.reclaim import Victim, may_reclaim, plan_reclaim, reclaimable
+from quotas.reclaim import Victim, may_reclaim, plan_reclaim, reclaimable, with_whole_gangs
 from quotas.resources import Resources, Side
 from quotas.usage import GroupSnapshot, WorkloadUsage
 from scheduling.engine import (
@@ -144,12 +144,11 @@ class SnapshotRows:
     snapshot: GroupSnapshot
 
     def active(self, ids: Collection[int], gangs: Collection[int]) -> Sequence[WorkloadUsage]:
-        wanted = set(ids)
         running = [w for w in self.snapshot.workloads if w.active]
-        gang_ids = set(gangs) | {
-            w.gang_id for w in running if w.gang_id and w.workload_id in wanted
-        }
-        return [w for w in running if w.workload_id in wanted or (w.gang_id in gang_ids)]
+        pairs = [(w.workload_id, w.gang_id) for w in running]
+        wanted = set(ids) | {wid for wid, gang_id in pairs if gang_id and gang_id in gangs}
+        keep = set(with_whole_gangs(wanted, pairs))
+        return [w for w in running if w.workload_id in keep]
 
     def lowest(self, other_than: int) -> tuple[int, int] | None:
         return _lowest(w for w in self.snapshot.workloads if w.active and w.quota_id != other_than)
