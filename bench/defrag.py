@@ -1,11 +1,11 @@
 """Defragmentation on the dynamic replay of the openb traces (protocol: docs/engine.md, "Defragmentation").
 
-    python -m bench.defrag [--traces default,multigpu50] [--budgets 0,0.5,1,2] [--seed 42] [--load 0.9]
-                           [--hours 1] [--move-cost 60] [--retry-after 100] [--chains]
+    python -m bench.defrag [--traces default,multigpu50] [--budgets 0,0.5,1,2] [--seed 42]
+                           [--loads 0.5,0.7,0.9] [--hours 1] [--move-cost 60] [--retry-after 100] [--chains]
                            [--steady-from 0.2] [--nodes N] [--pods N] [--json PATH]
 
-Same workload as ``bench.dynamic`` (its :func:`~bench.dynamic.load_workload`), one process. Per trace it
-replays FGD and Tessera without moves, then Tessera with defragmentation at each budget (moves per 100
+Same workload as ``bench.dynamic`` (its :func:`~bench.dynamic.load_workload`), one process. Per load
+and trace it replays FGD and Tessera without moves, then Tessera with defragmentation at each budget (moves per 100
 placements), and prints time-weighted allocation (as held, and net of the GPU-seconds moved work loses),
 the waits of whole-GPU requests and the never-started ones, each as a difference or ratio against Tessera
 without moves measured in the same run, plus the replay's CPU time as a ratio. Under the table, per trace,
@@ -17,6 +17,12 @@ and moves cannot help while nothing waits), and the **steady state**, from the a
 ``--steady-from`` quantile of submissions (default 0.2: after the first 20 % of arrivals) to the last
 arrival. Allocation, headroom and the whole-GPU waits are printed for both (the steady-state waits are
 those of the whole-GPU requests submitted inside it).
+
+Last, the **goal** table (issue 21): per load and trace, at ``--goal-budget`` moves per 100 placements
+(default 1), whether time-weighted allocation rose by at least 2 points over Tessera without moves, or the
+waits of whole-GPU requests were at least halved. The wait compared is the mean over every whole-GPU
+request submitted, a request that never started counting as waiting until the horizon (``all*``): the mean
+over started requests alone would reward leaving the longest waiters unstarted.
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +52,12 @@ from scheduling.simulation.defrag import DefragOptions, replay_with_defrag
 
 TRACES = ("default", "multigpu50", "gpushare40")
 BUDGETS = (0.0, 0.5, 1.0, 2.0)
+#: Offered loads (share of capacity, see :func:`~bench.dynamic.load_workload`): a cluster that is
+#: usually able to start what arrives, a busy one, and a saturated one.
+LOADS = (0.5, 0.7, 0.9)
+#: Issue 21's goal at the goal budget: this many points of allocation, or the whole-GPU waits times this.
+GOAL_POINTS = 2.0
+GOAL_WAIT_RATIO = 0.5
 #: Longest wait (placements) after a fruitless plan that --retry-after accepts.
 MAX_RETRY_AFTER = 1_000_000
 
@@ -88,12 +100,12 @@ def steady_start(requests: Sequence[TimedRequest], share: float) -> int:
     return int(submits[k])
 
 
-def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
+def run_trace(args: argparse.Namespace, trace: str, load: float) -> list[dict[str, Any]]:
     trace_dir = Path(args.trace_dir)
     nodes = load_nodes(trace_dir)[: args.nodes]
     tool = load_tool(trace_dir.parent.parent / "tools" / "openb_workload.py")
     gpus = sum(len(n.gpus) for n in nodes)
-    wl = load_workload(trace_dir, trace, args.seed, args.load, 0, gpus, args.hours, args.pods)
+    wl = load_workload(trace_dir, trace, args.seed, load, 0, gpus, args.hours, args.pods)
     csv_path = trace_dir / f"openb_pod_list_{trace}.csv"
     _, prefix = tool.build(str(csv_path), args.seed, [n.name for n in nodes])
     typical = typical_pods(to_request(p) for p in tool.load_pods(str(csv_path)))
@@ -141,6 +153,7 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
         rows.append(
             {
                 "trace": trace,
+                "load": load,
                 "run": label,
                 "requests": len(wl.requests),
                 "placements": result.placements,
@@ -166,8 +179,18 @@ def run_trace(args: argparse.Namespace, trace: str) -> list[dict[str, Any]]:
                 "window_s": last,
             }
         )
-        print(f"  {trace} {label}: {seconds:.1f} s", flush=True)
+        print(f"  {trace} at {load:g} {label}: {seconds:.1f} s", flush=True)
     return rows
+
+
+def groups(
+    rows: Sequence[dict[str, Any]],
+) -> Iterator[tuple[float, str, dict[str, Any], list[dict[str, Any]]]]:
+    """Per (load, trace) in run order: the load, the trace, its Tessera-without-moves row (the
+    reference every Δ and × is measured against) and all its rows."""
+    for load, trace in dict.fromkeys((r["load"], r["trace"]) for r in rows):
+        mine = [r for r in rows if r["load"] == load and r["trace"] == trace]
+        yield load, trace, next(r for r in mine if r["run"] == "tessera"), mine
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -176,12 +199,11 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     mean counting never-started ones, and the steady-state mean), moves and CPU time, each against
     tessera without moves."""
     print(
-        "trace        run           alloc%  Δpts  Δnet | steady%  Δpts  Δnet | whole-GPU wait mean (×)"
-        "  p90 (×)  all* (×)  steady (×) | never(whole)  moves /100pl unlocked  cpu ×"
+        "load trace        run           alloc%  Δpts  Δnet | steady%  Δpts  Δnet | whole-GPU wait"
+        " mean (×)  p90 (×)  all* (×)  steady (×) | never(whole)  moves /100pl unlocked  cpu ×"
     )
-    for trace in dict.fromkeys(r["trace"] for r in rows):
-        ref = next(r for r in rows if r["trace"] == trace and r["run"] == "tessera")
-        for r in (x for x in rows if x["trace"] == trace):
+    for load, trace, ref, mine in groups(rows):
+        for r in mine:
             w, rw = r["whole"], ref["whole"]
             sw, rsw = r["steady_whole"], ref["steady_whole"]
             net = r["net_alloc_pct"] - r["alloc_pct"]
@@ -192,7 +214,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             span = max(1, r["window_s"] - r["steady_from_s"])
             ss_net = d_ss + (net - ref_net) * r["window_s"] / span
             print(
-                f"{trace:<12} {r['run']:<12} {r['alloc_pct']:6.2f} {d_all:+5.2f} "
+                f"{load:4.2f} {trace:<12} {r['run']:<12} {r['alloc_pct']:6.2f} {d_all:+5.2f} "
                 f"{d_all + net - ref_net:+5.2f} | {r['steady_alloc_pct']:6.2f} {d_ss:+5.2f} "
                 f"{ss_net:+5.2f} | {w['mean']:7.0f} ({_ratio(w['mean'], rw['mean'])})  "
                 f"{w['p90']:6.0f} ({_ratio(w['p90'], rw['p90'])})  "
@@ -211,32 +233,130 @@ def print_why(rows: list[dict[str, Any]]) -> None:
     """Why moves are rare: per run with moves, the blocked whole-GPU requests the planner was given (summed
     over plans), the share some node's free slices would hold, and the planner's refusals by reason."""
     reasons = sorted(REFUSALS)
-    print("trace        run          plans blocked-whole frag-fit%  " + "  ".join(reasons))
+    print("load trace        run          plans blocked-whole frag-fit%  " + "  ".join(reasons))
     for r in rows:
         if not r["plans"]:
             continue
         share = 100 * r["fragment_fit_whole"] / max(1, r["blocked_whole"])
         counts = "  ".join(f"{r['refusals'].get(k, 0):>{len(k)}d}" for k in reasons)
         print(
-            f"{r['trace']:<12} {r['run']:<12} {r['plans']:5d} {r['blocked_whole']:13d} "
-            f"{share:8.1f}%  {counts}"
+            f"{r['load']:4.2f} {r['trace']:<12} {r['run']:<12} {r['plans']:5d} "
+            f"{r['blocked_whole']:13d} {share:8.1f}%  {counts}"
         )
 
 
 def print_headroom(rows: list[dict[str, Any]]) -> None:
-    """Per trace, the headroom of tessera without moves next to what the best budget gained."""
-    print("trace        headroom pts (no moves): all  steady   best Δpts with moves: all  steady")
-    for trace in dict.fromkeys(r["trace"] for r in rows):
-        ref = next(r for r in rows if r["trace"] == trace and r["run"] == "tessera")
-        mine = [r for r in rows if r["trace"] == trace and r["run"].startswith("tessera+")]
-        gains = [r["alloc_pct"] - ref["alloc_pct"] for r in mine]
-        steady = [r["steady_alloc_pct"] - ref["steady_alloc_pct"] for r in mine]
+    """Per load and trace, the headroom of tessera without moves next to what the best budget gained."""
+    print(
+        "load trace        headroom pts (no moves): all  steady   best Δpts with moves: all  steady"
+    )
+    for load, trace, ref, mine in groups(rows):
+        moved = [r for r in mine if r["run"].startswith("tessera+")]
+        gains = [r["alloc_pct"] - ref["alloc_pct"] for r in moved]
+        steady = [r["steady_alloc_pct"] - ref["steady_alloc_pct"] for r in moved]
         best = f"{max(gains):+.2f}" if gains else "-"
         best_ss = f"{max(steady):+.2f}" if steady else "-"
         print(
-            f"{trace:<12} {ref['headroom_pts']:27.2f} {ref['steady_headroom_pts']:7.2f}"
+            f"{load:4.2f} {trace:<12} {ref['headroom_pts']:27.2f} {ref['steady_headroom_pts']:7.2f}"
             f"   {best:>24} {best_ss:>7}"
         )
+
+
+@dataclass(frozen=True)
+class Goal:
+    """Issue 21's goal for one load and trace, at one budget, against Tessera without moves."""
+
+    load: float
+    trace: str
+    budget: float
+    alloc_pts: float
+    net_pts: float
+    wait_before: float
+    wait_after: float
+    never_before: int
+    never_after: int
+    headroom_pts: float
+
+    @property
+    def wait_ratio(self) -> float | None:
+        """The whole-GPU wait with moves over the wait without (None: nothing waited without moves)."""
+        return self.wait_after / self.wait_before if self.wait_before > 0 else None
+
+    @property
+    def by_allocation(self) -> bool:
+        return self.alloc_pts >= GOAL_POINTS
+
+    @property
+    def by_waits(self) -> bool:
+        ratio = self.wait_ratio
+        return ratio is not None and ratio <= GOAL_WAIT_RATIO
+
+    @property
+    def met(self) -> bool:
+        return self.by_allocation or self.by_waits
+
+
+def goals(rows: Sequence[dict[str, Any]], budget: float) -> list[Goal]:
+    """The goal per load and trace that was run at ``budget`` (see the module docstring)."""
+    out = []
+    label = f"tessera+{budget:g}"
+    for load, trace, ref, mine in groups(rows):
+        row = next((r for r in mine if r["run"] == label), None)
+        if row is None:
+            continue
+        out.append(
+            Goal(
+                load=load,
+                trace=trace,
+                budget=budget,
+                alloc_pts=row["alloc_pct"] - ref["alloc_pct"],
+                net_pts=(row["net_alloc_pct"] - ref["net_alloc_pct"]),
+                wait_before=ref["whole"]["mean_all"],
+                wait_after=row["whole"]["mean_all"],
+                never_before=ref["whole"]["never"],
+                never_after=row["whole"]["never"],
+                headroom_pts=ref["headroom_pts"],
+            )
+        )
+    return out
+
+
+def print_goals(found: Sequence[Goal]) -> None:
+    """One line per load and trace: the allocation gain, the whole-GPU waits before and after, and which
+    half of the goal (if any) is met."""
+    print(
+        "load trace         Δpts  Δnet  headroom | whole-GPU wait all* s: none → moves (×)"
+        "  never-started whole: none → moves | goal"
+    )
+    for g in found:
+        ratio = g.wait_ratio
+        verdict = (
+            "met (allocation)"
+            if g.by_allocation
+            else "met (waits)"
+            if g.by_waits
+            else "not met: nothing waited"
+            if ratio is None
+            else "not met"
+        )
+        shown = f"{ratio:4.2f}" if ratio is not None else "   -"
+        print(
+            f"{g.load:4.2f} {g.trace:<12} {g.alloc_pts:+5.2f} {g.net_pts:+5.2f} {g.headroom_pts:9.2f} |"
+            f" {g.wait_before:22.1f} → {g.wait_after:6.1f} ({shown})"
+            f"  {g.never_before:19d} → {g.never_after:5d} | {verdict}"
+        )
+    met = sum(g.met for g in found)
+    print(f"met on {met} of {len(found)} (load, trace) pairs")
+
+
+def _floats(text: str, name: str, low: float, high: float) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"{name}: a comma-separated list of numbers, got {text!r}") from None
+    if not values or any(not low <= v <= high for v in values):
+        raise SystemExit(f"{name}: each between {low:g} and {high:g}, got {text!r}")
+    return values
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -245,7 +365,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--traces", default=",".join(TRACES))
     ap.add_argument("--budgets", default=",".join(f"{b:g}" for b in BUDGETS))
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument(
+        "--loads",
+        "--load",
+        default=",".join(f"{x:g}" for x in LOADS),
+        help="offered loads, comma-separated (share of capacity, 0.05-2)",
+    )
     ap.add_argument("--hours", type=float, default=1.0)
     ap.add_argument("--move-cost", type=int, default=60)
     ap.add_argument(
@@ -265,6 +390,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=STEADY_FROM,
         help="the steady-state window begins at this quantile of arrivals (0-0.9)",
     )
+    ap.add_argument(
+        "--goal-budget",
+        type=float,
+        default=1.0,
+        help="the budget (moves per 100 placements) the goal table reads; run it among --budgets",
+    )
     ap.add_argument("--nodes", type=int, default=None, help="first N nodes only (development)")
     ap.add_argument(
         "--pods", type=int, default=None, help="every k-th pod, at most N (development)"
@@ -275,18 +406,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--retry-after: between 0 and {MAX_RETRY_AFTER} placements")
     if not 0 <= args.steady_from <= 0.9:
         ap.error("--steady-from: between 0 and 0.9")
-    args.budgets = [float(b) for b in args.budgets.split(",")]
+    args.budgets = _floats(args.budgets, "--budgets", 0, 100)
+    loads = _floats(args.loads, "--loads", 0.05, 2)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for trace in args.traces.split(","):
-        done = run_trace(args, trace)
-        print_table(done)  # each trace as soon as it is done (a long run can be read part-way)
-        rows.extend(done)
+    for load in loads:
+        for trace in args.traces.split(","):
+            done = run_trace(args, trace, load)
+            print_table(done)  # each trace as soon as it is done (a long run can be read part-way)
+            rows.extend(done)
     print(
-        f"\ndefragmentation on the dynamic replay: seed {args.seed}, load {args.load:.2f}, "
-        f"{args.hours:g} h window, move cost {args.move_cost} s, retry after {args.retry_after} "
-        f"placements, chains {'on' if args.chains else 'off'}, steady state from the "
-        f"{args.steady_from:.0%} quantile of arrivals, {time.perf_counter() - t0:.0f} s"
+        f"\ndefragmentation on the dynamic replay: seed {args.seed}, loads "
+        f"{', '.join(f'{x:.2f}' for x in loads)}, {args.hours:g} h window, move cost "
+        f"{args.move_cost} s, retry after {args.retry_after} placements, chains "
+        f"{'on' if args.chains else 'off'}, steady state from the {args.steady_from:.0%} quantile "
+        f"of arrivals, {time.perf_counter() - t0:.0f} s"
     )
     print(
         "Δ and × are against tessera without moves in the same run; all* counts a whole-GPU request"
@@ -301,6 +435,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("bound on what moves could add: it ignores GPU models, CPU, memory and shapes)")
     print_headroom(rows)
+    print(
+        f"\ngoal (issue 21) at {args.goal_budget:g} move(s) per 100 placements: allocation "
+        f"+{GOAL_POINTS:g} points over no moves, or the whole-GPU waits (all*) times "
+        f"{GOAL_WAIT_RATIO:g} or less"
+    )
+    print_goals(goals(rows, args.goal_budget))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=float))
     return 0
