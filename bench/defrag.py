@@ -359,6 +359,54 @@ def _floats(text: str, name: str, low: float, high: float) -> list[float]:
     return values
 
 
+def report(rows: list[dict[str, Any]], goal_budget: float) -> None:
+    """Every table of the run: the runs, why moves are rare, the headroom and the goal."""
+    print(
+        "Δ and × are against tessera without moves in the same run; all* counts a whole-GPU request"
+    )
+    print("that never started as waiting until the horizon; steady (×): mean wait of the whole-GPU")
+    print("requests submitted in the steady state that started\n")
+    print_table(rows)
+    print("\nwhy moves are rare (planner refusals, summed over plans)")
+    print_why(rows)
+    print(
+        "\nheadroom: idle GPU compute while GPU requests waited, capped by their demand (a loose upper"
+    )
+    print("bound on what moves could add: it ignores GPU models, CPU, memory and shapes)")
+    print_headroom(rows)
+    print(
+        f"\ngoal (issue 21) at {goal_budget:g} move(s) per 100 placements: allocation "
+        f"+{GOAL_POINTS:g} points over no moves, or the whole-GPU waits (all*) times "
+        f"{GOAL_WAIT_RATIO:g} or less"
+    )
+    print_goals(goals(rows, goal_budget))
+
+
+#: Keys a row read back by --report must have (those the tables print).
+ROW_KEYS = frozenset(
+    {"trace", "load", "run", "alloc_pct", "net_alloc_pct", "steady_alloc_pct", "whole", "plans"}
+)
+
+
+def read_reports(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The rows saved by earlier runs' ``--json``, in file order; a file that is not such a list
+    stops the bench naming the file and what is wrong."""
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--report {path}: cannot read it ({exc})") from None
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise SystemExit(f"--report {path}: not a list of runs written by --json")
+        for r in data:
+            missing = ROW_KEYS - r.keys()
+            if missing:
+                raise SystemExit(f"--report {path}: a run lacks {', '.join(sorted(missing))}")
+        rows.extend(data)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.defrag", description=__doc__.split("\n")[0])
     ap.add_argument("--trace-dir", default="../shared/traces/openb")
@@ -400,7 +448,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--pods", type=int, default=None, help="every k-th pod, at most N (development)"
     )
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--json", type=Path, help="write every run's figures to this file")
+    ap.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="print the tables of runs saved with --json (several files: one table), replaying nothing",
+    )
     args = ap.parse_args(argv)
     if not 0 <= args.retry_after <= MAX_RETRY_AFTER:
         ap.error(f"--retry-after: between 0 and {MAX_RETRY_AFTER} placements")
@@ -410,37 +465,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     loads = _floats(args.loads, "--loads", 0.05, 2)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    for load in loads:
-        for trace in args.traces.split(","):
-            done = run_trace(args, trace, load)
-            print_table(done)  # each trace as soon as it is done (a long run can be read part-way)
-            rows.extend(done)
-    print(
-        f"\ndefragmentation on the dynamic replay: seed {args.seed}, loads "
-        f"{', '.join(f'{x:.2f}' for x in loads)}, {args.hours:g} h window, move cost "
-        f"{args.move_cost} s, retry after {args.retry_after} placements, chains "
-        f"{'on' if args.chains else 'off'}, steady state from the {args.steady_from:.0%} quantile "
-        f"of arrivals, {time.perf_counter() - t0:.0f} s"
-    )
-    print(
-        "Δ and × are against tessera without moves in the same run; all* counts a whole-GPU request"
-    )
-    print("that never started as waiting until the horizon; steady (×): mean wait of the whole-GPU")
-    print("requests submitted in the steady state that started\n")
-    print_table(rows)
-    print("\nwhy moves are rare (planner refusals, summed over plans)")
-    print_why(rows)
-    print(
-        "\nheadroom: idle GPU compute while GPU requests waited, capped by their demand (a loose upper"
-    )
-    print("bound on what moves could add: it ignores GPU models, CPU, memory and shapes)")
-    print_headroom(rows)
-    print(
-        f"\ngoal (issue 21) at {args.goal_budget:g} move(s) per 100 placements: allocation "
-        f"+{GOAL_POINTS:g} points over no moves, or the whole-GPU waits (all*) times "
-        f"{GOAL_WAIT_RATIO:g} or less"
-    )
-    print_goals(goals(rows, args.goal_budget))
+    if args.report:
+        rows = read_reports(args.report)
+        files = len(args.report)
+        print(f"defragmentation on the dynamic replay: {len(rows)} runs read from {files} file(s)")
+    else:
+        for load in loads:
+            for trace in args.traces.split(","):
+                done = run_trace(args, trace, load)
+                # each trace as soon as it is done (a long run can be read part-way)
+                print_table(done)
+                rows.extend(done)
+        print(
+            f"\ndefragmentation on the dynamic replay: seed {args.seed}, loads "
+            f"{', '.join(f'{x:.2f}' for x in loads)}, {args.hours:g} h window, move cost "
+            f"{args.move_cost} s, retry after {args.retry_after} placements, chains "
+            f"{'on' if args.chains else 'off'}, steady state from the {args.steady_from:.0%} "
+            f"quantile of arrivals, {time.perf_counter() - t0:.0f} s"
+        )
+    report(rows, args.goal_budget)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=float))
     return 0

@@ -5,6 +5,7 @@ for the first test."""
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 import pytest
@@ -105,3 +106,49 @@ def test_bad_loads_are_refused_naming_the_option() -> None:
         main(["--loads", "0.5,7"])
     with pytest.raises(SystemExit, match="--budgets: a comma-separated list of numbers"):
         main(["--budgets", "one"])
+
+
+def test_saved_runs_are_reported_again_without_replaying(tmp_path: Any, capsys: Any) -> None:
+    rows = [
+        {
+            "trace": "t",
+            "load": 0.5,
+            "run": run,
+            "alloc_pct": 60.0,
+            "net_alloc_pct": 60.0,
+            "steady_alloc_pct": 70.0,
+            "steady_from_s": 10,
+            "window_s": 100,
+            "whole": {"mean": 1.0, "p90": 2.0, "mean_all": wait, "never": never},
+            "steady_whole": {"mean": 1.0},
+            "never": never,
+            "moves": 3 if run != "tessera" else 0,
+            "moves_per_100": 1.0,
+            "unlocked": 1,
+            "seconds": 1.0,
+            "plans": 0,
+            "headroom_pts": 0.5,
+            "steady_headroom_pts": 0.6,
+        }
+        for run, wait, never in (("tessera", 10.0, 2), ("tessera+1", 4.0, 0))
+    ]
+    saved = tmp_path / "runs.json"
+    saved.write_text(json.dumps(rows))
+    assert main(["--report", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs read from 1 file(s)" in out
+    goal_line = out.splitlines()[-2]
+    assert goal_line.split()[:5] == ["0.50", "t", "+0.00", "+0.00", "0.50"]
+    assert "10.0 →    4.0 (0.40)" in goal_line
+    assert goal_line.endswith("| met (waits)")
+    assert "met on 1 of 1 (load, trace) pairs" in out
+
+
+def test_a_saved_file_that_is_not_runs_is_refused_naming_it(tmp_path: Any) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"trace": "t"}]))
+    with pytest.raises(SystemExit, match=r"--report .*bad.json: a run lacks alloc_pct"):
+        main(["--report", str(bad)])
+    bad.write_text("{")
+    with pytest.raises(SystemExit, match=r"--report .*bad.json: cannot read it"):
+        main(["--report", str(bad)])
