@@ -582,12 +582,20 @@ DEFRAG_MOVE_COLUMNS = (
 
 
 def emit_defrag_plan(args: argparse.Namespace, plan: dict[str, Any]) -> None:
-    """A plan: its state and value, then one line per move (`--json`: the API's JSON)."""
+    """A plan: its state and value, what it looked at and why work stayed, then one line per move
+    (`--json`: the API's JSON)."""
     if args.json:
         emit(args, plan)
         return
     print(f"plan {plan['id']} of {plan['group_name']}: {plan['state']}")
     print(plan["value"])
+    seen = plan.get("considered") or {}
+    if seen.get("summary"):
+        print(seen["summary"])
+    for kept in seen.get("kept") or []:
+        print(f"  kept in place: {kept['reason']} ({kept['count']} workload(s))")
+    for refused in seen.get("planner") or []:
+        print(f"  held the planner back: {refused['reason']} ({refused['count']}x)")
     if plan.get("error"):
         print(plan["error"])
     moves = plan.get("moves") or []

@@ -453,6 +453,11 @@ class DefragPlan(models.Model):
     unlocks = models.JSONField(
         default=list, blank=True, help_text="The waiting workloads the moves free capacity for"
     )
+    considered = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the plan looked at, why workloads stayed and what the planner refused",
+    )
     result = models.JSONField(default=dict, blank=True)
     error = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -77,3 +77,33 @@ def test_applying_an_unknown_plan_says_so(operator: Any) -> None:
     r = client_for(operator).post("/dashboards/fragmentation/defrag/987654/apply/", follow=True)
     assert r.status_code == 200
     assert "Defragmentation plan 987654 does not exist." in r.content.decode()
+
+
+def test_an_empty_plan_shows_what_it_looked_at_and_why_the_work_stayed(
+    operator: Any, team_a: Any
+) -> None:
+    pool = fragmented_pool(team_a)
+    Workload.objects.filter(pk=pool.first.pk).update(preemptible=False)
+    Workload.objects.filter(pk=pool.second.pk).update(movable=False)
+    c = client_for(operator)
+    r = c.post("/dashboards/fragmentation/defrag/", {"pool": "training"})
+    shown = c.get(r["Location"]).content.decode()
+    assert "No move helps" in shown
+    assert "Looked at 1 waiting request and 2 running workloads; none may move." in shown
+    assert "It is not preemptible: 1 workload" in shown
+    assert "It is exempt from defragmentation: 1 workload" in shown
+    assert 'data-testid="defrag-apply"' not in shown
+
+
+def test_a_plan_lists_what_the_planner_refused(operator: Any, team_a: Any, settings: Any) -> None:
+    fragmented_pool(team_a)
+    settings.TESSERA_DEFRAG_MAX_COST_SECONDS_PER_MOVE = 0
+    c = client_for(operator)
+    shown = c.get(
+        c.post("/dashboards/fragmentation/defrag/", {"pool": "training"})["Location"]
+    ).content.decode()
+    assert "What held the planner back:" in shown
+    assert (
+        "Clearing a node needed more moves, moves per owner or cost than the limits allow (2×)"
+        in shown
+    )

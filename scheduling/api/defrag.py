@@ -61,9 +61,32 @@ class DefragUnlockSerializer(serializers.Serializer):
     gpus = serializers.ListField(child=serializers.IntegerField())
 
 
+class DefragReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField()
+    count = serializers.IntegerField()
+
+
+class DefragConsideredSerializer(serializers.Serializer):
+    """What the plan looked at and why work stayed (empty for plans made before it was recorded)."""
+
+    summary = serializers.CharField(required=False)
+    waiting = serializers.IntegerField(required=False, help_text="Waiting requests looked at")
+    running = serializers.IntegerField(required=False, help_text="Running workloads looked at")
+    movable = serializers.IntegerField(
+        required=False, help_text="Of those, the ones the policy lets move"
+    )
+    kept = DefragReasonSerializer(
+        many=True, required=False, help_text="Why the policy kept the others in place"
+    )
+    planner = DefragReasonSerializer(
+        many=True, required=False, help_text="What the planner refused, and how often"
+    )
+
+
 class DefragPlanSerializer(serializers.ModelSerializer):
     moves = DefragMoveSerializer(many=True, read_only=True)
     unlocks = DefragUnlockSerializer(many=True, read_only=True)
+    considered = DefragConsideredSerializer(read_only=True)
     group_name = serializers.CharField(source="group.name", read_only=True)
 
     class Meta:
@@ -79,6 +102,7 @@ class DefragPlanSerializer(serializers.ModelSerializer):
             "freed_whole_nodes",
             "cost_seconds",
             "unlocks",
+            "considered",
             "moves",
             "result",
             "error",

@@ -37,12 +37,13 @@ from quotas.models import QuotaGroup
 from scheduling import defrag_hooks
 from scheduling.choices import ACTIVE_STATES, DefragPlanState, DefragTrigger, WorkloadState
 from scheduling.engine import GPU_MILLI, Assignment
+from scheduling.engine.defrag import REFUSALS, Move, plan_defrag
 from scheduling.engine.defrag import DefragPlan as EnginePlan
-from scheduling.engine.defrag import Move, plan_defrag
 from scheduling.lock_objects import lock_shard
 from scheduling.models import DefragMove, DefragPlan, Placement, Workload
 from scheduling.services.cycle import StaleSnapshot, commit_assignments
 from scheduling.services.defrag_policy import (
+    Candidates,
     DefragPolicy,
     movable_workloads,
     waiting_workloads,
@@ -60,6 +61,8 @@ logger = logging.getLogger(__name__)
 S = DefragPlanState
 REQUEUE_CODE = "defragmented"
 MAX_REASON = 480
+#: Reasons a plan's `considered` lists, each kind (most common first).
+MAX_CONSIDERED_REASONS = 10
 
 
 # ------------------------------------------------------------------------------------------ preview
@@ -89,6 +92,39 @@ def _move_reason(move: Move, cluster: GroupCluster, unlocked: dict[str, Workload
     else:
         why = f"Moved to free {freed} as whole GPUs for larger requests"
     return f"{why} (defragmentation); restarted on {move.to_node}."[:MAX_REASON]
+
+
+def _counted(reasons: Any) -> list[dict[str, Any]]:
+    """Reasons with how often each occurs, most common first (then alphabetically), bounded."""
+    counts: dict[str, int] = {}
+    for reason, n in reasons:
+        counts[reason] = counts.get(reason, 0) + n
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [
+        {"reason": reason[:MAX_REASON], "count": n}
+        for reason, n in ordered[:MAX_CONSIDERED_REASONS]
+    ]
+
+
+def _considered(
+    candidates: Candidates, waiting: list[Workload], plan: EnginePlan
+) -> dict[str, Any]:
+    """What an operator reads under a plan (most of all an empty one): what it looked at, why the
+    policy kept each other workload in place, and what the planner refused, in words."""
+    waiting_n, running_n, movable_n = len(waiting), len(candidates.rows), len(candidates.movable)
+    may = "none may move" if not movable_n else f"{movable_n} may move"
+    summary = (
+        f"Looked at {waiting_n} waiting request{'s' if waiting_n != 1 else ''} and {running_n} "
+        f"running workload{'s' if running_n != 1 else ''}; {may}."
+    )
+    return {
+        "summary": summary,
+        "waiting": waiting_n,
+        "running": running_n,
+        "movable": movable_n,
+        "kept": _counted((why, 1) for why in candidates.refused.values()),
+        "planner": _counted((REFUSALS.get(code, code), n) for code, n in plan.refusals),
+    }
 
 
 def _unlock_assignment(
@@ -169,6 +205,7 @@ def preview_defrag(
             freed_whole_nodes=max(0, engine_plan.freed_whole_nodes),
             cost_seconds=engine_plan.cost_seconds,
             unlocks=unlocks,
+            considered=_considered(candidates, waiting, engine_plan),
             expires_at=now + timedelta(seconds=policy.plan_ttl_seconds),
         )
         DefragMove.objects.bulk_create(

@@ -31,6 +31,10 @@ def test_operator_previews_then_applies_a_plan_and_the_waiting_job_is_placed(
     assert len(body["moves"]) == 1
     assert body["unlocks"][0]["workload"] == pool.waiting.pk
     assert body["moves"][0]["reason"].startswith("Moved to free 1 H100 GPU on ")
+    assert body["considered"]["summary"] == (
+        "Looked at 1 waiting request and 2 running workloads; 2 may move."
+    )
+    assert body["considered"]["kept"] == []
     assert client.get(f"/api/v1/defrag/plans/{body['id']}/").json()["moves"] == body["moves"]
 
     applied = client.post(f"/api/v1/defrag/plans/{body['id']}/apply/")
@@ -90,3 +94,18 @@ def test_the_jobs_api_records_a_job_submitted_as_exempt_from_defragmentation(
     pinned = Gang.objects.get(name="pinned").members.get()
     assert pinned.movable is False
     assert api_as(operator).get(f"/api/v1/workloads/{pinned.pk}/").json()["movable"] is False
+
+
+def test_an_empty_plan_tells_the_operator_why_the_work_stayed(
+    operator: Any, team_a: Any, api_as: Any
+) -> None:
+    pool = fragmented_pool(team_a)
+    Workload.objects.filter(pk__in=[pool.first.pk, pool.second.pk]).update(preemptible=False)
+    body = (
+        api_as(operator)
+        .post("/api/v1/defrag/plans/", {"group": pool.quota.group_id}, format="json")
+        .json()
+    )
+    assert body["moves"] == []
+    assert body["considered"]["movable"] == 0
+    assert body["considered"]["kept"] == [{"reason": "it is not preemptible", "count": 2}]

@@ -168,3 +168,45 @@ def test_an_exempt_team_is_never_moved() -> None:
         plan = preview_defrag(pool.quota.group_id)
     assert plan.moves.count() == 0
     assert preview_defrag(pool.quota.group_id).moves.count() == 1
+
+
+def test_a_plan_that_moves_nothing_says_what_it_looked_at_and_why_each_workload_stays() -> None:
+    pool = fragmented_pool()
+    Workload.objects.filter(pk=pool.first.pk).update(preemptible=False)
+    Workload.objects.filter(pk=pool.second.pk).update(movable=False)
+    plan = preview_defrag(pool.quota.group_id)
+    assert plan.moves.count() == 0
+    considered = plan.considered
+    assert (considered["waiting"], considered["running"], considered["movable"]) == (1, 2, 0)
+    assert considered["summary"] == (
+        "Looked at 1 waiting request and 2 running workloads; none may move."
+    )
+    assert considered["kept"] == [
+        {"reason": "it is exempt from defragmentation", "count": 1},
+        {"reason": "it is not preemptible", "count": 1},
+    ]
+
+
+def test_a_plan_counts_what_the_planner_refused_in_words() -> None:
+    pool = fragmented_pool()
+    # a job's restart (600 s) costs more than any move may
+    with override_settings(TESSERA_DEFRAG_MAX_COST_SECONDS_PER_MOVE=0):
+        plan = preview_defrag(pool.quota.group_id)
+    considered = plan.considered
+    assert considered["summary"] == (
+        "Looked at 1 waiting request and 2 running workloads; 2 may move."
+    )
+    assert considered["kept"] == []
+    reasons = {p["reason"]: p["count"] for p in considered["planner"]}
+    assert reasons
+    assert all(isinstance(n, int) and n > 0 for n in reasons.values())
+    assert any("limits" in reason for reason in reasons)
+
+
+def test_a_plan_that_moves_says_how_many_it_could_have_moved() -> None:
+    pool = fragmented_pool()
+    plan = preview_defrag(pool.quota.group_id)
+    assert plan.moves.count() == 1
+    assert plan.considered["summary"] == (
+        "Looked at 1 waiting request and 2 running workloads; 2 may move."
+    )

@@ -3,6 +3,7 @@ against a live server; a member is refused with the auth exit code."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ def test_an_operator_previews_shows_and_applies_a_plan_with_the_cli(
     assert code == 0
     assert out.startswith(f"plan {plan['id']} of training: previewed\n{plan['value']}\n")
     assert plan["moves"][0]["reason"] in out
+    assert "Looked at 1 waiting request and 2 running workloads; 2 may move.\n" in out
 
     code, out, _ = run(capsys, "defrag", "apply", str(plan["id"]))
     assert code == 0
@@ -54,3 +56,27 @@ def test_an_operator_previews_shows_and_applies_a_plan_with_the_cli(
         WorkloadState.PLACED,
         WorkloadState.RUNNING,
     )
+
+
+def test_an_empty_plan_prints_why_the_work_stayed(capsys: pytest.CaptureFixture[str]) -> None:
+    plan = {
+        "id": 7,
+        "group_name": "training",
+        "state": "previewed",
+        "value": "No move helps: nothing can be freed within the limits.",
+        "considered": {
+            "summary": "Looked at 1 waiting request and 2 running workloads; none may move.",
+            "kept": [{"reason": "it is not preemptible", "count": 2}],
+            "planner": [{"reason": "a blocked request had no node it could use", "count": 1}],
+        },
+        "moves": [],
+    }
+    cli.emit_defrag_plan(argparse.Namespace(json=False), plan)
+    assert capsys.readouterr().out.splitlines() == [
+        "plan 7 of training: previewed",
+        "No move helps: nothing can be freed within the limits.",
+        "Looked at 1 waiting request and 2 running workloads; none may move.",
+        "  kept in place: it is not preemptible (2 workload(s))",
+        "  held the planner back: a blocked request had no node it could use (1x)",
+        "(no moves)",
+    ]
