@@ -42,6 +42,9 @@ def test_one_move_per_100_placements_starts_the_multi_gpu_jobs_fragments_kept_wa
     assert rows[2]["moves"] == 11
     assert goal.wait_before == pytest.approx(12.5, abs=0.05)
     assert goal.wait_after == pytest.approx(1.4, abs=0.05)
+    # the multi-GPU requests alone: 58 s -> 6 s
+    assert goal.multi_before == pytest.approx(58.4, abs=0.05)
+    assert goal.multi_after == pytest.approx(6.0, abs=0.05)
     assert goal.by_waits
     assert goal.met
     assert not goal.by_allocation
