@@ -23,6 +23,7 @@ reaches the threshold. One pool that raises does not stop the others.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -94,7 +95,7 @@ def _move_reason(move: Move, cluster: GroupCluster, unlocked: dict[str, Workload
     return f"{why} (defragmentation); restarted on {move.to_node}."[:MAX_REASON]
 
 
-def _counted(reasons: Any) -> list[dict[str, Any]]:
+def _counted(reasons: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
     """Reasons with how often each occurs, most common first (then alphabetically), bounded."""
     counts: dict[str, int] = {}
     for reason, n in reasons:
