@@ -315,7 +315,7 @@ def goals(rows: Sequence[dict[str, Any]], budget: float) -> list[Goal]:
                 trace=trace,
                 budget=budget,
                 alloc_pts=row["alloc_pct"] - ref["alloc_pct"],
-                net_pts=(row["net_alloc_pct"] - ref["net_alloc_pct"]),
+                net_pts=row["net_alloc_pct"] - ref["net_alloc_pct"],
                 wait_before=ref["whole"]["mean_all"],
                 wait_after=row["whole"]["mean_all"],
                 never_before=ref["whole"]["never"],
@@ -395,9 +395,29 @@ def report(rows: list[dict[str, Any]], goal_budget: float) -> None:
     print_goals(goals(rows, goal_budget))
 
 
-#: Keys a row read back by --report must have (those the tables print).
+#: Keys a row read back by --report must have: those every table reads (the "why" table's own are read
+#: only from runs that made plans).
 ROW_KEYS = frozenset(
-    {"trace", "load", "run", "alloc_pct", "net_alloc_pct", "steady_alloc_pct", "whole", "plans"}
+    {
+        "trace",
+        "load",
+        "run",
+        "alloc_pct",
+        "net_alloc_pct",
+        "steady_alloc_pct",
+        "steady_from_s",
+        "window_s",
+        "whole",
+        "steady_whole",
+        "never",
+        "moves",
+        "moves_per_100",
+        "unlocked",
+        "seconds",
+        "plans",
+        "headroom_pts",
+        "steady_headroom_pts",
+    }
 )
 
 

@@ -10,7 +10,7 @@ from django.test import Client
 
 from scheduling.choices import DefragPlanState, WorkloadState
 from scheduling.models import DefragPlan, Workload
-from scheduling.tests.defrag_scenario import fragmented_pool
+from scheduling.tests.defrag_scenario import fragmented_pool, keep_both_in_place
 
 pytestmark = pytest.mark.django_db
 
@@ -83,8 +83,7 @@ def test_an_empty_plan_shows_what_it_looked_at_and_why_the_work_stayed(
     operator: Any, team_a: Any
 ) -> None:
     pool = fragmented_pool(team_a)
-    Workload.objects.filter(pk=pool.first.pk).update(preemptible=False)
-    Workload.objects.filter(pk=pool.second.pk).update(movable=False)
+    keep_both_in_place(pool)
     c = client_for(operator)
     r = c.post("/dashboards/fragmentation/defrag/", {"pool": "training"})
     shown = c.get(r["Location"]).content.decode()

@@ -60,3 +60,9 @@ def fragmented_pool(tenant: Tenant | None = None, *, first_kind: str = "job_pod"
     for w in (first, second, waiting):
         w.refresh_from_db()
     return Fragmented(quota, first, second, waiting)
+
+
+def keep_both_in_place(pool: Fragmented) -> None:
+    """The policy may move neither small job: the first is not preemptible, the second is exempt."""
+    Workload.objects.filter(pk=pool.first.pk).update(preemptible=False)
+    Workload.objects.filter(pk=pool.second.pk).update(movable=False)

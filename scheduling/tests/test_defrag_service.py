@@ -15,7 +15,7 @@ from scheduling import services
 from scheduling.choices import DefragPlanState, WorkloadState
 from scheduling.models import DefragMove, DefragPlan, Placement, Workload
 from scheduling.services.defrag import apply_defrag, preview_defrag
-from scheduling.tests.defrag_scenario import Fragmented, fragmented_pool
+from scheduling.tests.defrag_scenario import Fragmented, fragmented_pool, keep_both_in_place
 
 pytestmark = [
     pytest.mark.django_db,
@@ -129,8 +129,7 @@ def test_an_expired_plan_is_refused_and_marked_expired() -> None:
 
 def test_non_preemptible_and_exempt_work_is_never_moved() -> None:
     pool = fragmented_pool()
-    Workload.objects.filter(pk=pool.first.pk).update(preemptible=False)
-    Workload.objects.filter(pk=pool.second.pk).update(movable=False)
+    keep_both_in_place(pool)
     plan = preview_defrag(pool.quota.group_id)
     assert plan.moves.count() == 0
     assert plan.unlocks == []
@@ -172,8 +171,7 @@ def test_an_exempt_team_is_never_moved() -> None:
 
 def test_a_plan_that_moves_nothing_says_what_it_looked_at_and_why_each_workload_stays() -> None:
     pool = fragmented_pool()
-    Workload.objects.filter(pk=pool.first.pk).update(preemptible=False)
-    Workload.objects.filter(pk=pool.second.pk).update(movable=False)
+    keep_both_in_place(pool)
     plan = preview_defrag(pool.quota.group_id)
     assert plan.moves.count() == 0
     considered = plan.considered
