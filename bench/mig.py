@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.replay import NODE_CSV, load_nodes, load_tool, parse_seeds
+from core.units import MIG_COMPUTE_SLICES
 from scheduling.engine.mig import MigCard, MigPlacement, MigPolicy, MigRequest, MigState
-from scheduling.engine.mig_profiles import COMPUTE_SLICES, MIG_GEOMETRIES, MigGeometry
+from scheduling.engine.mig_profiles import MIG_GEOMETRIES, MigGeometry
 
 WHOLE_CARD_INDEX = 5
 
@@ -60,7 +61,7 @@ def run(
 ) -> dict[str, Any]:
     """Replay one sequence under one policy."""
     state = MigState(cards)
-    capacity = len(cards) * COMPUTE_SLICES
+    capacity = len(cards) * MIG_COMPUTE_SLICES
     sizes = {p.name: p.compute_slices for p in geometry.profiles}
     arrived = 0
     at_full: float | None = None
@@ -72,7 +73,7 @@ def run(
         outcome = state.place(r, policy)
         if isinstance(outcome, MigPlacement):
             placed += 1
-        elif sizes[r.profile] == COMPUTE_SLICES:
+        elif sizes[r.profile] == MIG_COMPUTE_SLICES:
             whole_unplaced += 1
         if at_full is None and arrived >= capacity:
             at_full = state.used_compute_slices() / capacity
@@ -197,10 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for trace in [t.strip() for t in args.churn_traces.split(",") if t.strip()]:
         events = churn_events(trace_dir / f"openb_pod_list_{trace}.csv", geometry)
         peak = peak_demand(events, sizes)
-        n_cards = max(1, round(peak * args.churn_capacity / COMPUTE_SLICES))
+        n_cards = max(1, round(peak * args.churn_capacity / MIG_COMPUTE_SLICES))
         churn_cards = [MigCard(f"node-{c // 8:04d}", c % 8, args.model) for c in range(n_cards)]
         print(
-            f"\nchurn {trace}: {len(events) // 2} requests, peak demand {peak / COMPUTE_SLICES:.0f} GPUs, "
+            f"\nchurn {trace}: {len(events) // 2} requests, peak demand {peak / MIG_COMPUTE_SLICES:.0f} GPUs, "
             f"{n_cards} cards ({args.churn_capacity:.0%} of the peak)"
         )
         out = {}

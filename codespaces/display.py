@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from codespaces import units
 from codespaces.choices import GpuMode
+from core import units
 
 
 def size_label(

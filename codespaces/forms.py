@@ -6,7 +6,6 @@ from typing import Any, cast
 
 from django import forms
 
-from codespaces import units
 from codespaces.choices import GpuMode
 from codespaces.models import (
     MAX_HOME_VOLUME_GIB,
@@ -18,7 +17,8 @@ from codespaces.models import (
     TemplatePreset,
 )
 from codespaces.services import SIZE_INPUT_BOUNDS, TEMPLATE_FIELDS, SizeRequest
-from codespaces.units import MIB_PER_GIB
+from core import units
+from core.units import MIB_PER_GIB
 from portal.numbers import BIGINT_MAX
 from quotas.models import Quota
 

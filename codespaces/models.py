@@ -11,7 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from codespaces import display, units
+from codespaces import display
 from codespaces.choices import (
     ACTIVE_STATES,
     PLACED_STATES,
@@ -23,11 +23,10 @@ from codespaces.choices import (
 )
 from codespaces.phase import Observed, observe
 from codespaces.placements import active_placements, workload_facts
+from core.units import MILLI_PER_GPU
 from portal.models import Tenant, dns_label_validator
 from quotas.models import Quota
 from scheduling.limits import MAX_GPU_MODEL_LENGTH
-
-MIB_PER_GIB = units.MIB_PER_GIB
 
 # Bounds of what operators may set on a template (form, API and model; the idle ones also in the
 # database). A larger idle window is no policy: 9,999,999,999 minutes made every idle check overflow.
@@ -265,7 +264,7 @@ class Codespace(models.Model):
                 name="uniq_live_codespace_name",
             ),
             models.CheckConstraint(
-                condition=Q(gpu_milli__lte=1000), name="codespace_gpu_milli_at_most_1000"
+                condition=Q(gpu_milli__lte=MILLI_PER_GPU), name="codespace_gpu_milli_at_most_1000"
             ),
         ]
         indexes = [
@@ -313,7 +312,7 @@ class Codespace(models.Model):
         """Cards' worth of GPU compute held when placed (0.25 for a 25% slice, 2.0 for two cards)."""
         if self.gpu_mode == GpuMode.NONE:
             return 0.0
-        return self.gpu_count * self.gpu_milli / 1000
+        return self.gpu_count * self.gpu_milli / MILLI_PER_GPU
 
     @property
     def whole_cards_without_slicing(self) -> int:

@@ -20,6 +20,7 @@ from django.db.models import F, Sum
 
 from codespaces import services as codespace_services
 from codespaces.models import Codespace
+from core.units import MILLI_PER_GPU, MILLI_PER_PERCENT, mib_to_gib
 from portal.models import Tenant
 from portal.scoping import admin_tenant_ids_for, is_operator
 from quotas.models import Quota
@@ -148,8 +149,8 @@ def start_now(tenant: Tenant) -> list[StartNow]:
                 quota=quota,
                 headroom_gpus=headroom["headroom_gpus"],
                 headroom_gpu_memory_gib=headroom["headroom_gpu_memory_gib"],
-                largest_free_slice_percent=milli // 10,
-                largest_free_slice_gib=round(memory_mib / 1024, 1),
+                largest_free_slice_percent=milli // MILLI_PER_PERCENT,
+                largest_free_slice_gib=round(mib_to_gib(memory_mib), 1),
             )
         )
     return rows
@@ -220,7 +221,9 @@ def operator_status() -> OperatorStatus:
         healthy_gpus=totals["healthy_gpus"],
         gpus_allocated=_gpus(totals["gpu_milli_used"]),
         allocation_percent=(
-            round(100 * totals["gpu_milli_used"] / (1000 * totals["gpus"])) if totals["gpus"] else 0
+            round(100 * totals["gpu_milli_used"] / (MILLI_PER_GPU * totals["gpus"]))
+            if totals["gpus"]
+            else 0
         ),
         nodes=totals["nodes"],
         cordoned_nodes=totals["cordoned"],

@@ -20,8 +20,9 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
+from core import units
 from dashboards.defrag_views import panel_context
-from portal import charts, numbers
+from portal import charts
 from portal.errors import DomainError, InvalidInput
 from portal.models import Tenant
 from portal.numbers import parse_int
@@ -265,8 +266,8 @@ def _amount_or_none(
     if raw is None or raw == "":
         return None
     try:
-        return numbers.to_base(raw, unit, minimum=minimum, maximum=maximum)
-    except numbers.UnitError as exc:
+        return units.to_base(raw, unit, minimum=minimum, maximum=maximum)
+    except units.UnitError as exc:
         raise InvalidInput(f"{field}={raw[:32]!r}: {exc}", fields={field: [str(exc)]}) from exc
 
 
@@ -311,7 +312,10 @@ def _fragmentation(pool: QuotaGroup, chosen: frag.SlicePreset) -> dict[str, Any]
             "compute": charts.fragmentation_heatmap(
                 fmap.nodes,
                 fmap.gpu_columns,
-                [[None if v is None else v / 10 for v in row] for row in fmap.free_milli],
+                [
+                    [None if v is None else units.milli_to_percent(v) for v in row]
+                    for row in fmap.free_milli
+                ],
                 title=f"Free compute per GPU — {pool.name}",
                 unit="% of the GPU",
                 maximum=100,
@@ -320,20 +324,20 @@ def _fragmentation(pool: QuotaGroup, chosen: frag.SlicePreset) -> dict[str, Any]
                 fmap.nodes,
                 fmap.gpu_columns,
                 [
-                    [None if v is None else round(v / 1024, 1) for v in row]
+                    [None if v is None else round(units.mib_to_gib(v), 1) for v in row]
                     for row in fmap.free_memory_mib
                 ],
                 title=f"Free memory per GPU — {pool.name}",
                 unit="GiB",
-                maximum=None if max_memory is None else round(max_memory / 1024, 1),
+                maximum=None if max_memory is None else round(units.mib_to_gib(max_memory), 1),
             ),
             "fits": charts.slice_fit_figure(chosen.label, fmap.fits),
         },
         "summary": {
             "preset": chosen.label,
             "fits_total": fmap.fits_total,
-            "free_gpus": round(fmap.free_milli_total / 1000, 2),
-            "fragmented_gpus": round(fmap.fragmented_milli / 1000, 2),
+            "free_gpus": round(fmap.free_milli_total / units.MILLI_PER_GPU, 2),
+            "fragmented_gpus": round(fmap.fragmented_milli / units.MILLI_PER_GPU, 2),
             "fragmentation": fmap.fragmentation_percent,
         },
     }

@@ -12,7 +12,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from portal import numbers
+from core import units
 from portal.errors import DomainError
 from portal.login_throttle import LoginRefused, admit_attempt, attempt_succeeded, client_address
 from portal.operator_log import MAX_FILTER_LENGTH, LogFilters, action_choices
@@ -128,7 +128,7 @@ class ActivityFilterForm(forms.Form):
 
 class UnitField(forms.Field):
     """A resource amount typed in people's units (GPUs, % of a GPU, cores, GiB) whose cleaned value
-    is the exact integer the services keep (milli or MiB); conversion in `portal.numbers`. An initial
+    is the exact integer the services keep (milli or MiB); conversion in `core.units`. An initial
     value given as that integer is shown in the unit."""
 
     def __init__(
@@ -137,16 +137,16 @@ class UnitField(forms.Field):
         self.unit = unit
         self.minimum = minimum
         self.maximum = maximum
-        places = numbers.UNITS[unit][1]
+        places = units.UNITS[unit][1]
         attrs = {"inputmode": "decimal", "step": str(Decimal(1).scaleb(-places)),
-                 "min": numbers.format_number(minimum), "max": numbers.format_number(maximum),
+                 "min": units.format_number(minimum), "max": units.format_number(maximum),
                  "data-unit": unit}  # fmt: skip
         kwargs.setdefault("widget", forms.NumberInput(attrs=attrs))
         super().__init__(**kwargs)
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
-            return numbers.from_base(value, self.unit)
+            return units.from_base(value, self.unit)
         return value
 
     def to_python(self, value: Any) -> int | None:  # type: ignore[override]
@@ -156,6 +156,6 @@ class UnitField(forms.Field):
         if len(str(text)) > 32:
             raise ValidationError("Enter a shorter number.", code="invalid")
         try:
-            return numbers.to_base(text, self.unit, minimum=self.minimum, maximum=self.maximum)
-        except numbers.UnitError as exc:
+            return units.to_base(text, self.unit, minimum=self.minimum, maximum=self.maximum)
+        except units.UnitError as exc:
             raise ValidationError(str(exc), code="invalid") from exc

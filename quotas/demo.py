@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from portal.models import Tenant
 from quotas import services
 from quotas.models import Quota, QuotaGroup, bound_field
-from quotas.resources import Resources, Side, human
+from quotas.resources import PER_UNIT, Resources, Side, human
 from quotas.usage import group_capacity
 
 GROUPS = [
@@ -35,11 +35,8 @@ def _fraction(capacity: Resources, side: Side, share: float) -> dict[str, int]:
     values = {}
     for dimension in side.dimensions:
         amount = int(capacity.get(dimension) * share)
-        if dimension in ("gpu_milli", "cpu_milli"):
-            amount = amount // 1000 * 1000  # whole GPUs and CPUs
-        else:
-            amount = amount // 1024 * 1024  # whole GiB
-        values[dimension] = amount
+        per_unit = PER_UNIT[dimension]
+        values[dimension] = amount // per_unit * per_unit  # whole GPUs, CPUs and GiB
     return values
 
 

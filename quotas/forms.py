@@ -22,7 +22,7 @@ from quotas.notice_board import MAX_BOARD_LIMIT, MAX_FILTER_LENGTH, STATE_CHOICE
 from quotas.resources import Side
 from quotas.sharing import MAX_TIMESLICE_REPLICAS, MODE_NOTES, SharingMode
 
-# The unit each dimension is typed in (the form converts once, through portal.numbers).
+# The unit each dimension is typed in (the form converts once, through core.units).
 UNIT_OF = {
     "gpu_milli": "gpus",
     "gpu_memory_mib": "gib",

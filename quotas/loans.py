@@ -32,6 +32,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core.units import MILLI_PER_GPU
 from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.errors import Conflict, Forbidden, InvalidInput
 from portal.operator_log import ActionImpact, clean_reason, record_operator_action
@@ -74,7 +75,7 @@ def _when(value: Any, name: str) -> datetime:
 
 def min_gpus(quota: Quota) -> int:
     """Whole GPUs of the quota's own GPU-side min."""
-    return quota.min_of(Side.GPU).gpu_milli // 1000
+    return quota.min_of(Side.GPU).gpu_milli // MILLI_PER_GPU
 
 
 OPERATORS = "the operators"
@@ -97,7 +98,7 @@ def unassigned_gpus(
 ) -> tuple[int, int, int]:
     """(the group's GPUs, GPUs promised as min, GPUs the operators already lend in the window): what
     an operators' loan may come from is the first less the other two."""
-    capacity = group_capacity(group).gpu.gpu_milli // 1000
+    capacity = group_capacity(group).gpu.gpu_milli // MILLI_PER_GPU
     promised = sum(min_gpus(q) for q in Quota.objects.filter(group=group))
     lent = sum(
         int(loan.gpus)

@@ -33,6 +33,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core.units import MILLI_PER_GPU
 from portal.errors import InvalidInput
 from portal.numbers import parse_int
 from portal.scoping import is_operator, tenant_ids_for
@@ -358,7 +359,7 @@ class GroupSummary:
             "group": self.group,
             "live_notices": self.live_notices,
             "workloads": self.workloads,
-            "gpus": self.gpu_milli / 1000,
+            "gpus": self.gpu_milli / MILLI_PER_GPU,
             "soonest_deadline": self.soonest_deadline,
             "seconds_left": _seconds_left(self.soonest_deadline, now),
             "delivery_failures": self.delivery_failures,
@@ -382,7 +383,7 @@ class BoardSummary:
         return {
             "live_notices": self.live_notices,
             "workloads": self.workloads,
-            "gpus": self.gpu_milli / 1000,
+            "gpus": self.gpu_milli / MILLI_PER_GPU,
             "soonest_deadline": self.soonest_deadline,
             "seconds_left": _seconds_left(self.soonest_deadline, now),
             "delivery_failures": self.delivery_failures,

@@ -11,6 +11,8 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
 
+from core.units import MIB_PER_GIB, MILLI_PER_CORE, MILLI_PER_GPU, format_number
+
 DIMENSIONS: tuple[str, ...] = ("gpu_milli", "gpu_memory_mib", "cpu_milli", "memory_mib")
 """The dimensions of a Resources vector, in display and tie-break order."""
 
@@ -126,10 +128,13 @@ def total(vectors: Any) -> Resources:
     return result
 
 
-def _trim(value: float) -> str:
-    text = f"{value:.2f}".rstrip("0").rstrip(".")
-    return text or "0"
-
+#: Base units (milli or MiB) in one of the units people read, per dimension: GPUs, cores, GiB.
+PER_UNIT: dict[str, int] = {
+    "gpu_milli": MILLI_PER_GPU,
+    "gpu_memory_mib": MIB_PER_GIB,
+    "cpu_milli": MILLI_PER_CORE,
+    "memory_mib": MIB_PER_GIB,
+}
 
 UNITS = {
     "gpu_milli": ("GPU", "GPUs"),
@@ -141,14 +146,14 @@ UNITS = {
 
 def human_amount(dimension: str, value: int) -> str:
     """A number in the unit people use: 3500 gpu_milli → "3.5 GPUs", 40960 memory_mib → "40 GiB memory"."""
-    scaled = value / 1000 if dimension in ("gpu_milli", "cpu_milli") else value / 1024
+    scaled = value / PER_UNIT[dimension]
     singular, plural = UNITS[dimension]
-    return f"{_trim(scaled)} {singular if scaled == 1 else plural}"
+    return f"{format_number(scaled)} {singular if scaled == 1 else plural}"
 
 
 def human_number(dimension: str, value: int) -> str:
     """The number alone, in the dimension's unit (GPUs, CPUs or GiB)."""
-    return _trim(value / 1000 if dimension in ("gpu_milli", "cpu_milli") else value / 1024)
+    return format_number(value / PER_UNIT[dimension])
 
 
 SHORT_UNITS = {

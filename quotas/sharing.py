@@ -16,15 +16,12 @@ Pure functions on plain values; the service layer raises :class:`portal.errors.I
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from django.db import models
 
-GPU_MILLI = 1000
-MIG_COMPUTE_SLICES = 7
-#: A MIG profile name as NVIDIA spells it: compute slices 1-7, memory in GB (``1g.10gb``, ``7g.141gb``).
-MIG_PROFILE_PATTERN = re.compile(r"^([1-7])g\.([1-9][0-9]{0,2})gb$")
+from core.units import MILLI_PER_GPU, mig_gpu_equivalent_milli, mig_profile_error, milli_to_percent
+
 MAX_MIG_PROFILES = 12
 MIN_TIMESLICE_REPLICAS = 2
 MAX_TIMESLICE_REPLICAS = 16
@@ -59,7 +56,7 @@ class Sharing:
     @property
     def replica_milli(self) -> int:
         """GPU milli one time-sliced replica counts as (1000 / replicas, rounded down)."""
-        return GPU_MILLI // max(self.timeslice_replicas, 1)
+        return MILLI_PER_GPU // max(self.timeslice_replicas, 1)
 
 
 def sharing_sentence(sharing: Sharing) -> str:
@@ -68,27 +65,10 @@ def sharing_sentence(sharing: Sharing) -> str:
     if sharing.mode == SharingMode.MIG:
         detail = f"{label}: {', '.join(sharing.mig_profiles)}."
     elif sharing.mode == SharingMode.TIMESLICE:
-        detail = f"{label}: {sharing.timeslice_replicas} replicas per GPU, each counted as {sharing.replica_milli / 10:g} % of a GPU."
+        detail = f"{label}: {sharing.timeslice_replicas} replicas per GPU, each counted as {milli_to_percent(sharing.replica_milli):g} % of a GPU."
     else:
         detail = f"{label}."
     return f"{detail} {MODE_NOTES[sharing.mode]}"
-
-
-def mig_gpu_equivalent_milli(profile: str) -> int:
-    """GPU milli a MIG instance counts as in quotas: its compute slices over 7, rounded down
-    (``3g.40gb`` -> 428), so the instances of one card never add up to more than one GPU (7 x 1g = 994)."""
-    match = MIG_PROFILE_PATTERN.match(profile)
-    if match is None:
-        raise ValueError(f"{profile!r} is not a MIG profile name")
-    return int(match.group(1)) * GPU_MILLI // MIG_COMPUTE_SLICES
-
-
-def mig_memory_mib(profile: str) -> int:
-    """GPU memory in MiB the profile name promises (``1g.10gb`` -> 10240)."""
-    match = MIG_PROFILE_PATTERN.match(profile)
-    if match is None:
-        raise ValueError(f"{profile!r} is not a MIG profile name")
-    return int(match.group(2)) * 1024
 
 
 def clean_sharing(
@@ -108,13 +88,11 @@ def clean_sharing(
         ]
     else:
         for name in mig_profiles:
-            if not isinstance(name, str) or not MIG_PROFILE_PATTERN.match(name):
-                errors["mig_profiles"] = [
-                    f"{str(name)[:40]!r} is not a MIG profile name such as 1g.10gb."
-                ]
+            if reason := mig_profile_error(name):
+                errors["mig_profiles"] = [reason]
                 break
             if name not in profiles:
-                profiles.append(name)
+                profiles.append(str(name))
         if len(profiles) > MAX_MIG_PROFILES:
             errors["mig_profiles"] = [f"At most {MAX_MIG_PROFILES} profiles."]
     if mode == SharingMode.MIG and not profiles and "mig_profiles" not in errors:
@@ -154,7 +132,7 @@ def request_errors(
         return {}
     if gpu_count == 0 or gpu_milli == 0:
         return {}
-    whole = gpu_milli >= GPU_MILLI
+    whole = gpu_milli >= MILLI_PER_GPU
     if sharing.mode == SharingMode.EXCLUSIVE and not whole:
         return {"gpu_milli": ["This pool hands out whole GPUs only."]}
     if sharing.mode == SharingMode.MIG:
@@ -169,7 +147,7 @@ def request_errors(
         return {
             "gpu_milli": [
                 f"This pool time-slices each GPU into {sharing.timeslice_replicas} replicas: ask for one "
-                f"({sharing.replica_milli / 10:g} % of a GPU, no memory isolation)."
+                f"({milli_to_percent(sharing.replica_milli):g} % of a GPU, no memory isolation)."
             ]
         }
     return {}

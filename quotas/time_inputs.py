@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from core.units import MILLI_PER_GPU
 from quotas.cluster import cluster_rows
 from quotas.fairness import (
     LOOKBACK_HALF_LIVES,
@@ -212,7 +213,7 @@ def user_caps(group: QuotaGroup, quotas: Sequence[Quota] | None = None) -> dict[
     for quota_id, owner_id, gpu_count, gpu_milli in held_rows:
         per_owner = held[int(quota_id)]
         per_owner[int(owner_id)] = per_owner.get(int(owner_id), 0) + int(gpu_count) * int(gpu_milli)
-    return {int(q): UserCap(int(cap) * 1000, held[int(q)]) for q, cap in capped.items()}
+    return {int(q): UserCap(int(cap) * MILLI_PER_GPU, held[int(q)]) for q, cap in capped.items()}
 
 
 def equal_shares(group: QuotaGroup, quotas: Sequence[Quota] | None = None) -> dict[int, EqualShare]:

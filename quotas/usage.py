@@ -28,6 +28,7 @@ from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
+from core.units import MILLI_PER_GPU, WHOLE_CARD_MILLI
 from quotas.cluster import cluster_rows
 from quotas.fairness import BudgetState, EqualShare, FairShare, LoanEffect, UserCap
 from quotas.models import Quota, QuotaGroup
@@ -207,7 +208,7 @@ def group_capacity(group: QuotaGroup, nodes: Sequence[Any] | None = None) -> Gro
                 gpu_side
                 + node_cpu
                 + Resources(
-                    gpu_milli=1000 * len(healthy),
+                    gpu_milli=MILLI_PER_GPU * len(healthy),
                     gpu_memory_mib=sum(int(gpu.memory_mib) for gpu in healthy),
                 )
             )
@@ -256,10 +257,6 @@ class WorkloadUsage:
 def workload_side(workload: Any) -> Side:
     """GPU side when the workload uses a GPU, CPU side otherwise."""
     return Side.GPU if int(getattr(workload, "gpu_count", 0) or 0) > 0 else Side.CPU
-
-
-WHOLE_CARD_MILLI = 1000
-"""`gpu_milli` of a whole card: such a request holds every GPU it is given entirely."""
 
 
 def charged_gpu_memory_mib(workload: Any) -> int:
@@ -936,7 +933,7 @@ def loan_moves(lender: QuotaSpec, gpus: int) -> Resources:
     minimum = lender.min[Side.GPU]
     if minimum.gpu_milli <= 0:
         return Resources()
-    milli = min(1000 * gpus, minimum.gpu_milli)
+    milli = min(MILLI_PER_GPU * gpus, minimum.gpu_milli)
     return Resources(
         gpu_milli=milli,
         gpu_memory_mib=minimum.gpu_memory_mib * milli // minimum.gpu_milli,
@@ -956,7 +953,7 @@ def apply_time_inputs(specs: Sequence[QuotaSpec], inputs: TimeInputs) -> list[Qu
         if loan.lender_id is None and loan.borrower_id in by_id:
             # the operators lend unassigned capacity: only the borrower's min and max grow
             borrower = by_id[loan.borrower_id]
-            moved = Resources(gpu_milli=1000 * loan.gpus)
+            moved = Resources(gpu_milli=MILLI_PER_GPU * loan.gpus)
             by_id[loan.borrower_id] = replace(
                 borrower,
                 min={**borrower.min, Side.GPU: borrower.min[Side.GPU] + moved},

@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
+from core.units import MILLI_PER_GPU
 from portal.models import Tenant
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import (
@@ -324,7 +325,8 @@ class PlacementGpu(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["placement", "gpu"], name="uniq_gpu_in_placement"),
             models.CheckConstraint(
-                condition=Q(gpu_milli__gt=0, gpu_milli__lte=1000), name="gpu_share_milli_in_range"
+                condition=Q(gpu_milli__gt=0, gpu_milli__lte=MILLI_PER_GPU),
+                name="gpu_share_milli_in_range",
             ),
         ]
 

@@ -8,13 +8,12 @@ from typing import Any
 
 from django.db.models import QuerySet, Sum
 
+from core.units import MILLI_MINUTES_PER_GPU_HOUR
 from quotas.fairness import UsageHour
 from scheduling.choices import ACTIVE_STATES, WorkloadState
 from scheduling.models import Node, Reservation, Workload
 from scheduling.telemetry.models import QuotaSample, Resolution
 from scheduling.telemetry.series import gpu_hour_prices
-
-MILLI_MINUTES_PER_GPU_HOUR = 1000 * 60
 
 
 class SchedulingRows:

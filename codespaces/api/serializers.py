@@ -11,7 +11,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from codespaces import display, units
+from codespaces import display
 from codespaces.choices import CodespaceState, GpuMode
 from codespaces.models import (
     MAX_ALLOWED_TENANTS,
@@ -25,6 +25,7 @@ from codespaces.phase import Observed, PlacementFacts, WorkloadFacts, observe
 from codespaces.placements import active_placements
 from codespaces.services.sizing import SIZE_INPUT_BOUNDS
 from codespaces.services.templates_admin import TEMPLATE_FIELDS
+from core import units
 from portal.api.serializers import InputSerializer
 
 

@@ -36,6 +36,7 @@ from codespaces.services.sizing import (
     slice_models,
     validate_size,
 )
+from core.units import MILLI_PER_GPU
 from portal.compiled_query import CompiledQuerySet, evaluate_together
 from portal.db import (
     atomic_pipelined,
@@ -73,7 +74,7 @@ def submit_workload_for(codespace: Codespace, pk: int | None = None) -> Any:
     if (
         not mig
         and codespace.gpu_count == 1
-        and codespace.gpu_milli < 1000
+        and codespace.gpu_milli < MILLI_PER_GPU
         and not codespace.gpu_model
     ):
         gpu_models = slice_models(codespace.template, codespace.quota, "")

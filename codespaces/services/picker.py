@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from codespaces import pools, units
+from codespaces import pools
 from codespaces.models import CodespaceTemplate, TemplatePreset
 from codespaces.services.requests import resolve_quota, resolve_template
 from codespaces.services.sizing import Resources, SizeRequest, validate_size
+from core import units
 from portal.errors import InvalidInput
 from portal.models import Tenant
 from quotas import usage

@@ -7,26 +7,22 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from codespaces import pools, units
+from codespaces import pools
 from codespaces.choices import (
     GpuMode,
 )
 from codespaces.models import MAX_MEMORY_MIB, CodespaceTemplate, TemplatePreset
 from codespaces.services.requests import shown
-from codespaces.units import MIB_PER_GIB
+from core import units
+from core.units import MIB_PER_GIB, MigProfileError, parse_mig_profile
 from portal.errors import InvalidInput
 from quotas.models import Quota
-from quotas.sharing import (
-    MIG_PROFILE_PATTERN,
-    mig_gpu_equivalent_milli,
-    mig_memory_mib,
-    request_errors,
-)
+from quotas.sharing import request_errors
 from scheduling import services as scheduling_services
 
 # --- What a user asks for ------------------------------------------------------------------------
 
-# The bounds of a typed size, in service units (pages convert them to theirs through `codespaces.units`):
+# The bounds of a typed size, in service units (pages convert them to theirs through `core.units`):
 # they only keep the numbers finite and storable, `validate_size` checks the template's ranges and names
 # the field. {field: (minimum, maximum)}; the form, the preview form and the API serializer read them.
 SIZE_INPUT_BOUNDS: dict[str, tuple[int, int]] = {
@@ -78,7 +74,7 @@ class SizeRequest:
     @classmethod
     def from_page(cls, data: dict[str, Any]) -> SizeRequest:
         """A size as the pages type it (cleaned form data: CPU in cores, memory in GiB; blank fields
-        are 0, a blank mode a slice), in service units (`codespaces.units`)."""
+        are 0, a blank mode a slice), in service units (`core.units`)."""
         return cls(
             gpu_mode=data.get("gpu_mode") or GpuMode.SLICE,
             gpu_count=data.get("gpu_count") or 0,
@@ -263,10 +259,10 @@ def validate_size(
             errors.add("gpu_count", f"Pool {pool_name} has no healthy GPU.")
     elif mode == GpuMode.MIG:
         profile = size.mig_profile
-        if not isinstance(profile, str) or not MIG_PROFILE_PATTERN.match(profile):
-            errors.add(
-                "mig_profile", f"{str(profile)[:40]!r} is not a MIG profile such as 1g.10gb."
-            )
+        try:
+            parsed = parse_mig_profile(profile)
+        except MigProfileError as exc:
+            errors.add("mig_profile", str(exc))
         else:
             refused = request_errors(
                 quota.group.sharing, gpu_count=1, gpu_milli=0, mig_profile=profile
@@ -275,8 +271,8 @@ def validate_size(
                 errors.add("mig_profile", f"Pool {pool_name}: {messages[0]}")
             if not refused:
                 gpu_count = 1
-                gpu_milli = mig_gpu_equivalent_milli(profile)
-                gpu_memory_mib = mig_memory_mib(profile)
+                gpu_milli = parsed.gpu_equivalent_milli
+                gpu_memory_mib = parsed.memory_mib
     if mode in (GpuMode.SLICE, GpuMode.WHOLE):
         # The pool's sharing mode (quotas.sharing): e.g. no slices in an exclusive pool.
         refused = request_errors(quota.group.sharing, gpu_count=gpu_count, gpu_milli=gpu_milli)

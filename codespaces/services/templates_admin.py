@@ -18,12 +18,12 @@ from codespaces.models import (
     TemplatePreset,
 )
 from codespaces.services.sizing import FieldErrors, size_rule_violations
+from core.units import is_mig_profile
 from portal.api.concurrency import version_conflict
 from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.errors import InvalidInput
 from portal.models import Tenant
 from portal.operator_log import clean_reason, record_operator_action
-from quotas.sharing import MIG_PROFILE_PATTERN
 
 # --- Templates (operators) -----------------------------------------------------------------------
 
@@ -76,7 +76,7 @@ def _check_template(template: CodespaceTemplate, presets: list[dict[str, Any]] |
             errors.add("presets", f"Preset {index + 1}: whole cards need a count of at least 1.")
         profile = preset.get("mig_profile", "")
         is_mig = preset.get("gpu_mode") == GpuMode.MIG
-        if is_mig and not (isinstance(profile, str) and MIG_PROFILE_PATTERN.match(profile)):
+        if is_mig and not is_mig_profile(profile):
             errors.add(
                 "presets",
                 f"Preset {index + 1}: a MIG preset names a profile such as 1g.10gb "

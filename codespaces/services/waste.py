@@ -22,6 +22,7 @@ from django.conf import settings
 
 from codespaces.choices import CodespaceState
 from codespaces.models import Codespace
+from core.units import MILLI_MINUTES_PER_GPU_HOUR, MILLI_PER_GPU
 from portal.errors import InvalidInput
 from portal.models import Tenant
 from portal.notifications import deliver
@@ -30,7 +31,6 @@ from scheduling.models import Workload
 from scheduling.telemetry.models import WorkloadHourly
 from scheduling.telemetry.services import last_activity
 
-MILLI_MINUTES_PER_GPU_HOUR = 1000 * 60
 NO_OWNER = "(no owner)"
 JOBS = "(jobs, no template)"
 MAX_WINDOW_DAYS = 90
@@ -186,7 +186,7 @@ def waste_report(tenant: Tenant, now: datetime, policy: WastePolicy | None = Non
                     codespace_id=c.pk,
                     name=c.name,
                     owner=c.owner.get_username(),
-                    gpus=round(c.gpu_count * c.gpu_milli / 1000, 3),
+                    gpus=round(c.gpu_count * c.gpu_milli / MILLI_PER_GPU, 3),
                     idle_gpu_hours=round(held[1], 3),
                 )
             )

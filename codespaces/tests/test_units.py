@@ -1,5 +1,5 @@
-"""The one unit conversion of a codespace size (codespaces.units) and the one set of size rules and
-input bounds (codespaces.services.sizing), shared by the pages, the API and the services (issue 24)."""
+"""The one set of size rules and input bounds of a codespace (codespaces.services.sizing), shared by the
+pages, the API and the services (issue 24); the unit conversion itself is core.units (core/tests)."""
 
 from __future__ import annotations
 
@@ -10,33 +10,12 @@ from typing import Any
 
 import pytest
 
-from codespaces import units
 from codespaces.api.serializers import SizeSerializer
 from codespaces.forms import CodespaceCreateForm, SizePreviewForm
 from codespaces.services.sizing import SIZE_INPUT_BOUNDS, SizeRequest, size_rule_violations
+from core import units
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.mark.parametrize(
-    ("_case", "convert", "value", "expected"),
-    [
-        ("20 GiB", units.gib_to_mib, 20, 20480),
-        ("20480 MiB", units.mib_to_gib, 20480, 20.0),
-        ("half a GiB", units.mib_to_gib, 512, 0.5),
-        ("25 %", units.percent_to_milli, 25, 250),
-        ("250 milli-GPU", units.milli_to_percent, 250, 25.0),
-        ("12.5 %", units.milli_to_percent, 125, 12.5),
-        ("0.5 cores", units.cores_to_milli, 0.5, 500),
-        ("Decimal 4.0 cores", units.cores_to_milli, Decimal("4.0"), 4000),
-        ("blank cores", units.cores_to_milli, None, 0),
-        ("2500 milli-CPU", units.milli_to_cores, 2500, 2.5),
-    ],
-)
-def test_units_convert_between_peoples_and_scheduler_units(
-    _case: str, convert: Any, value: Any, expected: Any
-) -> None:
-    assert convert(value) == expected
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """{% load units %}: the exact integers models keep (milli, MiB) shown in people's units, through
-portal.numbers (one conversion for forms, pages and dashboards).
+core.units (one conversion for forms, pages and dashboards).
 
     {{ node.cpu_milli|cores }} → "64 cores"     {{ gpu.memory_mib|gib }} → "80 GiB"
     {{ share.gpu_milli|gpus }} → "0.3 GPUs"     {{ share.gpu_milli|gpu_share }} → "30 %"
@@ -11,7 +11,7 @@ from typing import Any
 
 from django import template
 
-from portal import numbers
+from core import units
 
 register = template.Library()
 
@@ -19,7 +19,7 @@ register = template.Library()
 def _amount(value: Any, unit: str) -> str:
     if value is None or value == "":
         return "—"
-    return numbers.human(value, unit)
+    return units.human(value, unit)
 
 
 @register.filter

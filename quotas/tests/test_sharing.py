@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.units import mig_gpu_equivalent_milli, mig_memory_mib
 from portal.errors import InvalidInput
 from quotas import services
 from quotas.models import QuotaChange, QuotaGroup
@@ -11,8 +12,6 @@ from quotas.sharing import (
     Sharing,
     SharingMode,
     clean_sharing,
-    mig_gpu_equivalent_milli,
-    mig_memory_mib,
     quota_gpu_milli,
     request_errors,
     sharing_sentence,

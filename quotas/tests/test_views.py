@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from portal.numbers import from_base
+from core.units import from_base
 from portal.tests.factories import TenantFactory
 from quotas.forms import UNIT_OF
 from quotas.models import RESOURCE_FIELDS, Quota, QuotaChange, QuotaGroup

@@ -8,6 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.units import MILLI_PER_GPU
 from scheduling.choices import GangTopologyMode, TopologyPolicy, UtilizationProfile
 from scheduling.limits import MAX_REASON_LENGTH
 from scheduling.models import (
@@ -261,7 +262,7 @@ class JobMemberSerializer(serializers.Serializer):
     cpu_milli = serializers.IntegerField(min_value=1)
     memory_mib = serializers.IntegerField(min_value=1)
     gpu_count = serializers.IntegerField(min_value=0, max_value=16, default=0)
-    gpu_milli = serializers.IntegerField(min_value=0, max_value=1000, required=False)
+    gpu_milli = serializers.IntegerField(min_value=0, max_value=MILLI_PER_GPU, required=False)
     gpu_memory_mib = serializers.IntegerField(min_value=0, default=0)
     mig_profile = serializers.CharField(
         max_length=16,

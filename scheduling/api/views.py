@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 
+from core.units import MILLI_PER_GPU
 from portal.api.dry_run import DRY_RUN_PARAMETER, dry_run_requested, dry_run_response
 from portal.choices import OperatorActionKind as Kind
 from portal.errors import Forbidden, InvalidInput
@@ -333,7 +334,7 @@ class JobViewSet(
         quota = _quota_for(tenant, data.get("quota"))
         member = dict(data["member"])
         if member.get("gpu_count") and "gpu_milli" not in member:
-            member["gpu_milli"] = 1000
+            member["gpu_milli"] = MILLI_PER_GPU
         gang = services.submit_gang(
             tenant=tenant,
             quota=quota,

@@ -31,7 +31,7 @@ from enum import Enum
 
 import numpy as np
 
-from .mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, MIG_GEOMETRIES, MigGeometry, mig_geometry
+from .mig_profiles import MEMORY_SLICES, MIG_GEOMETRIES, MigGeometry, mig_geometry
 
 
 class MigLayoutMode(str, Enum):
@@ -497,7 +497,6 @@ def plan_mig(
 
 
 __all__ = [
-    "COMPUTE_SLICES",
     "RECONFIGURATION_TRANSITIONS",
     "MigCard",
     "MigInstance",

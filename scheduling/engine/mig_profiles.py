@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from core.units import MIG_COMPUTE_SLICES, MILLI_PER_GPU
+
 #: Memory slices of one card of every model below (placement positions count in these).
 MEMORY_SLICES = 8
-#: Compute slices of one card (the ``g`` of a profile name counts these).
-COMPUTE_SLICES = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class MigProfile:
     @property
     def gpu_equivalent(self) -> float:
         """The share of one whole card this profile is worth for quotas: its compute slices over 7."""
-        return self.compute_slices / COMPUTE_SLICES
+        return self.compute_slices / MIG_COMPUTE_SLICES
 
     def mask(self, start: int) -> int:
         """The bit mask of the memory slices an instance started at ``start`` holds (bit i = slice i)."""
@@ -65,7 +65,7 @@ class MigGeometry:
     def smallest_covering(self, gpu_milli: int) -> MigProfile:
         """The smallest profile whose compute share covers ``gpu_milli`` (1000 = a whole card)."""
         for p in sorted(self.profiles, key=lambda p: (p.compute_slices, p.memory_slices)):
-            if p.compute_slices * 1000 >= gpu_milli * COMPUTE_SLICES:
+            if p.compute_slices * MILLI_PER_GPU >= gpu_milli * MIG_COMPUTE_SLICES:
                 return p
         return self.profiles[-1]
 

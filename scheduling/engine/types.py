@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-#: Compute milli of one whole GPU.
-GPU_MILLI = 1000
+from core.units import MILLI_PER_GPU
+
+#: Compute milli of one whole GPU (the engine's name for `core.units.MILLI_PER_GPU`, used across the engine,
+#: the simulation and the scheduling services; it moves with the engine into ``core`` in the next step).
+GPU_MILLI = MILLI_PER_GPU
 
 
 @dataclass(frozen=True, slots=True)

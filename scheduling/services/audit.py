@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
+from core.units import MILLI_PER_GPU
 from quotas.loans import min_gpus, unassigned_gpus
 from quotas.models import (
     LoanState,
@@ -170,7 +171,7 @@ def gpu_compute_overcommitted(context: AuditContext) -> list[Finding]:
         _active_shares()
         .values("gpu_id", "gpu__uuid", "gpu__index", "gpu__node__name")
         .annotate(used=Sum("gpu_milli"), shares=Count("id"))
-        .filter(used__gt=1000)
+        .filter(used__gt=MILLI_PER_GPU)
         .order_by("gpu_id")
     )
     return [
@@ -180,7 +181,7 @@ def gpu_compute_overcommitted(context: AuditContext) -> list[Finding]:
             "uuid": r["gpu__uuid"],
             "shares": r["shares"],
             "used_milli": int(r["used"]),
-            "capacity_milli": 1000,
+            "capacity_milli": MILLI_PER_GPU,
         }
         for r in rows
     ]
@@ -641,7 +642,7 @@ def person_within_user_cap(context: AuditContext) -> list[Finding]:
     findings: list[Finding] = []
     for r in held:
         quota = caps[r["workload__quota_id"]]
-        cap_milli = int(quota.max_gpus_per_user or 0) * 1000
+        cap_milli = int(quota.max_gpus_per_user or 0) * MILLI_PER_GPU
         if int(r["milli"] or 0) > cap_milli:
             findings.append(
                 {

@@ -14,8 +14,9 @@ from functools import cached_property
 
 from django.db.models import Max, QuerySet
 
+from core.units import WHOLE_CARD_MILLI
 from quotas.models import QuotaGroup
-from quotas.usage import WHOLE_CARD_MILLI, matching_node_ids
+from quotas.usage import matching_node_ids
 from scheduling.models import Gpu, Workload
 from scheduling.services.pool_cache import pool_cached
 

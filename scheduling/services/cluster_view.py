@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Count, Q, Sum
 
+from core.units import MILLI_PER_GPU, milli_to_percent
 from portal.scoping import is_operator, tenant_ids_for
 from scheduling.engine.mig_profiles import MEMORY_SLICES, mig_geometry
 from scheduling.models import Gpu, Node, Placement, PlacementGpu
@@ -59,7 +60,7 @@ class GpuRow:
 
     @property
     def free_milli(self) -> int:
-        return max(0, 1000 - self.used_milli)
+        return max(0, MILLI_PER_GPU - self.used_milli)
 
     @property
     def mig_layout(self) -> list[dict[str, Any]]:
@@ -121,7 +122,7 @@ def _segments(shares: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for s in shares:
         slot = sum(ord(c) for c in s["tenant"]) % 8 if s["tenant"] != HIDDEN else "x"
-        out.append({**s, "percent": round(s["gpu_milli"] / 10, 1), "slot": slot})
+        out.append({**s, "percent": round(milli_to_percent(s["gpu_milli"]), 1), "slot": slot})
     return out
 
 

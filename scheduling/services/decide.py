@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
+from core.units import mig_compute_slices
 from quotas.admission import Admission, AdmissionSession
 from quotas.reclaim import Victim, may_reclaim, plan_reclaim, reclaimable, with_whole_gangs
 from quotas.resources import Resources, Side
@@ -436,7 +437,7 @@ def _plan_mig(
     workload starts now, so no reconfiguration may follow it)."""
     gangs = gangs or {}
     by_id = {str(m.workload_id): m for m in members}
-    sizes = {m.mig_profile: int(m.mig_profile.split("g.", 1)[0]) for m in members}
+    sizes = {m.mig_profile: mig_compute_slices(m.mig_profile) for m in members}
     requests = [MigRequest(str(m.workload_id), m.mig_profile, m.usage.priority) for m in members]
     blocks: list[list[MigRequest]] = []
     block_of: dict[tuple[int, ...], list[MigRequest]] = {}

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.units import MILLI_PER_GPU
 from portal.errors import InvalidInput
 from quotas.models import QuotaGroup
 from scheduling.models import Gpu, Node
@@ -63,7 +64,7 @@ def _labels_text(labels: Mapping[str, str]) -> str:
 
 
 def _gpus_per_pod(spec: Mapping[str, Any]) -> float:
-    return int(spec["gpu_count"]) * int(spec["gpu_milli"] or 1000) / 1000
+    return int(spec["gpu_count"]) * int(spec["gpu_milli"] or MILLI_PER_GPU) / MILLI_PER_GPU
 
 
 def _check_pod(

@@ -27,6 +27,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from core.units import MIB_PER_GIB
 from quotas.models import QuotaGroup
 from quotas.sharing import SharingMode
 from scheduling.choices import ACTIVE_RECONFIGURATION_STATES, MigReconfigurationState
@@ -180,7 +181,7 @@ def static_instances(layout: object, held: Iterable[MigInstance]) -> tuple[MigIn
 def mig_model(model: str, memory_mib: int) -> str:
     """The MIG geometry's model name of a card (``""`` when it has none): inventory may name the model
     without its memory (``H100``), which the card's memory then tells (``H100-80GB``)."""
-    for name in (model, f"{model}-{round(memory_mib / 1024)}GB"):
+    for name in (model, f"{model}-{round(memory_mib / MIB_PER_GIB)}GB"):
         geometry = mig_geometry(name)
         if geometry is not None:
             return geometry.model

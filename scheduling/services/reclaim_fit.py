@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
+from core.units import milli_to_cores
 from quotas.reclaim import Victim
 from quotas.resources import Side
 from scheduling.engine import (
@@ -441,7 +442,7 @@ def _engine_plan(
 
 def _shape(pod: PlacementRequest) -> str:
     if pod.gpu_count == 0:
-        return f"{pod.cpu_milli / 1000:g} CPU"
+        return f"{milli_to_cores(pod.cpu_milli):g} CPU"
     if pod.gpu_milli >= GPU_MILLI:
         return f"{pod.gpu_count} whole GPU{'s' if pod.gpu_count > 1 else ''}"
-    return f"{pod.gpu_milli / 1000:g} of a GPU"
+    return f"{pod.gpu_milli / GPU_MILLI:g} of a GPU"

@@ -19,15 +19,10 @@ import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
+from core.units import mig_gpu_equivalent_milli, mig_memory_mib
 from portal.errors import InvalidInput
 from quotas.models import QuotaGroup
-from quotas.sharing import (
-    Sharing,
-    SharingMode,
-    clean_sharing,
-    mig_gpu_equivalent_milli,
-    mig_memory_mib,
-)
+from quotas.sharing import Sharing, SharingMode, clean_sharing
 from scheduling.engine import GPU_MILLI, POLICIES, ClusterState, NodeSpec, typical_pods
 from scheduling.services.demand import pool_nodes, recorded_demand, timed_requests
 from scheduling.services.snapshot import reservation_policy

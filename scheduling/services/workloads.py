@@ -14,6 +14,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.units import (
+    MILLI_PER_GPU,
+    WHOLE_CARD_MILLI,
+    mig_gpu_equivalent_milli,
+    mig_memory_mib,
+    mig_profile_error,
+)
 from portal.db import insert
 from portal.errors import Conflict, InvalidInput, NotFoundError
 from portal.labels import node_label_errors
@@ -23,13 +30,7 @@ from portal.redis_clients import redis_client
 from portal.transactions import retry_transaction
 from quotas.models import Quota, QuotaGroup
 from quotas.reclaim import with_whole_gangs
-from quotas.sharing import (
-    MIG_PROFILE_PATTERN,
-    mig_gpu_equivalent_milli,
-    mig_memory_mib,
-    request_errors,
-)
-from quotas.usage import WHOLE_CARD_MILLI
+from quotas.sharing import request_errors
 from scheduling import limits, observers
 from scheduling.choices import (
     ACTIVE_STATES,
@@ -158,7 +159,7 @@ def validate_resources(
         "cpu_milli": as_int("cpu_milli", cpu_milli, 1, 10_000_000),
         "memory_mib": as_int("memory_mib", memory_mib, 1, 100_000_000),
         "gpu_count": as_int("gpu_count", gpu_count, 0, MAX_GPUS_PER_WORKLOAD),
-        "gpu_milli": as_int("gpu_milli", gpu_milli, 0, 1000),
+        "gpu_milli": as_int("gpu_milli", gpu_milli, 0, MILLI_PER_GPU),
         "gpu_memory_mib": as_int("gpu_memory_mib", gpu_memory_mib, 0, 10_000_000),
         "priority": as_int("priority", priority, *PRIORITY_RANGE),
     }
@@ -167,14 +168,14 @@ def validate_resources(
             errors["gpu_count"] = ["Set gpu_count to at least 1 to ask for GPU compute or memory."]
         if out["gpu_count"] >= 1 and out["gpu_milli"] == 0:
             errors["gpu_milli"] = [
-                "A GPU request needs gpu_milli between 1 and 1000 (1000 = whole cards)."
+                f"A GPU request needs gpu_milli between 1 and {MILLI_PER_GPU} ({MILLI_PER_GPU} = whole cards)."
             ]
-        if out["gpu_count"] > 1 and 0 < out["gpu_milli"] < 1000:
+        if out["gpu_count"] > 1 and 0 < out["gpu_milli"] < MILLI_PER_GPU:
             errors["gpu_milli"] = [
                 f"A slice ({out['gpu_milli']}m) is on exactly one GPU; for {out['gpu_count']} GPUs ask "
-                "for whole cards (1000)."
+                f"for whole cards ({MILLI_PER_GPU})."
             ]
-    if out["gpu_count"] and out["gpu_milli"] >= 1000:
+    if out["gpu_count"] and out["gpu_milli"] >= WHOLE_CARD_MILLI:
         out["gpu_memory_mib"] = 0  # a whole card comes with all its memory
     raw_models = gpu_models or ()
     models = list(raw_models) if isinstance(raw_models, list | tuple) else [None]
@@ -200,11 +201,13 @@ def validate_resources(
     out["profile"] = profile
     out["mig_profile"] = ""
     if mig_profile not in (None, ""):
-        if not isinstance(mig_profile, str) or not MIG_PROFILE_PATTERN.match(mig_profile):
-            errors["mig_profile"] = [
-                f"{str(mig_profile)[:40]!r} is not a MIG profile name such as 1g.10gb."
-            ]
-        elif out["gpu_count"] > 1 or out["gpu_milli"] not in (0, 1000) or out["gpu_memory_mib"]:
+        if reason := mig_profile_error(mig_profile):
+            errors["mig_profile"] = [reason]
+        elif (
+            out["gpu_count"] > 1
+            or out["gpu_milli"] not in (0, MILLI_PER_GPU)
+            or out["gpu_memory_mib"]
+        ):
             errors["mig_profile"] = [
                 "A MIG profile is one GPU instance: leave gpu_count, gpu_milli and gpu_memory_mib unset."
             ]

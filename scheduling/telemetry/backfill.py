@@ -28,13 +28,13 @@ from django.db import connection, transaction
 from django.db.models import Model
 from django.utils import timezone
 
+from core.units import MILLI_MINUTES_PER_GPU_HOUR, MILLI_PER_GPU
 from portal.periodic import ItemFailures
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadKind
 from scheduling.models import Gpu, Node
 from scheduling.telemetry import synthetic
 from scheduling.telemetry.ingestion import (
-    GPU_MILLI,
     SyntheticMetrics,
     active_shares,
     build_minute_rows,
@@ -253,8 +253,8 @@ def _backfill_hour(
             pool = pool_alloc[group_id]
             pool["milli"] = float(pool["milli"]) + share_milli  # type: ignore[arg-type]
             pool["gpus"].add(gpu_id)  # type: ignore[attr-defined]
-            pool["util"] = float(pool["util"]) + mean_util * share_milli / GPU_MILLI  # type: ignore[arg-type]
-            if kind == WorkloadKind.CODESPACE and share_milli < GPU_MILLI:
+            pool["util"] = float(pool["util"]) + mean_util * share_milli / MILLI_PER_GPU  # type: ignore[arg-type]
+            if kind == WorkloadKind.CODESPACE and share_milli < MILLI_PER_GPU:
                 pool["unsliced"] = int(pool["unsliced"]) + 1  # type: ignore[call-overload]
                 pool["occupied"].add(gpu_id)  # type: ignore[attr-defined]
     allocated_by_quota: dict[int, float] = defaultdict(float)
@@ -301,7 +301,7 @@ def _backfill_hour(
                 group.pk,
                 {
                     "capacity_gpus": capacity * 60,
-                    "capacity_milli": capacity * GPU_MILLI * 60,
+                    "capacity_milli": capacity * MILLI_MINUTES_PER_GPU_HOUR,
                     "allocated_gpus": len(pool["gpus"]) * 60,  # type: ignore[arg-type]
                     "allocated_milli": float(pool["milli"]) * 60,  # type: ignore[arg-type]
                     "sm_utilization": (float(pool["util"]) / capacity * 60) if capacity else 0.0,  # type: ignore[arg-type]

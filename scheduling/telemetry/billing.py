@@ -18,6 +18,7 @@ from fractions import Fraction
 from django.conf import settings
 from django.db.models import Sum
 
+from core.units import MILLI_MINUTES_PER_GPU_HOUR
 from portal.errors import InvalidInput
 from portal.models import Tenant
 from scheduling.models import Gpu
@@ -25,7 +26,6 @@ from scheduling.telemetry.bill import Bill, BillLine, ModelHours, make_bill
 from scheduling.telemetry.models import QuotaSample, Resolution
 from scheduling.telemetry.series import gpu_hour_prices, price_for
 
-MILLI_MINUTES_PER_GPU_HOUR = 1000 * 60
 SECONDS_PER_HOUR = 3600
 EARLIEST_YEAR = 2000
 

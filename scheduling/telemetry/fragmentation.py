@@ -13,9 +13,18 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
+from core.units import (
+    MIB_PER_GIB,
+    MIG_COMPUTE_SLICES,
+    MILLI_PER_GPU,
+    mig_compute_slices,
+    mig_gpu_equivalent_milli,
+    mig_memory_mib,
+    milli_to_percent,
+)
 from portal.errors import InvalidInput
 from quotas.models import Quota, QuotaGroup
-from quotas.sharing import SharingMode, mig_gpu_equivalent_milli, mig_memory_mib
+from quotas.sharing import SharingMode
 from scheduling.choices import ACTIVE_STATES, WorkloadState
 from scheduling.engine import (
     Assignment,
@@ -28,7 +37,7 @@ from scheduling.engine import (
 )
 from scheduling.engine.filters import fit_counts
 from scheduling.engine.mig import MigCard, MigInstance, MigRequest, plan_mig
-from scheduling.engine.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
+from scheduling.engine.mig_profiles import MEMORY_SLICES
 from scheduling.models import Gpu, Node, PlacementGpu, Workload
 from scheduling.services.mig_cards import mig_cards
 
@@ -49,8 +58,8 @@ PRESETS: tuple[SlicePreset, ...] = (
     SlicePreset("quarter", "25% / 20 GiB", 250, 20480),
     SlicePreset("half", "50% / 40 GiB", 500, 40960),
     SlicePreset("eighth", "12.5% / 10 GiB", 125, 10240),
-    SlicePreset("whole", "1 whole GPU", 1000, 0),
-    SlicePreset("two", "2 whole GPUs", 1000, 0, 2),
+    SlicePreset("whole", "1 whole GPU", MILLI_PER_GPU, 0),
+    SlicePreset("two", "2 whole GPUs", MILLI_PER_GPU, 0, 2),
 )
 
 
@@ -70,7 +79,7 @@ def presets_for(group: QuotaGroup | None) -> tuple[SlicePreset, ...]:
             for profile in group.sharing.mig_profiles  # type: ignore[union-attr]
         )
     if mode == SharingMode.EXCLUSIVE:
-        return tuple(p for p in PRESETS if p.gpu_milli >= 1000)
+        return tuple(p for p in PRESETS if p.gpu_milli >= MILLI_PER_GPU)
     return PRESETS
 
 
@@ -88,13 +97,14 @@ def preset(
         if group is not None and group.sharing_mode in (SharingMode.MIG, SharingMode.EXCLUSIVE):
             message = f"Pool {group.name} does not share GPUs by slices: choose one of its shapes."
             raise InvalidInput(message, fields={"gpu_percent": [message]})
-        if not 1 <= milli <= 1000 or (memory_mib or 0) < 0:
+        if not 1 <= milli <= MILLI_PER_GPU or (memory_mib or 0) < 0:
             raise InvalidInput(
-                f"A slice is 1 to 1000 milli of compute (got {milli}) and non-negative memory.",
-                fields={"milli": ["1 to 1000"]},
+                f"A slice is 1 to {MILLI_PER_GPU} milli of compute (got {milli}) and non-negative memory.",
+                fields={"milli": [f"1 to {MILLI_PER_GPU}"]},
             )
         memory = memory_mib or 0
-        return SlicePreset("custom", f"{milli / 10:g}% / {memory / 1024:g} GiB", milli, memory)
+        label = f"{milli_to_percent(milli):g}% / {memory / MIB_PER_GIB:g} GiB"
+        return SlicePreset("custom", label, milli, memory)
     for p in offered:
         if p.key == (key or (offered[0].key if offered else "")):
             return p
@@ -198,7 +208,7 @@ def fragmentation_map(group: QuotaGroup, chosen: SlicePreset) -> FragmentationMa
                 node=node_name,
                 gpu_indices=tuple(sorted(j for _n, j, _m, _mem in shares)),
                 gpu_milli=milli,
-                gpu_memory_mib=shares[0][3] if milli < 1000 else 0,
+                gpu_memory_mib=shares[0][3] if milli < MILLI_PER_GPU else 0,
                 cpu_milli=0,
                 memory_mib=0,
             )
@@ -233,7 +243,7 @@ def _mig_fits(group: QuotaGroup, nodes: list[str], profile: str) -> tuple[dict[s
     at a time, until it refuses), and the free GPU-equivalent milli of cards on which the pool's largest
     profile no longer fits (capacity only smaller instances can use)."""
     profiles = group.sharing.mig_profiles
-    largest = max(profiles, key=lambda p: (int(p.split("g.", 1)[0]), p)) if profiles else profile
+    largest = max(profiles, key=lambda p: (mig_compute_slices(p), p)) if profiles else profile
     fits: dict[str, int] = {}
     fragmented = 0.0
     for card in mig_cards(group, nodes):
@@ -241,8 +251,9 @@ def _mig_fits(group: QuotaGroup, nodes: list[str], profile: str) -> tuple[dict[s
             continue
         fits[card.node] = fits.get(card.node, 0) + _more_instances(card, profile)
         if not _more_instances(card, largest, limit=1):
-            used = sum(int(i.profile.split("g.", 1)[0]) for i in card.instances if i.in_use)
-            fragmented += (COMPUTE_SLICES - min(used, COMPUTE_SLICES)) * 1000 / COMPUTE_SLICES
+            used = sum(mig_compute_slices(i.profile) for i in card.instances if i.in_use)
+            free_slices = MIG_COMPUTE_SLICES - min(used, MIG_COMPUTE_SLICES)
+            fragmented += free_slices * MILLI_PER_GPU / MIG_COMPUTE_SLICES
     return fits, round(fragmented, 1)
 
 

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from core.units import MILLI_PER_GPU
 from portal.periodic import ItemFailures, run_each
 from portal.transactions import run_in_transaction
 from quotas.models import Quota, QuotaGroup
@@ -48,7 +49,6 @@ from scheduling.telemetry.sample_rows import (
     quota_usage_row,
 )
 from scheduling.telemetry.samples import (
-    GPU_MILLI,
     MetricsSource,
     MinuteMetrics,
     Share,
@@ -77,7 +77,7 @@ class SyntheticMetrics:
             out.workload_utilization[share.workload_id] = util
             out.workload_attribution[share.workload_id] = Attribution.SIMULATED
             per_workload_memory[share.workload_id] += used
-            gpu_util[share.gpu_id] += util * share.gpu_milli / GPU_MILLI
+            gpu_util[share.gpu_id] += util * share.gpu_milli / MILLI_PER_GPU
             gpu_mem[share.gpu_id] += used
         out.workload_memory_mib = dict(per_workload_memory)
         for gpu in gpus:
@@ -427,7 +427,7 @@ def _pool_rows(
         for share, workload, node in shares_full:
             if node.pk not in member_ids or workload.kind != WorkloadKind.CODESPACE:
                 continue
-            if share.gpu_milli < GPU_MILLI:
+            if share.gpu_milli < MILLI_PER_GPU:
                 unsliced += 1
                 occupied.add(share.gpu_id)
         out.append(
@@ -436,7 +436,7 @@ def _pool_rows(
                 group.pk,
                 {
                     "capacity_gpus": len(healthy),
-                    "capacity_milli": len(healthy) * GPU_MILLI,
+                    "capacity_milli": len(healthy) * MILLI_PER_GPU,
                     "allocated_gpus": allocated_gpus,
                     "allocated_milli": allocated_milli,
                     "sm_utilization": round(statistics.fmean(utils), 3) if utils else 0.0,

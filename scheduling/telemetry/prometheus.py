@@ -26,10 +26,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 
+from core.units import MILLI_PER_GPU
 from scheduling.models import Gpu
 from scheduling.telemetry.health_rules import GpuReading
 from scheduling.telemetry.models import Attribution, Source
-from scheduling.telemetry.samples import GPU_MILLI, MinuteMetrics, Share
+from scheduling.telemetry.samples import MinuteMetrics, Share
 
 TIMEOUT_SECONDS = 10.0
 
@@ -207,7 +208,7 @@ def attribute(
                 weight = share.gpu_memory_mib if mem_total != len(members) else 1
                 memory[share.workload_id] += int(fb_used_mib[uuid] * weight / mem_total)
     for workload_id in measured:
-        own = card_percent[workload_id] * GPU_MILLI / allocated[workload_id]
+        own = card_percent[workload_id] * MILLI_PER_GPU / allocated[workload_id]
         out.workload_utilization[workload_id] = round(min(own, 100.0), 3)
         out.workload_attribution[workload_id] = attribution_of(how[workload_id])
     out.workload_memory_mib = dict(memory)

@@ -14,8 +14,6 @@ from typing import Protocol
 
 from scheduling.models import Gpu, Workload
 
-GPU_MILLI = 1000
-
 
 @dataclass(frozen=True)
 class Share:

@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import TruncMonth
 
+from core.units import MILLI_MINUTES_PER_GPU_HOUR, MILLI_PER_GPU
 from portal.errors import InvalidInput
 from portal.models import Tenant
 from quotas.models import Quota, QuotaGroup
@@ -49,8 +50,6 @@ RANGES: dict[str, timedelta] = {
 DEFAULT_RANGE = "24h"
 RAW_LIMIT = timedelta(hours=48)
 BUCKET_ABOVE = timedelta(hours=6)
-MILLI_PER_GPU = 1000.0
-MILLI_MINUTES_PER_GPU_HOUR = 1000.0 * 60
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").rglob("*.md"))
-PACKAGES = ("portal", "quotas", "scheduling", "codespaces", "dashboards")
+PACKAGES = ("core", "portal", "quotas", "scheduling", "codespaces", "dashboards")
 
 # `pkg.module.attr`, not part of a longer dotted word or a path (`internal.scheduling.koordinator.sh/x`)
 NAMES = "|".join(PACKAGES)

@@ -11,7 +11,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("portal", "quotas", "scheduling", "codespaces", "dashboards")
+PACKAGES = ("core", "portal", "quotas", "scheduling", "codespaces", "dashboards")
 
 
 def production_files() -> Iterator[Path]:

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from core.units import MIB_PER_GIB, MILLI_PER_GPU, is_mig_profile
 from scheduling.backends.base import GpuBinding, GpuInventory, MaterializeRequest, NodeInventory
 from scheduling.backends.kubernetes import constants as c
 from scheduling.backends.kubernetes.config import KubeConfig
@@ -44,7 +45,6 @@ from scheduling.backends.kubernetes.mig import (
 from scheduling.backends.kubernetes.quantity import bytes_to_mib
 from scheduling.engine.mig_profiles import MEMORY_SLICES, mig_geometry
 
-_PROFILE = re.compile(r"^[1-7]g\.[1-9][0-9]{0,2}gb$")
 _UUID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.:]{0,127}$")
 _REQUEST = re.compile(r"^gpu-(\d{1,3})$")
 _BLOCKING_TAINTS = frozenset({"NoSchedule", "NoExecute"})
@@ -77,7 +77,7 @@ def _selector(gpu: GpuBinding, driver: str) -> str:
     if not gpu.mig_profile:
         return f'{attrs}.uuid == "{gpu.uuid}"'
     if (
-        not _PROFILE.match(gpu.mig_profile)
+        not is_mig_profile(gpu.mig_profile)
         or gpu.mig_start is None
         or not 0 <= gpu.mig_start < MEMORY_SLICES
     ):
@@ -98,7 +98,7 @@ def build_claim(
     requests = []
     for gpu in sorted(request.gpus, key=lambda g: g.index):
         unit = _unit(gpu)
-        if unit == "gpu" and gpu.gpu_milli != 1000:
+        if unit == "gpu" and gpu.gpu_milli != MILLI_PER_GPU:
             raise DraClaimError(
                 f"{request.name}: GPU {gpu.index} is a {gpu.gpu_milli}m share; dra mode places whole "
                 "cards and MIG instances only"
@@ -235,7 +235,7 @@ def slice_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, li
             model=known.model if known else normalize_model(first.product),
             memory_mib=known.memory_mib
             if known and known.memory_mib
-            else geometry.memory_gib * 1024,
+            else geometry.memory_gib * MIB_PER_GIB,
             healthy=(known.healthy if known else True) and key not in tainted_parents,
             mig_layout=static_layout_of(devices),
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from core.units import WHOLE_CARD_MILLI
 from scheduling.backends.base import GpuBinding
 from scheduling.backends.kubernetes import constants as c
 from scheduling.backends.kubernetes.hami import gpu_cores_percent
@@ -15,7 +16,7 @@ from scheduling.backends.kubernetes.quantity import format_mib
 
 
 def is_whole_gpu(gpu: GpuBinding) -> bool:
-    return gpu.gpu_milli >= 1000
+    return gpu.gpu_milli >= WHOLE_CARD_MILLI
 
 
 def per_gpu_resources(gpu: GpuBinding) -> dict[str, str]:

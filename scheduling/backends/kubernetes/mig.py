@@ -28,6 +28,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.units import (
+    MIB_PER_GIB,
+    MILLI_PER_GPU,
+    is_mig_profile,
+    mig_gpu_equivalent_milli,
+    parse_mig_profile,
+)
 from scheduling.engine.mig import MigCard, MigInstance, MigLayoutMode, MigPlacement
 from scheduling.engine.mig_profiles import MEMORY_SLICES, mig_geometry
 
@@ -37,15 +44,14 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 RESOURCE_API = "resource.k8s.io/v1"
-_PROFILE = re.compile(r"^[1-7]g\.[1-9][0-9]{0,2}gb$")
+
 _BLOCKING_TAINTS = frozenset({"NoSchedule", "NoExecute"})
 
 
 # ---------------------------------------------------------------- static MIG (device plugin)
 def mig_resource_name(profile: str) -> str:
     """The device plugin's extended resource of a profile: ``1g.10gb`` -> ``nvidia.com/mig-1g.10gb``."""
-    if not _PROFILE.match(profile):
-        raise ValueError(f"{profile!r} is not a MIG profile name")
+    parse_mig_profile(profile)
     return MIG_RESOURCE_PREFIX + profile
 
 
@@ -67,14 +73,14 @@ def static_mig_counts(labels: Mapping[str, str], allocatable: Mapping[str, str])
     counts: dict[str, int] = {}
     for key, value in allocatable.items():
         profile = key.removeprefix(MIG_RESOURCE_PREFIX)
-        if key.startswith(MIG_RESOURCE_PREFIX) and _PROFILE.match(profile) and value.isdigit():
+        if key.startswith(MIG_RESOURCE_PREFIX) and is_mig_profile(profile) and value.isdigit():
             counts[profile] = int(value)
     if counts:
         return counts
     for key, value in labels.items():
         if key.startswith(MIG_RESOURCE_PREFIX) and key.endswith(".count") and value.isdigit():
             profile = key.removeprefix(MIG_RESOURCE_PREFIX).removesuffix(".count")
-            if _PROFILE.match(profile):
+            if is_mig_profile(profile):
                 counts[profile] = int(value)
     return counts
 
@@ -88,7 +94,7 @@ def static_layouts(
     manager lays out its balanced configurations). Cards without a MIG geometry get ``()``; instances that
     fit nowhere (counts the cards cannot hold) are left out."""
     geometries = [
-        mig_geometry(model) or mig_geometry(f"{model}-{round(mib / 1024)}GB")
+        mig_geometry(model) or mig_geometry(f"{model}-{round(mib / MIB_PER_GIB)}GB")
         for model, mib in cards
     ]
     used = [0] * len(cards)
@@ -297,7 +303,7 @@ def mig_resource_claim(
 ) -> JsonDict:
     """A ResourceClaim for the engine's choice: one device of ``device_class`` whose CEL selector pins the
     card (``parentUUID``), the profile and the start position, so the scheduler can only allocate that one."""
-    if not _PROFILE.match(placement.profile) or not 0 <= placement.start < MEMORY_SLICES:
+    if not is_mig_profile(placement.profile) or not 0 <= placement.start < MEMORY_SLICES:
         raise ValueError(f"not a MIG placement: {placement.profile} at {placement.start}")
     expression = mig_selector(driver, parent_uuid, placement.profile, placement.start)
     metadata: JsonDict = {"name": name}
@@ -365,7 +371,7 @@ def device_class_quota_milli(
     ``None`` for a class the mapping does not name (Tessera does not count it)."""
     unit = classes.get(device_class)
     if unit == "gpu":
-        return 1000
-    if unit == "mig" and _PROFILE.match(profile):
-        return int(profile[0]) * 1000 // 7  # as quotas.sharing.mig_gpu_equivalent_milli
+        return MILLI_PER_GPU
+    if unit == "mig" and is_mig_profile(profile):
+        return mig_gpu_equivalent_milli(profile)
     return None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
+from core.units import MIB_PER_GIB, MILLI_PER_CORE
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Decimal("1e-9"),
@@ -41,7 +43,7 @@ def _number(text: str, original: object) -> Decimal:
 
 def cpu_milli(value: str | int | float) -> int:
     """CPU quantity → millicores (`"4"` → 4000, `"3500m"` → 3500)."""
-    return int(parse_quantity(value) * 1000)
+    return int(parse_quantity(value) * MILLI_PER_CORE)
 
 
 def bytes_to_mib(value: str | int | float) -> int:
@@ -51,6 +53,6 @@ def bytes_to_mib(value: str | int | float) -> int:
 
 def format_mib(mib: int) -> str:
     """MiB as the shortest exact binary quantity: 12288 → `12Gi`, 1536 → `1536Mi`."""
-    if mib > 0 and mib % 1024 == 0:
-        return f"{mib // 1024}Gi"
+    if mib > 0 and mib % MIB_PER_GIB == 0:
+        return f"{mib // MIB_PER_GIB}Gi"
     return f"{mib}Mi"

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from ..gpu_select import best_slice_gpu, slice_candidates, whole_gpus
 from ..memo import LruTables, TwoGenerationMemo, deep_sizeof
 from ..state import BoolArray, ClusterState, NodeKey
-from ..types import PlacementRequest, TypicalPod
+from ..types import GPU_MILLI, PlacementRequest, TypicalPod
 
 Choice = tuple[int, tuple[int, ...]]
 FloatArray = npt.NDArray[np.float64]
@@ -199,7 +199,8 @@ class CachedNodeScorer:
         if stale.size:
             new_scores, new_vals = self.score_nodes(state, stale, pk)
             scores[stale] = new_scores
-            if pk[2] == 1 and 0 < pk[1] < 1000:  # only slices have GPU values; the rest stay ()
+            # only slices have GPU values; the rest stay ()
+            if pk[2] == 1 and 0 < pk[1] < GPU_MILLI:
                 for i, v in zip(stale.tolist(), new_vals, strict=True):
                     vals[i] = v
             vers[stale] = state.version[stale]

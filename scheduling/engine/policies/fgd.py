@@ -118,7 +118,7 @@ class FgdPolicy(CachedNodeScorer):
         assert fm is not None
         f0 = fm.frag(key)
         c, m, k = pod
-        if k == 1 and 0 < m < 1000:
+        if k == 1 and 0 < m < GPU_MILLI:
             best = -1
             vals: list[int] = []
             for v in sorted(set(key[2])):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.units import MIG_COMPUTE_SLICES
 from scheduling.engine.mig import (
     MigCard,
     MigInstance,
@@ -13,7 +14,7 @@ from scheduling.engine.mig import (
     MigRequest,
     plan_mig,
 )
-from scheduling.engine.mig_profiles import COMPUTE_SLICES, MIG_GEOMETRIES
+from scheduling.engine.mig_profiles import MIG_GEOMETRIES
 
 MODELS = tuple(MIG_GEOMETRIES)
 ALL_PROFILES = sorted({p.name for g in MIG_GEOMETRIES.values() for p in g.profiles})
@@ -98,7 +99,7 @@ def test_no_two_instances_overlap_and_every_position_is_valid(
             assert occupied & profile.mask(inst.start) == 0, (key, instances)
             occupied |= profile.mask(inst.start)
             compute += profile.compute_slices
-        assert compute <= COMPUTE_SLICES
+        assert compute <= MIG_COMPUTE_SLICES
     for p in plan.placements:
         profile = MIG_GEOMETRIES[models[(p.node, p.gpu_index)]].profile(p.profile)
         assert profile is not None
