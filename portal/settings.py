@@ -101,6 +101,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.tenancy",
+                "portal.context_processors.scheduling",
             ],
         },
     },
@@ -373,6 +374,14 @@ TESSERA_START_ESTIMATE_CACHE_SECONDS = env_int(
     "TESSERA_START_ESTIMATE_CACHE_SECONDS", 15, minimum=1
 )
 TESSERA_CYCLE_INTERVAL_SECONDS = env_float("TESSERA_CYCLE_INTERVAL_SECONDS", 5.0)
+# Every page shows "Scheduling is down" and /healthz answers 503 when no scheduling cycle started for
+# this long (portal.heartbeat): a dead worker, a dead beat or a broker that does not answer.
+TESSERA_SCHEDULING_DOWN_AFTER_SECONDS = env_float("TESSERA_SCHEDULING_DOWN_AFTER_SECONDS", 60.0)
+if TESSERA_SCHEDULING_DOWN_AFTER_SECONDS <= TESSERA_CYCLE_INTERVAL_SECONDS:
+    raise ImproperlyConfigured(
+        f"TESSERA_SCHEDULING_DOWN_AFTER_SECONDS={TESSERA_SCHEDULING_DOWN_AFTER_SECONDS}: must be more "
+        f"than TESSERA_CYCLE_INTERVAL_SECONDS ({TESSERA_CYCLE_INTERVAL_SECONDS})"
+    )
 TESSERA_GPU_NODE_CPU_RESERVED_FRACTION = env_float("TESSERA_GPU_NODE_CPU_RESERVED_FRACTION", 0.25)
 TESSERA_GPU_NODE_MEMORY_RESERVED_FRACTION = env_float(
     "TESSERA_GPU_NODE_MEMORY_RESERVED_FRACTION", 0.25
