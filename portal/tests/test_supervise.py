@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from portal.supervise import Backoff, Program, Supervisor, describe_exit, pid_alive, stop
+from portal.supervise import (
+    Backoff,
+    Program,
+    Supervisor,
+    describe_exit,
+    pid_alive,
+    programs,
+    stop,
+)
 
 
 def test_backoff_doubles_per_quick_crash_is_capped_and_resets_after_a_long_run() -> None:
@@ -124,3 +132,36 @@ def test_stop_with_nothing_running_says_so(tmp_path: Path) -> None:
     out = io.StringIO()
     assert stop(tmp_path, out=out) == 0
     assert out.getvalue() == "Tessera was not running (nothing in var/run/).\n"
+
+
+def test_make_run_supervises_a_loopback_broker_a_worker_beat_and_web(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    monkeypatch.setenv("TESSERA_EMBEDDED_BROKER_PORT", "6412")
+    progs = programs(host="127.0.0.1", port=8101, queues="default,sched-0", var_dir=tmp_path)
+    assert [p.name for p in progs] == ["broker", "worker", "beat", "web"]
+    broker, worker, beat, web = progs
+    argv = broker.argv
+    assert argv[argv.index("--bind") + 1] == "127.0.0.1"
+    assert argv[argv.index("--port") + 1] == "6412"
+    assert argv[argv.index("--dir") + 1] == str(tmp_path / "broker")
+    assert broker.before_setup is True
+    assert [p.log for p in progs] == [
+        tmp_path / "broker.log",
+        tmp_path / "worker.log",
+        tmp_path / "beat.log",
+        None,
+    ]
+    assert "--beat" not in worker.argv  # beat runs on its own: one crash does not take both
+    assert worker.argv[-4:] == ["--pool=solo", "-Q", "default,sched-0", "--loglevel=INFO"]
+    assert beat.argv[5] == "beat"
+    assert web.argv[-2:] == ["127.0.0.1:8101", "--noreload"]
+
+
+def test_no_embedded_broker_when_the_broker_url_names_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:6379/9")
+    progs = programs(host="127.0.0.1", port=8101, queues="default", var_dir=tmp_path)
+    assert [p.name for p in progs] == ["worker", "beat", "web"]
