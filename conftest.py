@@ -18,6 +18,7 @@ pytest_plugins = [
     "scheduling.telemetry.tests.fixtures",
     "codespaces.tests.fixtures",
     "tests.integration.fixtures",
+    "tests.integration.embedded",
     "tests.browser.fixtures",
     "tests.sso_fixtures",
 ]

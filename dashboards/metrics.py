@@ -19,7 +19,10 @@ Families:
   `tessera_invariant_audit_timestamp_seconds` — when that audit ran;
 * `tessera_gpu_healthy{node,gpu,uuid}` — 1 healthy, 0 taken out (by an operator or the health rules);
 * `tessera_pending_oldest_wait_seconds{pool}` — how long the oldest PENDING GPU workload has waited;
-* `tessera_quota_gpu_allocated_milli{pool,quota,tenant}` — GPU milli held by a quota's placements.
+* `tessera_quota_gpu_allocated_milli{pool,quota,tenant}` — GPU milli held by a quota's placements;
+* `tessera_scheduling_heartbeat_age_seconds` — seconds since the last scheduling cycle started, and
+  `tessera_scheduling_up` — 0 once that passes TESSERA_SCHEDULING_DOWN_AFTER_SECONDS (portal.heartbeat;
+  both absent when tasks run eagerly).
 
 The alerting rules shipped with the Helm chart (`deploy/helm/tessera/templates/prometheusrule.yaml`)
 read these families.
@@ -38,6 +41,7 @@ from django.db.models import Count, Min, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
+from portal.heartbeat import SchedulingStatus, read_scheduling_status
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadState
 from scheduling.models import Gpu, Placement, Workload
@@ -226,7 +230,26 @@ def collect() -> list[Family]:
         violations,
         audited_at,
         *health_and_wait_families(timezone.now()),
+        *heartbeat_families(read_scheduling_status()),
     ]
+
+
+def heartbeat_families(status: SchedulingStatus) -> list[Family]:
+    """Whether scheduling cycles happen (portal.heartbeat), for alerting on a dead worker or beat."""
+    age = Family(
+        "tessera_scheduling_heartbeat_age_seconds",
+        "Seconds since the last scheduling cycle started (since the web process started when none ran).",
+        "gauge",
+    )
+    up = Family(
+        "tessera_scheduling_up",
+        "1 while scheduling cycles start within TESSERA_SCHEDULING_DOWN_AFTER_SECONDS, else 0.",
+        "gauge",
+    )
+    if status.watched:
+        age.add(round(status.age_seconds, 3))
+        up.add(1 if status.up else 0)
+    return [age, up]
 
 
 def health_and_wait_families(now: datetime) -> list[Family]:

@@ -16,3 +16,12 @@ def tenancy(request: HttpRequest) -> dict[str, Any]:
         "my_tenants": list(tenants_for(user).order_by("slug")[:50]),
         "is_operator": is_operator(user),
     }
+
+
+def scheduling(request: HttpRequest) -> dict[str, Any]:
+    """`scheduling_down`: the reading behind the "Scheduling is down" banner on every page, for
+    everyone (portal.heartbeat; None while scheduling runs)."""
+    from portal.heartbeat import scheduling_status  # models: not at settings import time
+
+    status = scheduling_status()
+    return {"scheduling_down": None if status.up else status}

@@ -1,8 +1,9 @@
 """Tessera settings: one module, every value from the environment through typed helpers (portal.env).
 
-Development defaults need no external service: SQLite under var/, a filesystem Celery broker, the simulated
-cluster. `TESSERA_ENV=production` turns on the strict settings (secure cookies, HSTS, SSL redirect, required
-SECRET_KEY and ALLOWED_HOSTS). Every variable is documented in docs/configuration.md.
+Development defaults need no external service: SQLite under var/, the embedded Valkey broker that
+`make run` starts (portal.embedded_broker), the simulated cluster. `TESSERA_ENV=production` turns on the
+strict settings (secure cookies, HSTS, SSL redirect, required SECRET_KEY and ALLOWED_HOSTS). Every
+variable is documented in docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dj_database_url
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.embedded_broker import embedded_broker_port, embedded_broker_url
 from portal.env import (
     dev_secret_key,
     env_bool,
@@ -99,6 +101,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.tenancy",
+                "portal.context_processors.scheduling",
             ],
         },
     },
@@ -308,7 +311,9 @@ CACHES = {
 }
 
 # --- Celery -----------------------------------------------------------------------------------------
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+# The embedded default: the Valkey server `make run` starts on 127.0.0.1 (portal.embedded_broker).
+TESSERA_EMBEDDED_BROKER_PORT = embedded_broker_port()
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", embedded_broker_url(TESSERA_EMBEDDED_BROKER_PORT))
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 240, minimum=1)
 # Redis hands out a message nobody acked again only after this long, so it must outlast the longest
@@ -330,20 +335,14 @@ if not 0 < TESSERA_WORKER_HEARTBEAT_SECONDS * 2 <= TESSERA_WORKER_DEAD_AFTER_SEC
         f"TESSERA_WORKER_DEAD_AFTER_SECONDS={TESSERA_WORKER_DEAD_AFTER_SECONDS}: must be at least "
         f"twice TESSERA_WORKER_HEARTBEAT_SECONDS ({TESSERA_WORKER_HEARTBEAT_SECONDS}), at most 60"
     )
-_broker_dir = VAR_DIR / "celery-broker"
-CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {
-        "data_folder_in": str(_broker_dir),
-        "data_folder_out": str(_broker_dir),
-        "processed_folder": str(VAR_DIR / "celery-processed"),
-        "control_folder": str(VAR_DIR / "celery-control"),  # else kombu writes ./control/
-        "store_processed": False,
-    }
-    if CELERY_BROKER_URL.startswith("filesystem://")
-    else {"visibility_timeout": TESSERA_BROKER_VISIBILITY_TIMEOUT}
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TESSERA_BROKER_VISIBILITY_TIMEOUT}
+# Redis: kombu's transport, except that a malformed message is logged and dropped instead of ending the
+# worker (portal.broker_transport).
+CELERY_BROKER_TRANSPORT = (
+    "portal.broker_transport:Transport"
+    if CELERY_BROKER_URL.startswith(("redis://", "rediss://"))
+    else None
 )
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    _broker_dir.mkdir(parents=True, exist_ok=True)
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None
 CELERY_TASK_ALWAYS_EAGER = env_bool("TESSERA_CELERY_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -375,6 +374,14 @@ TESSERA_START_ESTIMATE_CACHE_SECONDS = env_int(
     "TESSERA_START_ESTIMATE_CACHE_SECONDS", 15, minimum=1
 )
 TESSERA_CYCLE_INTERVAL_SECONDS = env_float("TESSERA_CYCLE_INTERVAL_SECONDS", 5.0)
+# Every page shows "Scheduling is down" and /healthz answers 503 when no scheduling cycle started for
+# this long (portal.heartbeat): a dead worker, a dead beat or a broker that does not answer.
+TESSERA_SCHEDULING_DOWN_AFTER_SECONDS = env_float("TESSERA_SCHEDULING_DOWN_AFTER_SECONDS", 60.0)
+if TESSERA_SCHEDULING_DOWN_AFTER_SECONDS <= TESSERA_CYCLE_INTERVAL_SECONDS:
+    raise ImproperlyConfigured(
+        f"TESSERA_SCHEDULING_DOWN_AFTER_SECONDS={TESSERA_SCHEDULING_DOWN_AFTER_SECONDS}: must be more "
+        f"than TESSERA_CYCLE_INTERVAL_SECONDS ({TESSERA_CYCLE_INTERVAL_SECONDS})"
+    )
 TESSERA_GPU_NODE_CPU_RESERVED_FRACTION = env_float("TESSERA_GPU_NODE_CPU_RESERVED_FRACTION", 0.25)
 TESSERA_GPU_NODE_MEMORY_RESERVED_FRACTION = env_float(
     "TESSERA_GPU_NODE_MEMORY_RESERVED_FRACTION", 0.25
@@ -658,7 +665,3 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    # The folder broker has no host; kombu warns "No hostname was supplied. Reverting to default
-    # 'localhost'" on every connection, which only confuses someone reading `make run`'s output.
-    LOGGING["loggers"]["kombu.connection"] = {"level": "ERROR"}  # type: ignore[index]

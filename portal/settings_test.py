@@ -18,6 +18,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_URL = "memory://"
+CELERY_BROKER_TRANSPORT = None
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
 CELERY_BEAT_SCHEDULE = dict(CELERY_BEAT_SCHEDULE)
 CACHES = {
@@ -41,6 +42,7 @@ if env_bool("TESSERA_TEST_WORKER", False):
     CELERY_TASK_ALWAYS_EAGER = False
     CELERY_BROKER_URL = env_str("TESSERA_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
     CELERY_RESULT_BACKEND = CELERY_BROKER_URL
+    CELERY_BROKER_TRANSPORT = "portal.broker_transport:Transport"  # as settings.py for redis://
     # The production transport options (settings.py), and the tasks only integration tests send.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TESSERA_BROKER_VISIBILITY_TIMEOUT}
     CELERY_IMPORTS = [*CELERY_IMPORTS, "tests.integration.tasks"]

@@ -59,6 +59,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # Browsers ask for /favicon.ico on pages that name none (the admin, the API docs): the static icon.
     path("favicon.ico", views.favicon, name="favicon"),
+    path("healthz", views.healthz, name="healthz"),
 ]
 
 # An unhandled exception anywhere (a view or a middleware): JSON on /api/ paths, HTML elsewhere.

@@ -9,7 +9,7 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.urls import reverse
@@ -20,6 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from portal import services
 from portal.api.middleware import api_error_response, is_api_path
 from portal.forms import TenantSwitchForm, TokenForm
+from portal.heartbeat import scheduling_status
 from portal.middleware import SESSION_KEY
 from portal.models import ApiToken
 from portal.scoping import current_user, tenants_for
@@ -108,6 +109,15 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
     if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         target = reverse("home")
     return redirect(target)
+
+
+@require_http_methods(["GET", "HEAD"])
+def healthz(request: HttpRequest) -> JsonResponse:
+    """/healthz for monitors (no login): 200 while scheduling cycles happen, 503 when none started for
+    TESSERA_SCHEDULING_DOWN_AFTER_SECONDS (portal.heartbeat), with the reading and its cause."""
+    status = scheduling_status()
+    body = {"status": "ok" if status.up else "down", "scheduling": status.as_dict()}
+    return JsonResponse(body, status=200 if status.up else 503)
 
 
 def favicon(request: HttpRequest) -> HttpResponse:

