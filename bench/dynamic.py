@@ -323,6 +323,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--probe-policy", default="tessera")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--nodes", type=int, default=None, help="first N nodes only (smoke, development)"
+    )
+    ap.add_argument(
+        "--pods", type=int, default=None, help="every k-th pod, at most N (smoke, development)"
+    )
     args = ap.parse_args(argv)
     jobs = [
         {
@@ -335,6 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "probes": args.probes,
             "hours": args.hours,
             "probe_policy": args.probe_policy,
+            "node_limit": args.nodes,
+            "pod_limit": args.pods,
         }
         for trace in args.traces.split(",")
         for policy in args.policies.split(",")
