@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.replay import DEFAULT_TRACES, load_nodes, load_tool, to_request
+from bench.replay import DEFAULT_TRACES, every_kth, load_nodes, load_tool, to_request
 from scheduling.engine import ClusterState, typical_pods
 from scheduling.simulation import (
     CycleView,
@@ -100,9 +100,7 @@ def load_workload(
     with open(path) as fh:
         rows = list(csv.DictReader(fh))
     pods = tool.load_pods(str(path))
-    if limit:
-        step = -(-len(rows) // limit)
-        rows, pods = rows[::step], pods[::step]
+    rows, pods = every_kth(rows, limit), every_kth(pods, limit)
     rng = np.random.default_rng(seed)
     borrowed = 0
     if rows and "creation_time" not in rows[0]:

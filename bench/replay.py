@@ -146,7 +146,7 @@ def every_kth(items: Sequence[Any], limit: int | None) -> list[Any]:
     if not limit:
         return list(items)
     step = -(-len(items) // limit)
-    return list(items[::step])[:limit]
+    return list(items[::step])
 
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
