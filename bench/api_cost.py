@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     off = set(filter(None, args.off.split(",")))
     if off - set(PIECES):
         parser.error(f"--off: unknown pieces {sorted(off - set(PIECES))}; known: {PIECES}")
-    requests = max(100, min(args.requests, 20000))
+    requests = max(10, min(args.requests, 20000))  # 10: the smoke run (tests/test_benches_smoke.py)
     var_dir = Path(tempfile.mkdtemp(prefix="tessera-bench-cost-"))
     os.environ.update(server_environ(args.database_url, args.redis, args.redis, var_dir))
     # the submit scenario needs room: (warm-up + requests) creates over 64 engineers

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.replay import DEFAULT_TRACES, load_nodes, load_tool, to_request
+from bench.replay import DEFAULT_TRACES, every_kth, load_nodes, load_tool, to_request
 from scheduling.engine import ClusterState, typical_pods
 from scheduling.simulation import (
     CycleView,
@@ -100,9 +100,7 @@ def load_workload(
     with open(path) as fh:
         rows = list(csv.DictReader(fh))
     pods = tool.load_pods(str(path))
-    if limit:
-        step = -(-len(rows) // limit)
-        rows, pods = rows[::step], pods[::step]
+    rows, pods = every_kth(rows, limit), every_kth(pods, limit)
     rng = np.random.default_rng(seed)
     borrowed = 0
     if rows and "creation_time" not in rows[0]:
@@ -323,6 +321,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--probe-policy", default="tessera")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--nodes", type=int, default=None, help="first N nodes only (smoke, development)"
+    )
+    ap.add_argument(
+        "--pods", type=int, default=None, help="every k-th pod, at most N (smoke, development)"
+    )
     args = ap.parse_args(argv)
     jobs = [
         {
@@ -335,6 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "probes": args.probes,
             "hours": args.hours,
             "probe_policy": args.probe_policy,
+            "node_limit": args.nodes,
+            "pod_limit": args.pods,
         }
         for trace in args.traces.split(",")
         for policy in args.policies.split(",")

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.replay import NODE_CSV, load_nodes, load_tool, parse_seeds
+from bench.replay import NODE_CSV, every_kth, load_nodes, load_tool, parse_seeds
 from core.units import MIG_COMPUTE_SLICES
 from scheduling.engine.mig import MigCard, MigPlacement, MigPolicy, MigRequest, MigState
 from scheduling.engine.mig_profiles import MIG_GEOMETRIES, MigGeometry
@@ -88,11 +88,14 @@ def run(
     }
 
 
-def churn_events(csv_path: Path, geometry: MigGeometry) -> list[tuple[int, int, MigRequest]]:
-    """(time, 0 = departure / 1 = arrival, request) of the one-GPU pods of the CSV, departures first at a tie."""
+def churn_events(
+    csv_path: Path, geometry: MigGeometry, limit: int | None = None
+) -> list[tuple[int, int, MigRequest]]:
+    """(time, 0 = departure / 1 = arrival, request) of the one-GPU pods of the CSV (every k-th, at most
+    `limit`, when given), departures first at a tie."""
     events: list[tuple[int, int, MigRequest]] = []
     with open(csv_path) as fh:
-        for row in csv.DictReader(fh):
+        for row in every_kth(list(csv.DictReader(fh)), limit):
             gpus, milli = int(row["num_gpu"]), int(float(row["gpu_milli"] or 0))
             if gpus != 1 or milli <= 0:
                 continue
@@ -152,6 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--churn-capacity", type=float, default=0.8, help="cluster size as a share of peak demand"
     )
+    ap.add_argument(
+        "--nodes", type=int, default=None, help="first N nodes only (smoke, development)"
+    )
+    ap.add_argument(
+        "--pods", type=int, default=None, help="every k-th pod, at most N (smoke, development)"
+    )
     args = ap.parse_args(argv)
     trace_dir = Path(args.trace_dir).resolve()
     tool_path = Path(args.workload_tool or trace_dir / ".." / ".." / "tools" / "openb_workload.py")
@@ -160,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     tool = load_tool(tool_path)
     geometry = MIG_GEOMETRIES[args.model]
-    nodes = load_nodes(trace_dir)
+    nodes = load_nodes(trace_dir)[: args.nodes]
     cards = [MigCard(n.name, g.index, args.model) for n in nodes for g in n.gpus]
     print(
         f"MIG packing vs first-fit: {len(cards)} {args.model} cards (dynamic, empty at the start)"
@@ -170,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         csv_path = trace_dir / f"openb_pod_list_{trace}.csv"
         for seed in parse_seeds(args.seeds):
             pods, _prefix = tool.build(str(csv_path), seed, [n.name for n in nodes])
+            pods = every_kth(pods, args.pods)
             requests, skipped = mig_requests(pods, geometry)
             mix = Counter(r.profile for r in requests)
             print(
@@ -196,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = {p.name: p.compute_slices for p in geometry.profiles}
     order = [p.name for p in geometry.profiles]
     for trace in [t.strip() for t in args.churn_traces.split(",") if t.strip()]:
-        events = churn_events(trace_dir / f"openb_pod_list_{trace}.csv", geometry)
+        events = churn_events(trace_dir / f"openb_pod_list_{trace}.csv", geometry, args.pods)
         peak = peak_demand(events, sizes)
         n_cards = max(1, round(peak * args.churn_capacity / MIG_COMPUTE_SLICES))
         churn_cards = [MigCard(f"node-{c // 8:04d}", c % 8, args.model) for c in range(n_cards)]

@@ -125,10 +125,13 @@ def parse_seeds(text: str) -> list[int]:
 
 
 # ---------------------------------------------------------------- one run
-def alloc_columns(arrived: np.ndarray, used: np.ndarray) -> list[float]:
-    """Columns 0..130 of ``analysis_allo_discrete.csv`` (§5.2) from per-event milli totals."""
-    arr = np.round(arrived / TOTAL_GPUS / 10, 0)
-    alloc = np.round(used / TOTAL_GPUS / 10, 2)
+def alloc_columns(
+    arrived: np.ndarray, used: np.ndarray, total_gpus: int = TOTAL_GPUS
+) -> list[float]:
+    """Columns 0..130 of ``analysis_allo_discrete.csv`` (§5.2) from per-event milli totals
+    (`total_gpus`: the cluster's, less than the protocol's with ``--nodes``)."""
+    arr = np.round(arrived / total_gpus / 10, 0)
+    alloc = np.round(used / total_gpus / 10, 2)
     cols = []
     for k in range(131):
         v = alloc[arr == k]
@@ -138,13 +141,22 @@ def alloc_columns(arrived: np.ndarray, used: np.ndarray) -> list[float]:
     return cols
 
 
+def every_kth(items: Sequence[Any], limit: int | None) -> list[Any]:
+    """Every k-th item, at most `limit` (all when `limit` is None): a smaller run with the same mix."""
+    if not limit:
+        return list(items)
+    step = -(-len(items) // limit)
+    return list(items[::step])
+
+
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     """Replay one (trace, policy, seed); returns the allocation columns and timing."""
     trace_dir = Path(job["trace_dir"])
     tool = load_tool(Path(job["tool"]))
-    nodes = load_nodes(trace_dir)
+    nodes = load_nodes(trace_dir)[: job.get("node_limit")]
     csv_path = trace_dir / f"openb_pod_list_{job['trace']}.csv"
     pods, prefix = tool.build(str(csv_path), job["seed"], [n.name for n in nodes])
+    pods = every_kth(pods, job.get("pod_limit"))
     state = ClusterState.from_nodes(nodes)
     prio = np.array([prefix[n.name] for n in nodes], np.int64)
     typical = typical_pods(to_request(p) for p in tool.load_pods(str(csv_path)))
@@ -171,7 +183,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
                 )
     wall_seconds = time.perf_counter() - t0
     seconds = time.process_time() - c0  # CPU time: robust to other load on the machine
-    cols = alloc_columns(arrived, used)
+    cols = alloc_columns(arrived, used, sum(len(n.gpus) for n in nodes))
     return {
         "trace": job["trace"],
         "policy": job["policy"],
@@ -515,6 +527,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--speed-only", action="store_true", help="only the speed sections (no openb replay)"
     )
+    ap.add_argument(
+        "--nodes", type=int, default=None, help="first N nodes only (smoke, development)"
+    )
+    ap.add_argument(
+        "--pods", type=int, default=None, help="every k-th pod, at most N (smoke, development)"
+    )
     args = ap.parse_args(argv)
 
     trace_dir = Path(args.trace_dir).resolve()
@@ -537,6 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "policy": p,
             "seed": s,
             "log": args.decision_log is not None,
+            "node_limit": args.nodes,
+            "pod_limit": args.pods,
         }
         for t in traces
         for p in policies

@@ -180,3 +180,72 @@ def human(value: int | float, unit: str) -> str:
     if unit == "percent":
         return f"{number} %"
     return f"{number} {singular if number == '1' else plural}"
+
+
+# --------------------------------------------------------------------------- quantities with a suffix
+# Kubernetes' notation, which people who run GPU jobs already type: "500m" CPU, "32Gi" / "512Mi" memory
+# (binary), "32G" (decimal: 32e9 bytes). The Kubernetes backend reads node capacity with it and the
+# `tessera` CLI reads `--cpu` / `--memory`; one parser for both.
+_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SUFFIXES = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)")
+MEMORY_EXAMPLES = "e.g. 32Gi, 512Mi, 1.5Gi or 32G"
+CPU_EXAMPLES = "e.g. 8, 0.5 or 500m"
+
+
+def _split_quantity(value: str) -> tuple[Decimal, str]:
+    """The number and the suffix of a quantity ("1.5Gi" → (1.5, "Gi")); UnitError if it is none."""
+    match = _QUANTITY.fullmatch(value.strip())
+    if match is None or match.group(2) not in {**_BINARY_SUFFIXES, **_DECIMAL_SUFFIXES}:
+        raise UnitError(f"not a Kubernetes quantity: {value!r}")
+    return Decimal(match.group(1)), match.group(2)
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """A Kubernetes quantity in base units (bytes, cores): "16Gi" → 17179869184, "500m" → 0.5,
+    "80G" → 8e10, "1e3" → 1000. Raises UnitError (a ValueError) for anything else."""
+    if isinstance(value, int | float):
+        return Decimal(str(value))
+    number, suffix = _split_quantity(value)
+    return number * _BINARY_SUFFIXES.get(suffix, _DECIMAL_SUFFIXES.get(suffix, Decimal(1)))
+
+
+def memory_mib(text: str) -> int:
+    """Memory a person typed with its unit, as whole MiB (rounded down): "32Gi" → 32768, "1.5Gi" →
+    1536, "32G" → 30517. A bare number is refused (bytes? MiB?), as is less than 1 MiB."""
+    try:
+        _number, suffix = _split_quantity(text)
+    except UnitError as exc:
+        raise UnitError(f"{text!r} is not an amount of memory; {MEMORY_EXAMPLES}") from exc
+    if suffix in ("", "m", "u", "n"):
+        raise UnitError(f"{text!r} has no unit of memory; {MEMORY_EXAMPLES}")
+    mib = int(parse_quantity(text) / _BINARY_SUFFIXES["Mi"])
+    if mib < 1:
+        raise UnitError(f"{text!r} is less than 1 MiB; {MEMORY_EXAMPLES}")
+    return mib
+
+
+def cpu_milli(text: str) -> int:
+    """CPU a person typed as cores or millicores, as whole milli-CPU (rounded down): "8" → 8000,
+    "0.5" → 500, "500m" → 500. Refuses other suffixes and less than 1m."""
+    try:
+        _number, suffix = _split_quantity(text)
+    except UnitError as exc:
+        raise UnitError(f"{text!r} is not a number of cores; {CPU_EXAMPLES}") from exc
+    if suffix not in ("", "m"):
+        raise UnitError(f"{text!r}: give cores or millicores, {CPU_EXAMPLES}")
+    milli = int(parse_quantity(text) * MILLI_PER_CORE)
+    if milli < 1:
+        raise UnitError(f"{text!r} is less than 1m of CPU; {CPU_EXAMPLES}")
+    return milli

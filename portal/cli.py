@@ -4,7 +4,8 @@
     tessera codespace list [--state running] [--json]
     tessera codespace create NAME --template T [--preset P] [--tenant SLUG] [--set key=value ...]
     tessera codespace show|stop|start|delete ID   (delete --reason "..." for another user's)
-    tessera job submit NAME --pods 4 --gpus-per-pod 1 --cpu-milli 8000 --memory-mib 32768 [--topology rack] [...]
+    tessera job submit NAME --quota training --pods 4 --gpus-per-pod 1 --cpu 8 --memory 32Gi [--topology rack]
+    tessera job list [--state waiting] [--tenant SLUG] [--json]
     tessera job show|cancel ID
     tessera quota show [--tenant SLUG]
     tessera reclaim-notices list [--state live|closed|all] [--group NAME_OR_ID] [--json]
@@ -36,6 +37,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 import requests
+
+from core.units import UnitError, cpu_milli, memory_mib
 
 API = "/api/v1"
 TIMEOUT = (5, 60)
@@ -261,6 +264,18 @@ CODESPACE_COLUMNS = (
     "node",
     "created_at",
 )
+JOB_COLUMNS = (
+    "id",
+    "name",
+    "tenant",
+    "owner",
+    "state",
+    "quota",
+    "pods",
+    "min_available",
+    "created_at",
+    "reason",
+)
 MEMBER_COLUMNS = ("id", "name", "state", "node", "gpus", "pending_reason")
 QUOTA_COLUMNS = ("id", "tenant", "group_name", "name", "shared_weight", "version", "headroom")
 
@@ -300,6 +315,31 @@ def _fields_from_sets(pairs: Sequence[str]) -> dict[str, Any]:
     return body
 
 
+def resolve_quota(client: Client, value: str | None, tenant: str | None) -> int | None:
+    """`--quota`: an id as given, or the one quota in the pool (quota group) of that name among the
+    caller's quotas (of `--tenant` when given). A name that matches none or several is a usage error
+    that lists the candidates with their ids and says which flag picks one."""
+    if value is None or value.strip().isdigit():
+        return int(value) if value is not None else None
+    quotas = client.list_all("/quotas/", {"tenant": tenant} if tenant else {})
+    matches = [q for q in quotas if value in (q.get("group_name"), q.get("name"))]
+    if len(matches) == 1:
+        return int(matches[0]["id"])
+    if matches:
+        choices = ", ".join(f"{q['id']} ({q['tenant']})" for q in matches)
+        raise CliError(
+            f"--quota {value}: several teams have a quota in {value}: {choices}; "
+            "pass --tenant SLUG, or --quota with the id.",
+            EXIT_USAGE,
+        )
+    choices = ", ".join(f"{q['id']} ({q['group_name']}, {q['tenant']})" for q in quotas)
+    raise CliError(
+        f"--quota {value}: no quota of yours is in a pool of that name; pass --quota with a pool "
+        f"name or id of: {choices or 'none (ask a platform operator for a quota)'}.",
+        EXIT_USAGE,
+    )
+
+
 def cmd_codespace(args: argparse.Namespace) -> int:
     client = client_from_config()
     if args.action == "list":
@@ -307,9 +347,12 @@ def cmd_codespace(args: argparse.Namespace) -> int:
         emit(args, client.list_all("/codespaces/", params), CODESPACE_COLUMNS)
     elif args.action == "create":
         body: dict[str, Any] = {"name": args.name, "template": args.template}
-        for key in ("preset", "tenant", "quota"):
+        for key in ("preset", "tenant"):
             if getattr(args, key):
                 body[key] = getattr(args, key)
+        quota = resolve_quota(client, args.quota, args.tenant)
+        if quota is not None:
+            body["quota"] = quota
         body.update(_fields_from_sets(args.set))
         emit(args, client.post("/codespaces/", body))
     elif args.action == "show":
@@ -330,22 +373,31 @@ def cmd_codespace(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def job_member(args: argparse.Namespace) -> dict[str, Any]:
+    """The resources of each pod of `tessera job submit` as the API takes them (milli-CPU, MiB)."""
+    member = {
+        "cpu_milli": args.cpu_milli,
+        "memory_mib": args.memory_mib,
+        "gpu_count": args.gpus_per_pod,
+        "gpu_milli": args.gpu_milli,
+        "gpu_memory_mib": args.gpu_memory_mib,
+        "image": args.image,
+    }
+    return {k: v for k, v in member.items() if v not in (None, "")}
+
+
 def cmd_job(args: argparse.Namespace) -> int:
     client = client_from_config()
-    if args.action == "submit":
-        member = {
-            "cpu_milli": args.cpu_milli,
-            "memory_mib": args.memory_mib,
-            "gpu_count": args.gpus_per_pod,
-            "gpu_milli": args.gpu_milli,
-            "gpu_memory_mib": args.gpu_memory_mib,
-            "image": args.image,
-        }
+    if args.action == "list":
+        params = {k: v for k, v in (("state", args.state), ("tenant", args.tenant)) if v}
+        jobs = client.list_all("/jobs/", params)
+        emit(args, jobs if args.json else [_without_members(job) for job in jobs], JOB_COLUMNS)
+    elif args.action == "submit":
         body: dict[str, Any] = {
             "name": args.name,
             "pods": args.pods,
             "min_available": args.min_available or args.pods,
-            "member": {k: v for k, v in member.items() if v not in (None, "")},
+            "member": job_member(args),
             "timeout_seconds": args.timeout_seconds,
             "priority": args.priority,
             "preemptible": not args.not_preemptible,
@@ -353,9 +405,11 @@ def cmd_job(args: argparse.Namespace) -> int:
         if args.topology:
             body["topology_level"] = args.topology
             body["topology_mode"] = "preferred" if args.topology_preferred else "required"
-        for key in ("tenant", "quota"):
-            if getattr(args, key):
-                body[key] = getattr(args, key)
+        if args.tenant:
+            body["tenant"] = args.tenant
+        quota = resolve_quota(client, args.quota, args.tenant)
+        if quota is not None:
+            body["quota"] = quota
         body.update(_fields_from_sets(args.set))
         emit_job(args, client.post("/jobs/", body))
     elif args.action == "show":
@@ -387,12 +441,17 @@ def emit_estimates(args: argparse.Namespace, estimates: list[dict[str, Any]]) ->
     print(render_table(rows, ESTIMATE_COLUMNS) if rows else "(none)")
 
 
+def _without_members(job: dict[str, Any]) -> dict[str, Any]:
+    """A job's own fields for a table row (its pods are `tessera job show`'s)."""
+    return {key: value for key, value in job.items() if key != "members"}
+
+
 def emit_job(args: argparse.Namespace, job: dict[str, Any]) -> None:
     """A job as key/values, then one row per pod with where it runs or why it waits."""
     if args.json:
         emit(args, job)
         return
-    print(render_object({k: v for k, v in job.items() if k != "members"}))
+    print(render_object(_without_members(job)))
     rows = []
     for member in job.get("members") or []:
         placement = member.get("placement") or {}
@@ -628,19 +687,31 @@ def arg(*flags: str, **options: Any) -> Arg:
 
 
 @dataclass(frozen=True)
+class OneOf:
+    """Flags of which at most one may be given (exactly one when `required`): one value in two units."""
+
+    args: tuple[Arg, ...]
+    required: bool = False
+
+
+def one_of(*args: Arg, required: bool = False) -> OneOf:
+    return OneOf(args, required)
+
+
+@dataclass(frozen=True)
 class Verb:
     """One subcommand of a command (`tessera loan approve ...`): its name, arguments and help."""
 
     name: str
-    args: tuple[Arg, ...] = ()
+    args: tuple[Arg | OneOf, ...] = ()
     help: str | None = None
     func: Any = None
     """What runs it when not the command's own function."""
 
 
-def verbs(names: Sequence[str], *args: Arg) -> tuple[Verb, ...]:
-    """Several subcommands that take the same arguments."""
-    return tuple(Verb(name, args) for name in names)
+def verbs(names: Sequence[str], help: str, *args: Arg) -> tuple[Verb, ...]:
+    """Several subcommands that take the same arguments; `help` has `{verb}` for each one's name."""
+    return tuple(Verb(name, args, help=help.format(verb=name)) for name in names)
 
 
 def add_command(
@@ -653,59 +724,159 @@ def add_command(
 ) -> None:
     """`tessera NAME VERB ...` for every verb of `table`, each with the common flags (`--json`);
     `func(args)` runs it (`args.action` is the verb) unless the verb names its own."""
-    command = sub.add_parser(name, help=help)
+    command = sub.add_parser(name, help=help, description=help)
     actions = command.add_subparsers(dest="action", required=True)
     for verb in table:
-        parser = actions.add_parser(verb.name, parents=[common], help=verb.help)
+        parser = actions.add_parser(
+            verb.name, parents=[common], help=verb.help, description=verb.help
+        )
         for argument in verb.args:
-            parser.add_argument(*argument.flags, **argument.options)
+            if isinstance(argument, OneOf):
+                group = parser.add_mutually_exclusive_group(required=argument.required)
+                for each in argument.args:
+                    group.add_argument(*each.flags, **each.options)
+            else:
+                parser.add_argument(*argument.flags, **argument.options)
         if verb.func is not None:
             parser.set_defaults(func=verb.func)
     command.set_defaults(func=func)
 
 
-KEY_VALUE = arg("--set", action="append", default=[], metavar="KEY=VALUE")
+def _unit(convert: Any) -> Any:
+    """An argparse `type` from a `core.units` converter: its UnitError becomes argparse's error
+    (`argument --memory: '32Gb' is not an amount of memory; e.g. 32Gi, ...`, exit code 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            return int(convert(text))
+        except UnitError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+
+    parse.__name__ = convert.__name__
+    return parse
+
+
+KEY_VALUE = arg(
+    "--set",
+    action="append",
+    default=[],
+    metavar="KEY=VALUE",
+    help="any other API field, its value parsed as JSON when it is JSON (--set gpu_percent=25); repeatable",
+)
+TENANT = arg("--tenant", metavar="SLUG", help="team slug (default: your only team)")
+TENANT_FILTER = arg("--tenant", metavar="SLUG", help="only this team's (team slug)")
+QUOTA = arg(
+    "--quota",
+    metavar="POOL_OR_ID",
+    help="the quota to charge: its pool (quota group) name, e.g. training, or its id "
+    "(default: your team's only quota; `tessera quota show` lists them)",
+)
+ID = arg("id", help="its id (the first column of the list)")
+INT_ID = arg("id", type=int, help="its id (the first column of the list)")
+REASON_NOTE = arg("--note", default="", help="a note recorded with the decision")
 
 CODESPACE_VERBS = (
-    Verb("list", (arg("--state"), arg("--tenant", help="tenant slug"))),
+    Verb(
+        "list",
+        (
+            arg("--state", help="only in this state, e.g. running, queued, stopped"),
+            TENANT_FILTER,
+        ),
+        help="your teams' codespaces",
+    ),
     Verb(
         "create",
         (
-            arg("name"),
-            arg("--template", required=True),
-            arg("--preset"),
-            arg("--tenant", help="tenant slug (default: your only tenant)"),
-            arg("--quota", type=int),
+            arg("name", help="1-63 lowercase letters, digits and dashes"),
+            arg("--template", required=True, help="template name, e.g. pytorch"),
+            arg("--preset", help="one of the template's sizes, e.g. quarter-h100"),
+            TENANT,
+            QUOTA,
             KEY_VALUE,
         ),
+        help="create and start a codespace",
     ),
-    *verbs(("show", "stop", "start"), arg("id")),
+    *verbs(("show", "stop", "start"), "{verb} a codespace", ID),
     Verb(
         "delete",
         (
-            arg("id"),
+            ID,
             arg("--reason", default="", help="why (required to delete another user's codespace)"),
         ),
+        help="delete a codespace",
     ),
-    Verb("eta", (arg("id"),), help="when a queued codespace is likely to start, and why"),
+    Verb("eta", (ID,), help="when a queued codespace is likely to start, and why"),
 )
 
 JOB_VERBS = (
     Verb(
+        "list",
+        (
+            arg("--state", help="only in this state, e.g. waiting, running, cancelled"),
+            TENANT_FILTER,
+        ),
+        help="your teams' jobs",
+    ),
+    Verb(
         "submit",
         (
-            arg("name"),
-            arg("--pods", type=int, required=True),
-            arg("--min-available", type=int),
-            arg("--cpu-milli", type=int, required=True),
-            arg("--memory-mib", type=int, required=True),
-            arg("--gpus-per-pod", type=int, default=0),
-            arg("--gpu-milli", type=int),
-            arg("--gpu-memory-mib", type=int),
-            arg("--image", default=""),
-            arg("--timeout-seconds", type=int, default=600),
-            arg("--priority", type=int, default=0),
-            arg("--not-preemptible", action="store_true"),
+            arg("name", help="1-63 lowercase letters, digits and dashes"),
+            arg(
+                "--pods", type=int, required=True, help="how many pods (all get the same resources)"
+            ),
+            arg("--min-available", type=int, help="start once this many fit (default: all --pods)"),
+            one_of(
+                arg(
+                    "--cpu",
+                    dest="cpu_milli",
+                    type=_unit(cpu_milli),
+                    metavar="CORES",
+                    help="CPU per pod: cores or millicores, e.g. 8, 0.5, 500m",
+                ),
+                arg("--cpu-milli", type=int, help="CPU per pod in milli-CPU (8000 = 8 cores)"),
+                required=True,
+            ),
+            one_of(
+                arg(
+                    "--memory",
+                    dest="memory_mib",
+                    type=_unit(memory_mib),
+                    metavar="SIZE",
+                    help="memory per pod with its unit, e.g. 32Gi, 512Mi, 1.5Gi, 32G (= 32e9 bytes)",
+                ),
+                arg("--memory-mib", type=int, help="memory per pod in MiB"),
+                required=True,
+            ),
+            arg("--gpus-per-pod", type=int, default=0, help="GPUs per pod (default 0)"),
+            arg("--gpu-milli", type=int, help="share of each GPU in milli-GPU (500 = half a GPU)"),
+            one_of(
+                arg(
+                    "--gpu-memory",
+                    dest="gpu_memory_mib",
+                    type=_unit(memory_mib),
+                    metavar="SIZE",
+                    help="GPU memory per GPU with its unit, e.g. 20Gi (for a share of a GPU)",
+                ),
+                arg("--gpu-memory-mib", type=int, help="GPU memory per GPU in MiB"),
+            ),
+            arg("--image", default="", help="container image, e.g. pytorch:2.4"),
+            arg(
+                "--timeout-seconds",
+                type=int,
+                default=600,
+                help="give up when not placed within this (default 600)",
+            ),
+            arg(
+                "--priority",
+                type=int,
+                default=0,
+                help="-1000..1000; higher is placed first (default 0)",
+            ),
+            arg(
+                "--not-preemptible",
+                action="store_true",
+                help="its pods are never preempted (stopped to make room for other work)",
+            ),
             arg(
                 "--topology",
                 metavar="LEVEL",
@@ -716,42 +887,72 @@ JOB_VERBS = (
                 action="store_true",
                 help="with --topology: the tightest domain that fits, else anywhere (default: required)",
             ),
-            arg("--tenant"),
-            arg("--quota", type=int),
+            TENANT,
+            QUOTA,
             KEY_VALUE,
         ),
+        help="submit a gang job: N pods placed all together or not at all",
     ),
-    *verbs(("show", "cancel"), arg("id")),
-    Verb("eta", (arg("id"),), help="when each waiting pod is likely to start, and why"),
+    *verbs(("show", "cancel"), "{verb} a job (one row per pod)", ID),
+    Verb("eta", (ID,), help="when each waiting pod is likely to start, and why"),
 )
 
 QUOTA_VERBS = (
-    Verb("show", (arg("--tenant", help="tenant slug"),)),
+    Verb(
+        "show",
+        (arg("--tenant", metavar="SLUG", help="only this team's quotas (team slug)"),),
+        help="your teams' quotas and their headroom",
+    ),
     Verb(
         "fairness",
-        (arg("id", type=int),),
+        (arg("id", type=int, help="the quota's id (`tessera quota show`)"),),
         help="fair share, budgets, loans",
         func=cmd_quota_fairness,
     ),
     Verb(
         "user-cap",
-        (arg("id", type=int), arg("--max-gpus", type=int, help="omit to clear the cap")),
+        (
+            arg("id", type=int, help="the quota's id"),
+            arg(
+                "--max-gpus",
+                type=int,
+                help="the most GPUs one person may hold; omit to clear the cap",
+            ),
+        ),
         help="most GPUs per person (operators)",
         func=cmd_quota_user_cap,
     ),
     Verb(
         "reclaim-notices",
-        (arg("id", type=int), arg("--state", choices=("noticed", "executed", "cancelled"))),
+        (
+            arg("id", type=int, help="the quota's id"),
+            arg(
+                "--state",
+                choices=("noticed", "executed", "cancelled"),
+                help="only notices in this state (default: all)",
+            ),
+        ),
         help="the reclaim plan: what, whose, when",
         func=cmd_quota_reclaim_notices,
     ),
     Verb(
         "reclaim-settings",
         (
-            arg("id", type=int),
+            arg("id", type=int, help="the quota's id"),
             arg("--webhook", help="checkpoint webhook URL ('' to remove)"),
-            arg("--equal-share", dest="equal_share", action="store_true", default=None),
-            arg("--no-equal-share", dest="equal_share", action="store_false"),
+            arg(
+                "--equal-share",
+                dest="equal_share",
+                action="store_true",
+                default=None,
+                help="share the team's borrowed GPUs equally among its active users",
+            ),
+            arg(
+                "--no-equal-share",
+                dest="equal_share",
+                action="store_false",
+                help="borrowed GPUs go first come, first served",
+            ),
         ),
         help="checkpoint webhook, equal share (operators)",
         func=cmd_quota_reclaim_settings,
@@ -759,8 +960,13 @@ QUOTA_VERBS = (
     Verb(
         "reclaim-notice",
         (
-            arg("--group", type=int, required=True),
-            arg("--seconds", type=int, required=True, help="0 = stop at once"),
+            arg("--group", type=int, required=True, help="the quota group's id"),
+            arg(
+                "--seconds",
+                type=int,
+                required=True,
+                help="notice before borrowed work is stopped; 0 = stop at once",
+            ),
         ),
         help="a group's notice before reclaim (operators)",
         func=cmd_quota_reclaim_notice,
@@ -768,38 +974,67 @@ QUOTA_VERBS = (
 )
 
 LOAN_VERBS = (
-    Verb("list", (arg("--state"),)),
+    Verb(
+        "list",
+        (arg("--state", help="only in this state, e.g. requested, approved"),),
+        help="loans of your teams' quotas",
+    ),
     Verb(
         "request",
         (
             arg("--borrower", type=int, required=True, help="your quota id"),
             arg("--lender", type=int, help="the sibling quota id (omit: ask the operators)"),
-            arg("--gpus", type=int, required=True),
+            arg("--gpus", type=int, required=True, help="how many GPUs of min to borrow"),
             arg("--starts-at", required=True, help="ISO 8601, e.g. 2026-12-07T09:00:00Z"),
-            arg("--ends-at", required=True),
-            arg("--reason", default=""),
+            arg("--ends-at", required=True, help="ISO 8601, after --starts-at"),
+            arg("--reason", default="", help="why, for the lender"),
         ),
+        help="ask for GPUs of min from a sibling quota for a window",
     ),
-    *verbs(("approve", "decline", "cancel"), arg("id", type=int), arg("--note", default="")),
+    *verbs(("approve", "decline", "cancel"), "{verb} a loan", INT_ID, REASON_NOTE),
 )
 
 BUDGET_VERBS = (
-    Verb("list", (arg("--quota", type=int),)),
+    Verb(
+        "list",
+        (arg("--quota", type=int, help="only this quota's budgets (quota id)"),),
+        help="GPU-hour budgets and how much is used",
+    ),
     Verb(
         "add",
         (
-            arg("--quota", type=int, required=True),
-            arg("--gpu-hours", required=True),
-            arg("--period", choices=("week", "month"), default="week"),
-            arg("--window", choices=("calendar", "rolling"), default="calendar"),
-            arg("--gpu-model", default=""),
-            arg("--weighting", choices=("hours", "price"), default="hours"),
-            arg("--hard", action="store_true"),
+            arg("--quota", type=int, required=True, help="the quota id"),
+            arg("--gpu-hours", required=True, help="the budget per period, e.g. 500"),
+            arg("--period", choices=("week", "month"), default="week", help="default: week"),
+            arg(
+                "--window",
+                choices=("calendar", "rolling"),
+                default="calendar",
+                help="calendar (resets Monday 00:00 UTC / the 1st) or rolling (the last 7 / 30 days)",
+            ),
+            arg("--gpu-model", default="", help="count only this GPU model (default: every model)"),
+            arg(
+                "--weighting",
+                choices=("hours", "price"),
+                default="hours",
+                help="count GPU-hours, or GPU-hours weighted by each model's price",
+            ),
+            arg(
+                "--hard",
+                action="store_true",
+                help="at 100 %% nothing new starts, not even work within min (default: only borrowing stops)",
+            ),
         ),
+        help="add a GPU-hour budget to a quota (operators)",
     ),
     Verb(
         "top-up",
-        (arg("id", type=int), arg("--gpu-hours", required=True), arg("--reason", required=True)),
+        (
+            INT_ID,
+            arg("--gpu-hours", required=True, help="GPU-hours to add for this period"),
+            arg("--reason", required=True, help="why, recorded in the activity log"),
+        ),
+        help="add GPU-hours to a budget for the current period (operators)",
     ),
 )
 
@@ -809,16 +1044,20 @@ RECLAIM_NOTICE_VERBS = (
         "list",
         (
             arg("--state", choices=("live", "closed", "all"), help="default: all"),
-            arg("--group", metavar="NAME_OR_ID"),
-            arg("--quota", type=int, metavar="ID"),
+            arg("--group", metavar="NAME_OR_ID", help="only this quota group's notices"),
+            arg("--quota", type=int, metavar="ID", help="only notices that concern this quota"),
         ),
         help="live notices first (soonest deadline first), then closed ones",
     ),
 )
 
 DEFRAG_VERBS = (
-    Verb("preview", (arg("--group", type=int, required=True),)),
-    *verbs(("show", "apply"), arg("id", type=int)),
+    Verb(
+        "preview",
+        (arg("--group", type=int, required=True, help="the quota group (pool) id"),),
+        help="plan a pool's defragmentation (nothing moves)",
+    ),
+    *verbs(("show", "apply"), "{verb} a defragmentation plan", INT_ID),
 )
 
 
@@ -872,6 +1111,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def flags_by_field(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """The flag that sets each API field on the subcommand that ran (`quota` -> `--quota`), so an API
+    field error can say what to pass."""
+    words = [getattr(args, "command", None), getattr(args, "action", None)]
+    for word in words:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or word not in sub.choices:
+            break
+        parser = sub.choices[word]
+    flags: dict[str, str] = {}
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            flags.setdefault(action.dest, action.option_strings[0])  # --cpu before --cpu-milli
+    return flags
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -881,11 +1136,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except CliError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
+        flags = flags_by_field(parser, args)
         for field, reasons in exc.fields.items():
             text = (
                 "; ".join(map(str, reasons)) if isinstance(reasons, list) else json.dumps(reasons)
             )
-            print(f"  {field}: {text}", file=sys.stderr)
+            flag = f" ({flags[field]})" if field in flags else ""
+            print(f"  {field}{flag}: {text}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -101,11 +101,28 @@ def tenant_for_request(user: Any, slug: str | None, *, thing: str) -> Tenant:
             )
         return mine[0]
     if len(mine) != 1:
-        raise InvalidInput(
-            f"tenant: name the team (slug) the {thing} belongs to.",
-            fields={"tenant": ["Required: you belong to several teams (or none)."]},
-        )
+        raise _which_tenant(user, thing)
     return mine[0]
+
+
+_LISTED_TENANTS = 20
+
+
+def _which_tenant(user: Any, thing: str) -> InvalidInput:
+    """The refusal of a request that names no team when the user has several (or none): it lists the
+    teams to choose from by slug (the first `_LISTED_TENANTS`), so the next request can name one."""
+    tenants = tenants_for(user).order_by("slug")
+    slugs = list(tenants.values_list("slug", flat=True)[: _LISTED_TENANTS + 1])
+    if not slugs:
+        return InvalidInput(
+            f"tenant: you are not a member of any team, so no {thing} can be created.",
+            fields={"tenant": ["You belong to no team; ask a team admin to add you."]},
+        )
+    listed = ", ".join(slugs[:_LISTED_TENANTS]) + (", ..." if len(slugs) > _LISTED_TENANTS else "")
+    return InvalidInput(
+        f"tenant: name the team (slug) the {thing} belongs to: one of {listed}.",
+        fields={"tenant": [f"Required: you may act in several teams: {listed}."]},
+    )
 
 
 def scope_queryset(queryset: QuerySet[M], user: Any, tenant_field: str = "tenant") -> QuerySet[M]:

@@ -8,12 +8,14 @@ from django import forms
 
 from portal.errors import DomainError, InvalidInput
 from portal.forms import UnitField
+from portal.models import Tenant
 from portal.operator_log import clean_reason
 from quotas.models import Quota, QuotaGroup
 from quotas.sharing import MAX_MIG_PROFILES, MAX_TIMESLICE_REPLICAS, SharingMode
 from scheduling.choices import GangTopologyMode
 from scheduling.engine import POLICIES
 from scheduling.limits import MAX_REASON_LENGTH
+from scheduling.models import Gpu
 from scheduling.services.trace_upload import MAX_TRACE_BYTES
 
 
@@ -104,9 +106,9 @@ class WhatIfForm(forms.Form):
 
     group = forms.ModelChoiceField(queryset=QuotaGroup.objects.order_by("name"), label="Node pool")
     days = forms.IntegerField(min_value=1, max_value=90, initial=30, label="Last days of demand")
-    add_model = forms.CharField(max_length=64, required=False, label="Add nodes of GPU model")
+    add_model = forms.ChoiceField(required=False, label="Add nodes of GPU model")
     add_count = forms.IntegerField(min_value=0, max_value=500, initial=0, label="How many")
-    remove_model = forms.CharField(max_length=64, required=False, label="Remove nodes of GPU model")
+    remove_model = forms.ChoiceField(required=False, label="Remove nodes of GPU model")
     remove_count = forms.IntegerField(min_value=0, max_value=500, initial=0, label="How many")
     policy = forms.ChoiceField(
         choices=[("", "as configured"), *((p, p) for p in POLICIES)],
@@ -131,17 +133,45 @@ class WhatIfForm(forms.Form):
         required=False,
         label="Replicas per GPU (timeslice mode)",
     )
-    team_gpus = forms.CharField(
-        max_length=4000,
-        required=False,
-        label="GPU caps per team",
-        help_text="team=GPUs, comma-separated, e.g. vision=8, nlp=4",
-    )
     trace = forms.FileField(
         required=False,
         label="Or an uploaded trace (openb pod-list CSV)",
         help_text=f"At most {MAX_TRACE_BYTES // 1_000_000} MB; replaces the recorded demand.",
     )
+
+    #: Prefix of the per-team cap fields (`team_gpus_vision`): a number per known team, not free text.
+    TEAM_CAP_PREFIX = "team_gpus_"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The GPU models to add or remove are the inventory's; each team gets its own optional cap."""
+        super().__init__(*args, **kwargs)
+        models = list(
+            Gpu.objects.exclude(model="")
+            .order_by("model")
+            .values_list("model", flat=True)
+            .distinct()
+        )
+        for name in ("add_model", "remove_model"):
+            field = self.fields[name]
+            field.choices = [("", "—"), *((m, m) for m in models)]  # type: ignore[attr-defined]
+            field.error_messages["invalid_choice"] = f"One of: {', '.join(models) or 'none'}."
+        for slug in Tenant.objects.order_by("slug").values_list("slug", flat=True):
+            self.fields[f"{self.TEAM_CAP_PREFIX}{slug}"] = forms.IntegerField(
+                min_value=0,
+                max_value=100_000,
+                required=False,
+                label=f"GPU cap of {slug}",
+                help_text="GPUs the team may hold at once (empty: no cap)",
+            )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        cleaned["team_gpus"] = {
+            name.removeprefix(self.TEAM_CAP_PREFIX): value
+            for name, value in cleaned.items()
+            if name.startswith(self.TEAM_CAP_PREFIX) and value is not None
+        }
+        return cleaned
 
     def clean_mig_profiles(self) -> tuple[str, ...]:
         raw = self.cleaned_data.get("mig_profiles") or ""
@@ -149,20 +179,3 @@ class WhatIfForm(forms.Form):
         if len(profiles) > MAX_MIG_PROFILES:
             raise forms.ValidationError(f"At most {MAX_MIG_PROFILES} profiles.")
         return profiles
-
-    def clean_team_gpus(self) -> dict[str, int]:
-        raw = self.cleaned_data.get("team_gpus") or ""
-        caps: dict[str, int] = {}
-        for part in (p.strip() for p in raw.split(",")):
-            if not part:
-                continue
-            team, sep, gpus = part.partition("=")
-            team = team.strip()
-            if not sep or not team or len(team) > 64 or not gpus.strip().isdigit():
-                raise forms.ValidationError(f"{part[:40]!r}: write team=GPUs, e.g. vision=8.")
-            if int(gpus) > 100_000:
-                raise forms.ValidationError(f"{team[:40]}: at most 100000 GPUs.")
-            caps[team] = int(gpus)
-        if len(caps) > 200:
-            raise forms.ValidationError("At most 200 teams.")
-        return caps

@@ -297,9 +297,16 @@ def _quota_for(tenant: Any, quota_id: int | None) -> Quota:
         return quota
     mine = list(quotas[:2])
     if len(mine) != 1:
+        every = list(quotas.order_by("pk"))
+        if not every:
+            raise InvalidInput(
+                f"Team {tenant.slug} has no quota; ask a platform operator for one.",
+                fields={"quota": [f"Team {tenant.slug} has no quota."]},
+            )
+        choices = ", ".join(f"{quota.pk} ({quota.group.name})" for quota in every)
         raise InvalidInput(
-            f"Team {tenant.slug} has {quotas.count()} quotas; name the one to charge.",
-            fields={"quota": ["Required: give the quota id."]},
+            f"Team {tenant.slug} has {len(every)} quotas; name the one to charge: {choices}.",
+            fields={"quota": [f"Required: one of {choices}."]},
         )
     return mine[0]
 

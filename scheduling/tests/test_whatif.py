@@ -244,11 +244,12 @@ def test_the_page_takes_a_sharing_mode_team_caps_and_an_uploaded_trace(
     ).content.decode()
     assert '<td data-testid="sharing-1">timeslice</td>' in page
     assert '<td data-testid="waits-1">0 s / 0 s / 0 s</td>' in page
-    capped = client.post("/cluster/what-if/", {**form, "team_gpus": "team-a=0"}).content.decode()
+    # a cap per known team, a number each (issue 38 #15: choices, not free text)
+    capped = client.post("/cluster/what-if/", {**form, "team_gpus_team-a": 0}).content.decode()
     assert '<td data-testid="never-1">3</td>' in capped
-    bad_caps = client.post("/cluster/what-if/", {**form, "team_gpus": "team-a"}).content.decode()
+    bad_caps = client.post("/cluster/what-if/", {**form, "team_gpus_team-a": -1}).content.decode()
     assert (
-        'data-testid="error-team_gpus">&#x27;team-a&#x27;: write team=GPUs, e.g. vision=8.</span>'
+        'data-testid="error-team_gpus_team-a">Ensure this value is greater than or equal to 0.</span>'
         in bad_caps
     )
     upload = SimpleUploadedFile("trace.csv", TRACE.encode(), content_type="text/csv")

@@ -1,7 +1,8 @@
 """Load the demo data: tenants and users, the simulated cluster, quota groups and quotas, templates.
 
-Idempotent: re-running keeps existing rows. Each app contributes a `demo.seed(stdout)`; the order matters
-(quotas need tenants and nodes; codespace templates need tenants).
+Idempotent: re-running keeps existing rows. Each app contributes a `demo.seed(stdout)` (or another
+function of its demo module, `module:function`); the order matters (quotas need tenants and nodes;
+codespace templates need tenants; the recorded demand needs quotas).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ DEMO_SEEDERS = [
     "portal.demo",
     "scheduling.demo",
     "quotas.demo",
+    "scheduling.demo:seed_demand_history",
     "codespaces.demo",
     "scheduling.telemetry.demo",
 ]
@@ -26,5 +28,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic():
-            for module_path in DEMO_SEEDERS:
-                importlib.import_module(module_path).seed(self.stdout)
+            for seeder in DEMO_SEEDERS:
+                module_path, _, function = seeder.partition(":")
+                getattr(importlib.import_module(module_path), function or "seed")(self.stdout)
