@@ -240,6 +240,18 @@ def _lock_group(group_id: int) -> QuotaGroup:
     return QuotaGroup.objects.select_for_update(no_key=True).get(pk=group_id)
 
 
+def _quota_gone(quota_id: int) -> Conflict:
+    return Conflict(f"Quota {quota_id} no longer exists; someone deleted it.", code="gone")
+
+
+def _group_id_of_quota(quota_id: int) -> int:
+    """The group of the quota, read before locking it (the lock order); gone when it was deleted."""
+    group_id = Quota.objects.filter(pk=quota_id).values_list("group_id", flat=True).first()
+    if group_id is None:
+        raise _quota_gone(quota_id)
+    return int(group_id)
+
+
 def _lock_quota(quota_id: int) -> Quota:
     """Row-lock the quota row only (`of=("self",)`: its tenant and group come along unlocked; the
     group is locked before, by `_lock_group`), FOR NO KEY UPDATE like `_lock_group`."""
@@ -250,9 +262,7 @@ def _lock_quota(quota_id: int) -> Quota:
             .get(pk=quota_id)
         )
     except Quota.DoesNotExist as exc:
-        raise Conflict(
-            f"Quota {quota_id} no longer exists; someone deleted it.", code="gone"
-        ) from exc
+        raise _quota_gone(quota_id) from exc
 
 
 def _check_version(current: int, expected: int | None) -> None:
@@ -412,8 +422,7 @@ def update_quota(
     quota_id = quota if isinstance(quota, int) else quota.pk
     cleaned = clean_quota_values(changes)
     with transaction.atomic():
-        current = Quota.objects.select_related("group").get(pk=quota_id)
-        group = _lock_group(current.group_id)
+        group = _lock_group(_group_id_of_quota(quota_id))
         locked = _lock_quota(quota_id)
         _check_version(locked.version, expected_version)
         before = locked.snapshot_fields()
@@ -446,8 +455,9 @@ def delete_quota(
     quota_id = quota if isinstance(quota, int) else quota.pk
     note = clean_reason(note, required=False)
     with transaction.atomic():
-        current = Quota.objects.get(pk=quota_id)
-        _lock_group(current.group_id)  # the lock order: group row, then quota row (docs/adr)
+        _lock_group(
+            _group_id_of_quota(quota_id)
+        )  # the lock order: group row, then quota row (docs/adr)
         locked = _lock_quota(quota_id)
         _check_version(locked.version, expected_version)
         referencing = workloads_referencing(locked)

@@ -285,8 +285,10 @@ class QuotaBudgetViewSet(
         payload = TopUpSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        budgets.top_up_budget(budget, data["gpu_hours"], actor=request.user, reason=data["reason"])
-        return Response(_budget_body(GpuHourBudget.objects.get(pk=budget.pk)))
+        top_up = budgets.top_up_budget(
+            budget, data["gpu_hours"], actor=request.user, reason=data["reason"]
+        )
+        return Response(_budget_body(top_up.budget))
 
 
 class UserCapSerializer(serializers.Serializer):
