@@ -159,6 +159,18 @@ def quota_budget_states(
     return {int(b.pk): budget_state(b, hours, now, prices) for b in budgets}
 
 
+def budget_states(budgets: Sequence[GpuHourBudget], now: datetime) -> dict[int, BudgetState]:
+    """The state of each of `budgets` (of any groups; `quota` read along), by budget id: one usage
+    read per group, however many budgets (a list page of them)."""
+    by_group: dict[int, list[GpuHourBudget]] = {}
+    for budget in budgets:
+        by_group.setdefault(int(budget.quota.group_id), []).append(budget)
+    states: dict[int, BudgetState] = {}
+    for group_id, listed in by_group.items():
+        states.update(quota_budget_states(listed, group_id, now))
+    return states
+
+
 def group_budgets(group: QuotaGroup, now: datetime) -> dict[int, BudgetState]:
     """Per quota id of `group`: the budget that binds first (see `fairness.worst_budget`)."""
     budgets = list(
