@@ -32,6 +32,7 @@ from portal.transactions import retry_transaction
 from quotas.delete_preview import group_delete_impact, quota_delete_impact, workloads_referencing
 from quotas.fairness import MAX_HALF_LIFE_HOURS
 from quotas.history import record_change
+from quotas.loans import min_below_lent
 from quotas.lock_objects import lock_group_selectors
 from quotas.models import (
     EDITABLE_GROUP_FIELDS,
@@ -165,7 +166,8 @@ def validate_quota(
 ) -> list[str]:
     """Check an (unsaved or modified) quota against its group; return warnings, raise InvalidInput.
 
-    Errors: min > max; the sum of the group's mins above its capacity (unless the group allows
+    Errors: min > max; a GPU min below the GPUs the quota lends at once in approved loans
+    (`loans.min_below_lent`); the sum of the group's mins above its capacity (unless the group allows
     overcommitted mins). Warnings: a max below current use (that work runs above its runtime share and
     will trigger reclaim when siblings need the capacity), a min below the non-preemptible work running.
     """
@@ -179,6 +181,9 @@ def validate_quota(
                     f"Min {human_amount(dimension, low)} is more than max "
                     f"{human_amount(dimension, high)} ({side.label})."
                 )
+    lent = min_below_lent(quota)
+    if lent:
+        errors.setdefault(bound_field(Side.GPU, "min", "gpu_milli"), []).append(lent)
     if errors:
         raise InvalidInput(_summary(errors), fields=errors)
 

@@ -284,3 +284,33 @@ def lent_gpus(lender: Quota, starts_at: datetime, ends_at: datetime, *, exclude:
         lender=lender, state=LoanState.APPROVED, starts_at__lt=ends_at, ends_at__gt=starts_at
     ).exclude(pk=exclude)
     return sum(int(loan.gpus) for loan in overlapping)
+
+
+@dataclass(frozen=True)
+class LentPeak:
+    """The most GPUs a lender's approved loans promise at once, and the first window where they do."""
+
+    gpus: int
+    starts_at: datetime
+    ends_at: datetime
+
+
+def peak_lent_gpus(lender: Quota, since: datetime) -> LentPeak | None:
+    """The most GPUs of `lender`'s min its approved loans promise at once from `since` on (a sweep
+    over their [starts_at, ends_at) windows); None when no approved loan runs after `since`."""
+    rows = QuotaLoan.objects.filter(
+        lender=lender, state=LoanState.APPROVED, ends_at__gt=since
+    ).values_list("gpus", "starts_at", "ends_at")
+    # (moment, order, change): at one instant a loan that ends (order 0) frees before one starts
+    events = sorted(
+        event
+        for gpus, starts_at, ends_at in rows
+        for event in ((max(starts_at, since), 1, int(gpus)), (ends_at, 0, -int(gpus)))
+    )
+    peak: LentPeak | None = None
+    lent = 0
+    for index, (moment, _, change) in enumerate(events):
+        lent += change
+        if change > 0 and (peak is None or lent > peak.gpus):
+            peak = LentPeak(lent, moment, events[index + 1][0])  # a start is never the last event
+    return peak
