@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from portal.choices import OperatorActionKind, OperatorTargetKind
-from portal.errors import Forbidden, InvalidInput
+from portal.errors import Forbidden, InvalidInput, NotFoundError
 from portal.operator_log import ActionImpact, clean_reason, record_operator_action
 from portal.periodic import ItemFailures, run_each
 from portal.scoping import is_operator, signed_in_or_none
@@ -115,6 +115,20 @@ def _audit_budget(
     )
 
 
+def _lock_budget(budget: GpuHourBudget) -> GpuHourBudget:
+    """Row-lock the budget again; NotFoundError when it (or its quota) was deleted since it was read."""
+    try:
+        return (
+            GpuHourBudget.objects.select_for_update()
+            .select_related("quota__group", "quota__tenant")
+            .get(pk=budget.pk)
+        )
+    except GpuHourBudget.DoesNotExist as exc:
+        raise NotFoundError(
+            f"GPU-hour budget {budget.pk} no longer exists; someone deleted it (or its quota)."
+        ) from exc
+
+
 @transaction.atomic
 def create_budget(quota: Quota, values: dict[str, Any], *, actor: Any) -> GpuHourBudget:
     """Add a budget to `quota` (operators). Audited (QuotaChange, subject "budget")."""
@@ -129,9 +143,7 @@ def create_budget(quota: Quota, values: dict[str, Any], *, actor: Any) -> GpuHou
 def delete_budget(budget: GpuHourBudget, *, actor: Any) -> None:
     """Remove a budget (operators). Audited."""
     _require_operator(actor)
-    locked = (
-        GpuHourBudget.objects.select_for_update().select_related("quota__group").get(pk=budget.pk)
-    )
+    locked = _lock_budget(budget)
     _audit_budget(locked.quota, actor, ChangeAction.DELETED, budget_fields(locked), None)
     locked.delete()
 
@@ -147,9 +159,7 @@ def top_up_budget(
     if amount <= 0:
         raise InvalidInput.for_field("gpu_hours", "A top-up adds more than 0 GPU-hours.")
     text = clean_reason(reason, required=True)
-    locked = (
-        GpuHourBudget.objects.select_for_update().select_related("quota__group").get(pk=budget.pk)
-    )
+    locked = _lock_budget(budget)
     now = timezone.now()
     start, label = period_bounds(locked.period, locked.window, now)
     top_up = BudgetTopUp.objects.create(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -50,7 +50,7 @@ from quotas.models import (
     QuotaLoan,
 )
 from quotas.resources import Side
-from quotas.time_inputs import lent_gpus
+from quotas.time_inputs import lent_gpus, peak_lent_gpus
 from quotas.usage import group_capacity
 
 logger = logging.getLogger(__name__)
@@ -76,6 +76,23 @@ def _when(value: Any, name: str) -> datetime:
 def min_gpus(quota: Quota) -> int:
     """Whole GPUs of the quota's own GPU-side min."""
     return quota.min_of(Side.GPU).gpu_milli // MILLI_PER_GPU
+
+
+def min_below_lent(quota: Quota, now: datetime | None = None) -> str | None:
+    """Why `quota`'s (proposed) GPU min is too low for what it lends, or None: its whole GPUs of min
+    must cover the most GPUs its approved loans promise at once from now on (a loan moves min from
+    lender to borrower for its window, so the lender cannot give back what it has lent)."""
+    if not quota.pk:
+        return None
+    peak = peak_lent_gpus(quota, now or timezone.now())
+    if peak is None or min_gpus(quota) >= peak.gpus:
+        return None
+    return (
+        f"{quota.name} lends {peak.gpus} GPUs of its min at once in approved loans, from "
+        f"{peak.starts_at.astimezone(UTC):%Y-%m-%d %H:%M} until "
+        f"{peak.ends_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC; its GPU min cannot go below "
+        f"{peak.gpus} GPUs."
+    )
 
 
 OPERATORS = "the operators"

@@ -32,6 +32,7 @@ from portal.transactions import retry_transaction
 from quotas.delete_preview import group_delete_impact, quota_delete_impact, workloads_referencing
 from quotas.fairness import MAX_HALF_LIFE_HOURS
 from quotas.history import record_change
+from quotas.loans import min_below_lent
 from quotas.lock_objects import lock_group_selectors
 from quotas.models import (
     EDITABLE_GROUP_FIELDS,
@@ -165,7 +166,8 @@ def validate_quota(
 ) -> list[str]:
     """Check an (unsaved or modified) quota against its group; return warnings, raise InvalidInput.
 
-    Errors: min > max; the sum of the group's mins above its capacity (unless the group allows
+    Errors: min > max; a GPU min below the GPUs the quota lends at once in approved loans
+    (`loans.min_below_lent`); the sum of the group's mins above its capacity (unless the group allows
     overcommitted mins). Warnings: a max below current use (that work runs above its runtime share and
     will trigger reclaim when siblings need the capacity), a min below the non-preemptible work running.
     """
@@ -179,6 +181,9 @@ def validate_quota(
                     f"Min {human_amount(dimension, low)} is more than max "
                     f"{human_amount(dimension, high)} ({side.label})."
                 )
+    lent = min_below_lent(quota)
+    if lent:
+        errors.setdefault(bound_field(Side.GPU, "min", "gpu_milli"), []).append(lent)
     if errors:
         raise InvalidInput(_summary(errors), fields=errors)
 
@@ -240,6 +245,18 @@ def _lock_group(group_id: int) -> QuotaGroup:
     return QuotaGroup.objects.select_for_update(no_key=True).get(pk=group_id)
 
 
+def _quota_gone(quota_id: int) -> Conflict:
+    return Conflict(f"Quota {quota_id} no longer exists; someone deleted it.", code="gone")
+
+
+def _group_id_of_quota(quota_id: int) -> int:
+    """The group of the quota, read before locking it (the lock order); gone when it was deleted."""
+    group_id = Quota.objects.filter(pk=quota_id).values_list("group_id", flat=True).first()
+    if group_id is None:
+        raise _quota_gone(quota_id)
+    return int(group_id)
+
+
 def _lock_quota(quota_id: int) -> Quota:
     """Row-lock the quota row only (`of=("self",)`: its tenant and group come along unlocked; the
     group is locked before, by `_lock_group`), FOR NO KEY UPDATE like `_lock_group`."""
@@ -250,9 +267,7 @@ def _lock_quota(quota_id: int) -> Quota:
             .get(pk=quota_id)
         )
     except Quota.DoesNotExist as exc:
-        raise Conflict(
-            f"Quota {quota_id} no longer exists; someone deleted it.", code="gone"
-        ) from exc
+        raise _quota_gone(quota_id) from exc
 
 
 def _check_version(current: int, expected: int | None) -> None:
@@ -412,8 +427,7 @@ def update_quota(
     quota_id = quota if isinstance(quota, int) else quota.pk
     cleaned = clean_quota_values(changes)
     with transaction.atomic():
-        current = Quota.objects.select_related("group").get(pk=quota_id)
-        group = _lock_group(current.group_id)
+        group = _lock_group(_group_id_of_quota(quota_id))
         locked = _lock_quota(quota_id)
         _check_version(locked.version, expected_version)
         before = locked.snapshot_fields()
@@ -446,8 +460,9 @@ def delete_quota(
     quota_id = quota if isinstance(quota, int) else quota.pk
     note = clean_reason(note, required=False)
     with transaction.atomic():
-        current = Quota.objects.get(pk=quota_id)
-        _lock_group(current.group_id)  # the lock order: group row, then quota row (docs/adr)
+        _lock_group(
+            _group_id_of_quota(quota_id)
+        )  # the lock order: group row, then quota row (docs/adr)
         locked = _lock_quota(quota_id)
         _check_version(locked.version, expected_version)
         referencing = workloads_referencing(locked)

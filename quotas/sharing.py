@@ -120,10 +120,30 @@ def clean_sharing(
     return Sharing(str(mode), tuple(profiles), int(replicas)), {}
 
 
+#: The least GPU memory a slice (part of one card's compute, ``slice`` pools) asks for: its memory limit
+#: is what isolates it on the shared card, so a slice of 0 MiB is one nothing holds to a size. The
+#: jobs path checks it here (`request_errors`), codespaces' sizes through `slice_memory_too_small`.
+MIN_SLICE_GPU_MEMORY_MIB = 1
+SLICE_MEMORY_REFUSAL = (
+    f"A slice of a GPU needs some of its memory (at least {MIN_SLICE_GPU_MEMORY_MIB} MiB)."
+)
+
+
+def slice_memory_too_small(gpu_memory_mib: int) -> bool:
+    return gpu_memory_mib < MIN_SLICE_GPU_MEMORY_MIB
+
+
 def request_errors(
-    sharing: Sharing, *, gpu_count: int, gpu_milli: int, mig_profile: str = ""
+    sharing: Sharing,
+    *,
+    gpu_count: int,
+    gpu_milli: int,
+    mig_profile: str = "",
+    gpu_memory_mib: int | None = None,
 ) -> dict[str, list[str]]:
-    """What the pool refuses in a GPU request (``{}`` = allowed). CPU-only requests are allowed everywhere."""
+    """What the pool refuses in a GPU request (``{}`` = allowed). CPU-only requests are allowed everywhere.
+    `gpu_memory_mib` (when given) must be enough for a slice in a ``slice`` pool; a time-sliced replica
+    has no memory isolation and a whole card comes with all its memory."""
     if mig_profile:
         if sharing.mode != SharingMode.MIG:
             return {"mig_profile": ["This pool does not offer MIG instances."]}
@@ -150,6 +170,13 @@ def request_errors(
                 f"({milli_to_percent(sharing.replica_milli):g} % of a GPU, no memory isolation)."
             ]
         }
+    if (
+        sharing.mode == SharingMode.SLICE
+        and not whole
+        and gpu_memory_mib is not None
+        and slice_memory_too_small(gpu_memory_mib)
+    ):
+        return {"gpu_memory_mib": [SLICE_MEMORY_REFUSAL]}
     return {}
 
 

@@ -160,6 +160,18 @@ def quota_budget_states(
     return {int(b.pk): budget_state(b, hours, now, prices) for b in budgets}
 
 
+def budget_states(budgets: Sequence[GpuHourBudget], now: datetime) -> dict[int, BudgetState]:
+    """The state of each of `budgets` (of any groups; `quota` read along), by budget id: one usage
+    read per group, however many budgets (a list page of them)."""
+    by_group: dict[int, list[GpuHourBudget]] = {}
+    for budget in budgets:
+        by_group.setdefault(int(budget.quota.group_id), []).append(budget)
+    states: dict[int, BudgetState] = {}
+    for group_id, listed in by_group.items():
+        states.update(quota_budget_states(listed, group_id, now))
+    return states
+
+
 def group_budgets(group: QuotaGroup, now: datetime) -> dict[int, BudgetState]:
     """Per quota id of `group`: the budget that binds first (see `fairness.worst_budget`)."""
     budgets = list(
@@ -273,3 +285,33 @@ def lent_gpus(lender: Quota, starts_at: datetime, ends_at: datetime, *, exclude:
         lender=lender, state=LoanState.APPROVED, starts_at__lt=ends_at, ends_at__gt=starts_at
     ).exclude(pk=exclude)
     return sum(int(loan.gpus) for loan in overlapping)
+
+
+@dataclass(frozen=True)
+class LentPeak:
+    """The most GPUs a lender's approved loans promise at once, and the first window where they do."""
+
+    gpus: int
+    starts_at: datetime
+    ends_at: datetime
+
+
+def peak_lent_gpus(lender: Quota, since: datetime) -> LentPeak | None:
+    """The most GPUs of `lender`'s min its approved loans promise at once from `since` on (a sweep
+    over their [starts_at, ends_at) windows); None when no approved loan runs after `since`."""
+    rows = QuotaLoan.objects.filter(
+        lender=lender, state=LoanState.APPROVED, ends_at__gt=since
+    ).values_list("gpus", "starts_at", "ends_at")
+    # (moment, order, change): at one instant a loan that ends (order 0) frees before one starts
+    events = sorted(
+        event
+        for gpus, starts_at, ends_at in rows
+        for event in ((max(starts_at, since), 1, int(gpus)), (ends_at, 0, -int(gpus)))
+    )
+    peak: LentPeak | None = None
+    lent = 0
+    for index, (moment, _, change) in enumerate(events):
+        lent += change
+        if change > 0 and (peak is None or lent > peak.gpus):
+            peak = LentPeak(lent, moment, events[index + 1][0])  # a start is never the last event
+    return peak

@@ -17,7 +17,7 @@ from core import units
 from core.units import MIB_PER_GIB, MigProfileError, parse_mig_profile
 from portal.errors import InvalidInput
 from quotas.models import Quota
-from quotas.sharing import request_errors
+from quotas.sharing import request_errors, slice_memory_too_small
 from scheduling import services as scheduling_services
 
 # --- What a user asks for ------------------------------------------------------------------------
@@ -33,11 +33,11 @@ SIZE_INPUT_BOUNDS: dict[str, tuple[int, int]] = {
     "memory_mib": (0, MAX_MEMORY_MIB),
 }
 
-# The rules of a GPU size whatever the template: a slice takes 1-100 % of one GPU and at least 1 GiB of
-# its memory, whole cards are at least one. `size_rule_violations` applies them to a user's size
-# (`validate_size`) and to a template's presets (`templates_admin`).
+# The rules of a GPU size whatever the template: a slice takes 1-100 % of one GPU and some of its memory
+# (quotas.sharing.slice_memory_too_small, the jobs' rule too: in whole GiB, at least 1), whole cards
+# are at least one. `size_rule_violations` applies them to a user's size (`validate_size`) and to a
+# template's presets (`templates_admin`).
 SLICE_PERCENT_RANGE = (1, 100)
-MIN_SLICE_GPU_MEMORY_GIB = 1
 MIN_WHOLE_CARDS = 1
 
 
@@ -51,7 +51,7 @@ def size_rule_violations(
         low, high = SLICE_PERCENT_RANGE
         if not low <= gpu_percent <= high:
             bad.add("gpu_percent")
-        if gpu_memory_gib < MIN_SLICE_GPU_MEMORY_GIB:
+        if slice_memory_too_small(units.gib_to_mib(gpu_memory_gib)):
             bad.add("gpu_memory_gib")
     elif gpu_mode == GpuMode.WHOLE and gpu_count < MIN_WHOLE_CARDS:
         bad.add("gpu_count")

@@ -5,6 +5,7 @@ service (quotas.loans, quotas.budgets)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -30,7 +31,7 @@ from quotas.models import (
     Quota,
     QuotaLoan,
 )
-from quotas.time_inputs import quota_budget_states
+from quotas.time_inputs import budget_states
 from quotas.user_caps import MAX_GPUS_PER_USER
 
 ERRORS = {
@@ -225,9 +226,14 @@ class TopUpSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500)
 
 
+def _budget_bodies(rows: Sequence[GpuHourBudget]) -> list[dict[str, Any]]:
+    """The budgets with their state now: one usage read per group, not per budget."""
+    states = budget_states(rows, timezone.now())
+    return [budget_json(BudgetView(budget, states[int(budget.pk)])) for budget in rows]
+
+
 def _budget_body(budget: GpuHourBudget) -> dict[str, Any]:
-    state = quota_budget_states([budget], int(budget.quota.group_id), timezone.now())
-    return budget_json(BudgetView(budget, state[int(budget.pk)]))
+    return _budget_bodies([budget])[0]
 
 
 class QuotaBudgetViewSet(
@@ -255,7 +261,7 @@ class QuotaBudgetViewSet(
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         queryset = self.filter_queryset(self.get_queryset())
         page = self.paginate_queryset(queryset)
-        rows = [_budget_body(b) for b in (page if page is not None else queryset)]
+        rows = _budget_bodies(page if page is not None else list(queryset))
         if page is not None:
             return self.get_paginated_response(rows)
         return Response(rows)
@@ -285,8 +291,10 @@ class QuotaBudgetViewSet(
         payload = TopUpSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        budgets.top_up_budget(budget, data["gpu_hours"], actor=request.user, reason=data["reason"])
-        return Response(_budget_body(GpuHourBudget.objects.get(pk=budget.pk)))
+        top_up = budgets.top_up_budget(
+            budget, data["gpu_hours"], actor=request.user, reason=data["reason"]
+        )
+        return Response(_budget_body(top_up.budget))
 
 
 class UserCapSerializer(serializers.Serializer):

@@ -310,7 +310,13 @@ class QuotaViewSet(ETagMixin, viewsets.ModelViewSet):
         description="The reclaim plan that concerns this quota (what, whose, when): notices given "
         "to its borrowed work, and to other teams' work stopped for it; live ones first.",
     )
-    @action(detail=True, methods=["get"], url_path="reclaim-notices", filter_backends=[])
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path="reclaim-notices",
+        filter_backends=[],
+        pagination_class=None,
+    )
     def reclaim_notices(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         quota = self.get_object()
         state = request.query_params.get("state", "")

@@ -230,6 +230,7 @@ def fit_to_pool(res: dict[str, Any], cards: PoolCards, group: QuotaGroup) -> dic
         gpu_count=res["gpu_count"],
         gpu_milli=res["gpu_milli"],
         mig_profile=mig_profile,
+        gpu_memory_mib=res["gpu_memory_mib"],
     )
     if refused:
         reasons = next(iter(refused.values()))

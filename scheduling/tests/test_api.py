@@ -74,6 +74,8 @@ def test_job_submit_places_all_pods_and_shows_each_member(
          "mig_profile"),
         ("not a MIG profile", {**JOB, "member": {**JOB["member"], "mig_profile": "9g.1tb"}},
          "mig_profile"),
+        ("a slice with no GPU memory", {**JOB, "member": {**JOB["member"], "gpu_milli": 500,
+         "gpu_memory_mib": 0}}, "gpu_memory_mib"),
     ],
 )  # fmt: skip
 def test_job_submit_rejects_bad_input_with_400_and_writes_nothing(
@@ -228,7 +230,7 @@ def test_workloads_and_placements_are_tenant_scoped(
     user = request.getfixturevalue(persona)
     w = services.submit_workload(
         tenant=quota_a.tenant, quota=quota_a, kind="job_pod", name="w",
-        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=300,
+        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=300, gpu_memory_mib=4096,
     )  # fmt: skip
     services.run_cycle(quota_a.group_id)
     client = api_as(user)
@@ -309,6 +311,7 @@ def test_fail_gpu_via_api_requeues_exactly_its_workloads(
             memory_mib=1024,
             gpu_count=1,
             gpu_milli=500,
+            gpu_memory_mib=4096,
         )  # fmt: skip
         for i in range(6)
     ]
@@ -345,9 +348,12 @@ def t4_and_l40s_pool(settings: Any) -> None:
 SLICE_JOB: dict[str, Any] = {
     "name": "tune",
     "pods": 1,
-    "member": {"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 1, "gpu_milli": 500},
+    "member": {
+        "cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 1, "gpu_milli": 500,
+        "gpu_memory_mib": 4096,
+    },
     "timeout_seconds": 120,
-}
+}  # fmt: skip
 
 
 def test_job_slice_without_model_is_restricted_to_models_that_allow_slices(

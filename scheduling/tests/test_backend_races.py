@@ -31,7 +31,7 @@ def placed(quota: Any, name: str) -> tuple[Workload, Placement]:
     """A workload placed by a cycle and materialized (its simulated pod exists)."""
     w = services.submit_workload(
         tenant=quota.tenant, quota=quota, kind="job_pod", name=name,
-        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500,
+        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500, gpu_memory_mib=1024,
     )  # fmt: skip
     services.run_cycle(quota.group_id)
     assert tasks.materialize_workloads_task([w.pk]) == 1
@@ -71,7 +71,7 @@ def test_materialize_leaves_no_pod_for_a_placement_released_while_it_ran(
     # given the materialize task read a placed workload and its placement ...
     w = services.submit_workload(
         tenant=quota.tenant, quota=quota, kind="job_pod", name="w",
-        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500,
+        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500, gpu_memory_mib=1024,
     )  # fmt: skip
     services.run_cycle(quota.group_id)
     [(read_workload, read_placement)] = reconcile.placed_with_placement([w.pk])
@@ -147,7 +147,7 @@ def test_materialize_removes_the_pod_of_a_placement_released_during_the_create(
     # given a placed workload
     w = services.submit_workload(
         tenant=quota.tenant, quota=quota, kind="job_pod", name="w",
-        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500,
+        cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500, gpu_memory_mib=1024,
     )  # fmt: skip
     services.run_cycle(quota.group_id)
     [(read_workload, read_placement)] = reconcile.placed_with_placement([w.pk])

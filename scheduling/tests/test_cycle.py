@@ -111,7 +111,7 @@ def test_release_frees_capacity_and_next_cycle_places_the_waiting() -> None:
 def test_rerunning_a_cycle_places_nothing_twice() -> None:
     small_cluster()
     q = make_quota(make_group())
-    ws = [submit(q, f"w{i}", gpu_count=1, gpu_milli=500) for i in range(10)]
+    ws = [submit(q, f"w{i}", gpu_count=1, gpu_milli=500, gpu_memory_mib=1024) for i in range(10)]
     first = services.run_cycle(q.group_id)
     second = services.run_cycle(q.group_id)
     assert (first.placed, second.placed, second.considered) == (10, 0, 0)

@@ -214,7 +214,8 @@ def test_a_drained_jobs_page_names_the_operator_and_reason(
     pod = Workload.objects.get(name="train-0")
     gang = services.submit_gang(
         tenant=team_b, quota=pod.quota, name="train", owner=None, min_available=1, timeout_seconds=600,
-        members=[{"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 1, "gpu_milli": 250}],
+        members=[{"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 1, "gpu_milli": 250,
+                  "gpu_memory_mib": 4096}],
     )  # fmt: skip
     services.run_cycle(pod.quota.group_id)
     member = gang.members.get()

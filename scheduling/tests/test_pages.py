@@ -173,6 +173,20 @@ def test_job_form_shows_service_errors_next_to_the_field(alice: Any, quota_a: An
     assert not Workload.objects.exists()
 
 
+def test_job_form_refuses_a_slice_with_no_gpu_memory_on_the_field(alice: Any, quota_a: Any) -> None:
+    form = {
+        "name": "tiny", "quota": quota_a.pk, "pods": 1, "cpu_milli": "1", "memory_mib": "1",
+        "gpu_count": 1, "gpu_milli": "50", "gpu_memory_mib": "0", "timeout_seconds": 60,
+        "priority": 0,
+    }  # fmt: skip
+    r = login(alice).post("/cluster/jobs/", form)
+    assert r.status_code == 200
+    assert r.context["form"].errors == {
+        "gpu_memory_mib": ["A slice of a GPU needs some of its memory (at least 1 MiB)."]
+    }
+    assert not Workload.objects.exists()
+
+
 def test_job_pages_are_tenant_scoped(alice: Any, charlie: Any, quota_a: Any) -> None:
     gang = services.submit_gang(
         tenant=quota_a.tenant, quota=quota_a, name="j", owner=alice,

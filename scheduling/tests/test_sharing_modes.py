@@ -52,4 +52,17 @@ def test_time_sliced_pool_takes_exactly_one_replica() -> None:
 def test_slice_pool_keeps_todays_behaviour() -> None:
     group = quota_services.create_group(name="shared").obj
     quota = make_quota(group)
-    assert _submit(quota, "slice", gpu_count=1, gpu_milli=300).gpu_milli == 300
+    assert _submit(quota, "slice", gpu_count=1, gpu_milli=300, gpu_memory_mib=4096).gpu_milli == 300
+
+
+def test_a_slice_without_gpu_memory_is_refused_naming_the_field() -> None:
+    # issue 38: a slice is isolated by its memory limit; 0 MiB used to be accepted
+    group = quota_services.create_group(name="shared").obj
+    quota = make_quota(group)
+    with pytest.raises(InvalidInput) as info:
+        _submit(quota, "slice", gpu_count=1, gpu_milli=300, gpu_memory_mib=0)
+    assert info.value.fields == {
+        "gpu_memory_mib": ["A slice of a GPU needs some of its memory (at least 1 MiB)."]
+    }
+    assert not Workload.objects.exists()
+    assert _submit(quota, "whole", gpu_count=1, gpu_milli=1000).gpu_memory_mib == 0

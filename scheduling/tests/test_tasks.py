@@ -45,7 +45,7 @@ def test_on_commit_chain_places_materializes_and_runs(
 ) -> None:
     # given eager Celery: submit → cycle → materialize → (sync) running
     with django_capture_on_commit_callbacks(execute=True):
-        w = submit(quota, "w", gpu_count=1, gpu_milli=500)
+        w = submit(quota, "w", gpu_count=1, gpu_milli=500, gpu_memory_mib=1024)
     pod = SimulatedPod.objects.get(workload_id=w.pk)
     assert pod.node_name == Placement.objects.get(workload=w).node.name
     assert pod.name == f"pod-w-{w.pk}"

@@ -7,13 +7,18 @@ one query whatever the number of rows.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from portal.services import issue_token
 from portal.tests.factories import MembershipFactory, TenantFactory
+from quotas.models import BudgetTopUp, GpuHourBudget, Quota, QuotaGroup, QuotaLoan
+from quotas.tests.factories import QuotaFactory, QuotaGroupFactory
 
 
 @pytest.mark.django_db
@@ -69,3 +74,50 @@ def test_idempotent_post_is_one_transaction_and_a_replay_never_reaches_the_view(
             "/api/v1/tokens/", {"name": "ci"}, format="json", HTTP_IDEMPOTENCY_KEY="k"
         )
     assert replay.content == first.content
+
+
+# ------------------------------------------------------------------- the quotas app's lists (issue 38)
+
+
+def _quota_rows(count: int) -> None:
+    """`count` more quotas, each with a topped-up budget and a loan from the first quota of group `q`.
+    One group: the quota and group lists compute each group's usage once (a cost per group, not per
+    row)."""
+    group = QuotaGroup.objects.filter(name="q").first() or QuotaGroupFactory(
+        name="q", node_selector={"pool": "q"}
+    )
+    lender = Quota.objects.filter(group=group).order_by("id").first() or QuotaFactory(group=group)
+    now = timezone.now()
+    for _ in range(count):
+        quota = QuotaFactory(group=group)
+        budget = GpuHourBudget.objects.create(quota=quota, limit_gpu_hours=100)
+        BudgetTopUp.objects.create(budget=budget, period_start=now, gpu_hours=5, reason="r")
+        QuotaLoan.objects.create(
+            group=group,
+            lender=lender,
+            borrower=quota,
+            gpus=1,
+            starts_at=now,
+            ends_at=now + timedelta(days=1),
+        )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/quota-budgets/", "/api/v1/quotas/", "/api/v1/quota-loans/"],
+)
+def test_a_quotas_list_costs_the_same_queries_for_3_rows_as_for_30(
+    path: str, operator: Any, api_as: Any
+) -> None:
+    client = api_as(operator)
+    client.get("/api/v1/me/")
+    counts = []
+    for rows in (3, 27):
+        _quota_rows(rows)
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(path, {"limit": 100})
+        assert response.status_code == 200, response.content
+        assert len(response.json()["results"]) >= rows
+        counts.append(len(queries))
+    assert counts[0] == counts[1], f"{path}: {counts[0]} queries for 3 rows, {counts[1]} for 30"
