@@ -70,6 +70,8 @@ class ApiToken(models.Model):
     """A personal API token. Only its SHA-256 is stored; the raw value is shown once at creation.
 
     Format: `tsr_<8-char lookup prefix>_<secret>`; the prefix finds the row, the hash proves the secret.
+    `parent`: the token the request that created this one authenticated with (None when created from
+    a browser session or the admin); revoking a token revokes every token minted through it.
     """
 
     user = models.ForeignKey(
@@ -82,6 +84,9 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    parent = models.ForeignKey(
+        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="minted"
+    )
 
     objects = ApiTokenQuerySet.as_manager()
 

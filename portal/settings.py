@@ -237,6 +237,15 @@ TESSERA_LOGIN_FAILURE_WINDOW_SECONDS = env_int(
     "TESSERA_LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1
 )
 TESSERA_LOGIN_LOCKOUT_SECONDS = env_int("TESSERA_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+# Personal API tokens (portal.services.issue_token): the expiry a new token gets when none is given,
+# and the longest one a non-operator may ask for (operators may go past it, or ask for none).
+TESSERA_TOKEN_DEFAULT_DAYS = env_int("TESSERA_TOKEN_DEFAULT_DAYS", 90, minimum=1)
+TESSERA_TOKEN_MAX_DAYS = env_int("TESSERA_TOKEN_MAX_DAYS", 365, minimum=1)
+if TESSERA_TOKEN_DEFAULT_DAYS > TESSERA_TOKEN_MAX_DAYS:
+    raise ImproperlyConfigured(
+        f"TESSERA_TOKEN_DEFAULT_DAYS={TESSERA_TOKEN_DEFAULT_DAYS} is longer than "
+        f"TESSERA_TOKEN_MAX_DAYS={TESSERA_TOKEN_MAX_DAYS}: the default must be within the maximum"
+    )
 # Proxies in front of the portal that append to X-Forwarded-For (0: the client is REMOTE_ADDR).
 TESSERA_TRUSTED_PROXY_COUNT = env_int("TESSERA_TRUSTED_PROXY_COUNT", 0, minimum=0)
 
