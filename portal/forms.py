@@ -67,9 +67,9 @@ class TenantSwitchForm(forms.Form):
 
 
 class _ThrottledSignIn(AuthenticationForm):
-    """A sign-in form whose attempts pass `portal.login_throttle` first: while the username or the
-    client address is locked out, the password is not even checked (a form-wide error says when to
-    come back)."""
+    """A sign-in form whose attempts pass `portal.login_throttle` first: while the (username, address)
+    pair or the address is locked out, or the address must wait before trying that username again, the
+    password is not even checked (a form-wide error says when to come back)."""
 
     def clean(self) -> dict[str, Any]:
         username = self.cleaned_data.get("username")

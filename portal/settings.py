@@ -228,7 +228,8 @@ if PRODUCTION:
 # X-Forwarded-Proto decides request.is_secure() only behind a proxy that sets it (else a client could).
 if env_bool("TESSERA_TRUST_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-# Sign-in lockout (portal.login_throttle): failures per username and per client address in a window.
+# Sign-in throttling (portal.login_throttle): failures per (username, address), per address and per
+# username in a window.
 TESSERA_LOGIN_MAX_FAILURES = env_int("TESSERA_LOGIN_MAX_FAILURES", 5, minimum=1)
 TESSERA_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int(
     "TESSERA_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1
@@ -237,6 +238,9 @@ TESSERA_LOGIN_FAILURE_WINDOW_SECONDS = env_int(
     "TESSERA_LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1
 )
 TESSERA_LOGIN_LOCKOUT_SECONDS = env_int("TESSERA_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+TESSERA_LOGIN_ACCOUNT_MAX_DELAY_SECONDS = env_int(
+    "TESSERA_LOGIN_ACCOUNT_MAX_DELAY_SECONDS", 60, minimum=1
+)
 # Personal API tokens (portal.services.issue_token): the expiry a new token gets when none is given,
 # and the longest one a non-operator may ask for (operators may go past it, or ask for none).
 TESSERA_TOKEN_DEFAULT_DAYS = env_int("TESSERA_TOKEN_DEFAULT_DAYS", 90, minimum=1)
