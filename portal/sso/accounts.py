@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError
 from django.utils import timezone
 
@@ -16,6 +17,7 @@ from portal.models import Membership, OidcIdentity, Tenant
 from portal.sso.claims import SsoIdentity
 from portal.sso.errors import SsoError
 from portal.transactions import run_in_transaction
+from portal.usernames import check_new_username
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +39,13 @@ def _find_or_create_user(identity: SsoIdentity, issuer: str) -> tuple[User, bool
             f"An account named '{identity.username}' already exists in Tessera and is not linked "
             "to this sign-in, so it was not used. Log in with its password, or ask an operator."
         )
-    user = User(username=identity.username)
+    try:
+        username = check_new_username(identity.username)
+    except ValidationError as exc:
+        raise SsoError(
+            f"{exc.message_dict['username'][0]} This sign-in was refused; ask an operator."
+        ) from exc
+    user = User(username=username)
     user.set_unusable_password()  # signs in through the provider only
     user.save()
     OidcIdentity.objects.create(user=user, issuer=issuer, subject=identity.subject)
