@@ -15,6 +15,7 @@ from rest_framework.request import Request
 
 from portal.db import Statement, run_together
 from portal.models import TOKEN_PREFIX, ApiToken, Membership, Tenant, hash_token
+from portal.sso.roles import demote_stale_operator
 
 # last_used_at is informational: write it at most once a minute per token, not on every request.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -134,6 +135,7 @@ def authenticate_token(raw: str, rows: list[Any] | None = None) -> ApiToken:
         raise invalid
     if not token.user.is_active:
         raise invalid
+    demote_stale_operator(token.user)
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)

@@ -213,6 +213,9 @@ class OidcIdentity(models.Model):
     subject = models.CharField(max_length=255)
     created_at = models.DateTimeField(auto_now_add=True)
     last_login_at = models.DateTimeField(null=True, blank=True)
+    # when the provider last confirmed the person's groups (an SSO login); operator rights derived
+    # from them lapse TESSERA_SSO_ROLE_MAX_AGE_SECONDS later (portal.sso.roles)
+    roles_confirmed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

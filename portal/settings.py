@@ -78,6 +78,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # SSO sessions older than TESSERA_SSO_ROLE_MAX_AGE_SECONDS sign in again (portal.sso.roles).
+    "portal.sso.roles.SsoRoleMaxAgeMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.ActiveTenantMiddleware",
     # api: Idempotency-Key on every API POST (after auth so session callers are known).
@@ -173,6 +175,8 @@ if "openid" not in TESSERA_OIDC_SCOPES.split():
         f"TESSERA_OIDC_SCOPES={TESSERA_OIDC_SCOPES!r}: must include 'openid'"
     )
 TESSERA_OIDC_TIMEOUT_SECONDS = env_float("TESSERA_OIDC_TIMEOUT_SECONDS", 10.0)
+# Roles from SSO are honoured this long after the provider confirmed them (portal.sso.roles).
+TESSERA_SSO_ROLE_MAX_AGE_SECONDS = env_int("TESSERA_SSO_ROLE_MAX_AGE_SECONDS", 8 * 3600, minimum=60)
 # The library's own knobs: PKCE on (the provider ignores it if it does not support it), no user
 # made by the library itself (portal.sso.accounts does), tokens not kept in the session.
 OIDC_USE_PKCE = True

@@ -73,7 +73,8 @@ def _sign_in_once(identity: SsoIdentity, issuer: str) -> SignIn:
     user.last_name = identity.last_name
     user.is_staff = identity.is_operator
     user.save(update_fields=["email", "first_name", "last_name", "is_staff"])
-    OidcIdentity.objects.filter(user=user).update(last_login_at=timezone.now())
+    now = timezone.now()
+    OidcIdentity.objects.filter(user=user).update(last_login_at=now, roles_confirmed_at=now)
     unknown = _sync_memberships(user, dict(identity.team_roles))
     return SignIn(user=user, created=created, unknown_teams=unknown)
 

@@ -345,3 +345,30 @@ def test_sso_login_with_a_look_alike_of_an_existing_username_is_refused_and_logg
     assert list(User.objects.values_list("username", flat=True)) == ["ops"]
     assert OidcIdentity.objects.exists() is False
     assert any(expected in record.getMessage() for record in caplog.records)
+
+
+def test_an_operator_removed_at_the_provider_loses_operator_rights_when_the_session_is_too_old(
+    live_server: Any, oidc_provider: OidcProvider, settings: Any
+) -> None:
+    # issue 38: removing a group at the provider never reached the session
+    from importlib import import_module
+
+    from portal.sso.roles import SESSION_KEY
+
+    settings.TESSERA_SSO_ROLE_MAX_AGE_SECONDS = 8 * 3600
+    person = oidc_provider.add_user("kim", PASSWORD, groups=["tessera-operators"])
+    browser = requests.Session()
+    assert sso_login(live_server.url, "kim", session=browser).status_code == 200
+    assert browser.get(f"{live_server.url}/admin/", timeout=10).url == f"{live_server.url}/admin/"
+    # the provider drops kim from the operators; nine hours pass for her session
+    person.claims["groups"] = []
+    store = import_module(settings.SESSION_ENGINE).SessionStore(
+        browser.cookies[settings.SESSION_COOKIE_NAME]
+    )
+    store[SESSION_KEY] -= 9 * 3600
+    store.save()
+    # then the session must sign in again, and signing in again applies the provider's groups
+    admin = browser.get(f"{live_server.url}/admin/", timeout=10)
+    assert admin.url.startswith(f"{live_server.url}/admin/login/")
+    assert sso_login(live_server.url, "kim", session=browser).status_code == 200
+    assert User.objects.get(username="kim").is_staff is False
