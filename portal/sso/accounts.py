@@ -1,7 +1,9 @@
 """Sign a person in from a checked SSO identity: find the user linked to the provider's subject or
 create one, then bring their operator role and team memberships in line with their groups. Runs on
-every login, so a person removed from a group at the provider loses what it granted at the next login.
-For SSO users the provider is the source of truth for `is_staff` and memberships."""
+every login, so a person removed from a group at the provider loses what it granted at the next login,
+and records when the provider confirmed the roles (`roles_confirmed_at`), after which they lapse
+(portal.sso.roles). For SSO users the provider is the source of truth for `is_staff` and memberships.
+A new account's username passes the one username rule (portal.usernames)."""
 
 from __future__ import annotations
 
