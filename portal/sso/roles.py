@@ -53,6 +53,13 @@ def _confirmed_at(user: Any) -> float | None | str:
     return None if confirmed is None else confirmed.timestamp()
 
 
+def remember_sso_roles(user: Any, confirmed_at: float | None) -> None:
+    """Leave on `user` what the token lookup read of their roles (epoch seconds, 0 for never, None
+    for a user who does not sign in through the provider), so `demote_stale_operator` does not
+    query again."""
+    user._tessera_sso_roles_confirmed = LOCAL if confirmed_at is None else float(confirmed_at)
+
+
 def remember_sso_login(request: HttpRequest) -> None:
     """Stamp the session an SSO login just made: its roles were confirmed now."""
     request.session[SESSION_KEY] = time.time()
@@ -60,13 +67,15 @@ def remember_sso_login(request: HttpRequest) -> None:
 
 def demote_stale_operator(user: Any) -> None:
     """A token's user: an SSO operator whose roles are older than the max age acts without operator
-    rights for this request (queries only for staff users)."""
+    rights for this request (no query when the token lookup read the roles along)."""
     if not (user.is_staff or user.is_superuser):
         return
-    confirmed = _confirmed_at(user)
+    confirmed = getattr(user, "_tessera_sso_roles_confirmed", None)
+    if confirmed is None:  # not read with the token (a backend without the lookup's extra columns)
+        confirmed = _confirmed_at(user)
     if confirmed == LOCAL:
         return
-    if not roles_are_current(confirmed if isinstance(confirmed, float) else None):
+    if not roles_are_current(confirmed if isinstance(confirmed, float) and confirmed else None):
         user.is_staff = False
         user.is_superuser = False
 
