@@ -1,8 +1,50 @@
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.forms import AdminUserCreationForm, UserChangeForm
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 
 from portal.models import ApiToken, Membership, OidcIdentity, OperatorAction, PeriodClaim, Tenant
+from portal.services import revoke_token
+from portal.usernames import check_new_username
+
+
+class _UsernameRule:
+    """The admin's user forms apply the one username rule (portal.usernames) on add and rename."""
+
+    instance: Any
+    cleaned_data: dict[str, Any]
+
+    def clean_username(self) -> str:
+        inherited = getattr(
+            super(), "clean_username", None
+        )  # UserCreationForm's (unique, any case)
+        username = inherited() if inherited is not None else self.cleaned_data["username"]
+        try:
+            return check_new_username(username, user_pk=self.instance.pk)
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["username"]) from exc
+
+
+class TesseraUserCreationForm(_UsernameRule, AdminUserCreationForm):
+    pass
+
+
+class TesseraUserChangeForm(_UsernameRule, UserChangeForm):
+    pass
+
+
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class TesseraUserAdmin(UserAdmin):
+    """Django's user admin, with the one username rule on its add and change forms."""
+
+    add_form = TesseraUserCreationForm
+    form = TesseraUserChangeForm
 
 
 class MembershipInline(admin.TabularInline):
@@ -43,8 +85,17 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_filter = ("revoked_at",)
     search_fields = ("name", "user__username", "prefix")
     list_select_related = ("user",)
-    readonly_fields = ("prefix", "key_hash", "created_at", "last_used_at")
+    # revoked_at only through the action: revoking goes through the service, which revokes the
+    # tokens minted through the token too and writes the audit row
+    readonly_fields = ("prefix", "key_hash", "created_at", "last_used_at", "revoked_at", "parent")
     raw_id_fields = ("user",)
+    actions = ["revoke_selected"]
+
+    @admin.action(description="Revoke the selected tokens and the tokens minted through them")
+    def revoke_selected(self, request: Any, queryset: Any) -> None:
+        for token in queryset.select_related("user"):
+            revoke_token(token.user, token.pk, actor=request.user)
+        self.message_user(request, f"Revoked {queryset.count()} token(s).")
 
 
 @admin.register(PeriodClaim)

@@ -14,7 +14,8 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from portal.db import Statement, run_together
-from portal.models import TOKEN_PREFIX, ApiToken, Membership, Tenant, hash_token
+from portal.models import TOKEN_PREFIX, ApiToken, Membership, OidcIdentity, Tenant, hash_token
+from portal.sso.roles import demote_stale_operator, remember_sso_roles
 
 # last_used_at is informational: write it at most once a minute per token, not on every request.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -43,11 +44,29 @@ def _tenant_ids_select(vendor: str) -> str | None:
     return None
 
 
+def _sso_roles_select(vendor: str) -> str | None:
+    """SQL of a column with when the provider last confirmed the token user's roles, in epoch
+    seconds (0: never; NULL: not a single sign-on user), for portal.sso.roles; None on backends
+    without one (`_tenant_ids_select` has none there either)."""
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    identities = quote(OidcIdentity._meta.db_table)
+    tokens = quote(ApiToken._meta.db_table)
+    if vendor == "postgresql":
+        epoch = "EXTRACT(EPOCH FROM i.roles_confirmed_at)::float8"
+    elif vendor == "sqlite":
+        epoch = "(julianday(i.roles_confirmed_at) - 2440587.5) * 86400.0"  # no '%s': a placeholder
+    else:
+        return None
+    return f"(SELECT COALESCE({epoch}, 0) FROM {identities} i WHERE i.user_id = {tokens}.user_id)"
+
+
 def _token_query(vendor: str) -> Any:
     queryset: Any = ApiToken.objects.select_related("user").order_by()
     select = _tenant_ids_select(vendor)
-    if select is not None:
-        queryset = queryset.extra(select={"_tenant_ids": select})
+    roles = _sso_roles_select(vendor)
+    if select is not None and roles is not None:
+        # extra columns come first in the row, in this order (`_token_with_user` reads them so)
+        queryset = queryset.extra(select={"_tenant_ids": select, "_sso_roles_confirmed": roles})
     return queryset
 
 
@@ -104,6 +123,7 @@ def _token_with_user(prefix: str, rows: list[Any] | None = None) -> ApiToken | N
         token = _token_query(connection.vendor).filter(prefix=prefix).first()
         if token is not None and hasattr(token, "_tenant_ids"):
             _remember_teams(token.user, token._tenant_ids)
+            remember_sso_roles(token.user, token._sso_roles_confirmed)
         return token
     if rows is None:
         rows = run_together([(sql, [prefix])])[0]
@@ -111,12 +131,13 @@ def _token_with_user(prefix: str, rows: list[Any] | None = None) -> ApiToken | N
         return None
     row = rows[0]
     # extra select columns come first in Django's SELECT list, then the token's, then the user's
-    extra = 1 if _tenant_ids_select(connection.vendor) is not None else 0
+    extra = 2 if _tenant_ids_select(connection.vendor) is not None else 0
     split = extra + len(_TOKEN_FIELDS)
     token = ApiToken.from_db(connection.alias, _TOKEN_FIELDS, row[extra:split])
     user: Any = get_user_model().from_db(connection.alias, _USER_FIELDS, row[split:])
     if extra:
         _remember_teams(user, row[0])
+        remember_sso_roles(user, row[1])
     token.user = user
     return token
 
@@ -134,6 +155,7 @@ def authenticate_token(raw: str, rows: list[Any] | None = None) -> ApiToken:
         raise invalid
     if not token.user.is_active:
         raise invalid
+    demote_stale_operator(token.user)
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)

@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import TextIO
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.management.base import CommandError
 
 from portal.choices import MembershipRole
 from portal.models import Membership, Tenant
+from portal.usernames import check_new_username
 
 DEMO_PASSWORD = "tessera-demo"
 TENANTS = [
@@ -31,17 +34,21 @@ def seed(stdout: TextIO) -> None:
         tenants[slug], _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": name})
     user_model = get_user_model()
     for username, tenant_slug, role, operator in USERS:
-        user, created = user_model.objects.get_or_create(
-            username=username,
-            defaults={
-                "email": f"{username}@example.com",
-                "is_staff": operator,
-                "is_superuser": operator,
-            },
-        )
-        if created:
+        user = user_model.objects.filter(username=username).first()
+        if user is None:
+            try:
+                checked = check_new_username(username)
+            except ValidationError as exc:
+                message = exc.message_dict["username"][0]
+                raise CommandError(f"Demo user {username!r}: {message}") from exc
+            user = user_model(
+                username=checked,
+                email=f"{username}@example.com",
+                is_staff=operator,
+                is_superuser=operator,
+            )
             user.set_password(DEMO_PASSWORD)
-            user.save(update_fields=["password"])
+            user.save()
         if tenant_slug:
             Membership.objects.get_or_create(
                 user=user, tenant=tenants[tenant_slug], defaults={"role": role}

@@ -7,10 +7,10 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
-from django.utils import timezone
 
 from core import units
 from portal.errors import DomainError
@@ -48,14 +48,18 @@ class TokenForm(forms.Form):
     expires_at = forms.DateTimeField(
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-        help_text="Optional. Leave empty for a token that does not expire.",
+        help_text="Optional. Leave empty for the default expiry.",
+    )
+    never_expires = forms.BooleanField(
+        required=False, help_text="Operators only: a token that does not expire."
     )
 
-    def clean_expires_at(self):  # type: ignore[no-untyped-def]
-        value = self.cleaned_data.get("expires_at")
-        if value is not None and value <= timezone.now():
-            raise forms.ValidationError("The expiry must be in the future.")
-        return value
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["expires_at"].help_text = (
+            f"Optional. Leave empty for {settings.TESSERA_TOKEN_DEFAULT_DAYS} days; at most "
+            f"{settings.TESSERA_TOKEN_MAX_DAYS} days (operators may go further)."
+        )
 
 
 class TenantSwitchForm(forms.Form):
@@ -63,9 +67,9 @@ class TenantSwitchForm(forms.Form):
 
 
 class _ThrottledSignIn(AuthenticationForm):
-    """A sign-in form whose attempts pass `portal.login_throttle` first: while the username or the
-    client address is locked out, the password is not even checked (a form-wide error says when to
-    come back)."""
+    """A sign-in form whose attempts pass `portal.login_throttle` first: while the (username, address)
+    pair or the address is locked out, or the address must wait before trying that username again, the
+    password is not even checked (a form-wide error says when to come back)."""
 
     def clean(self) -> dict[str, Any]:
         username = self.cleaned_data.get("username")

@@ -70,6 +70,8 @@ class ApiToken(models.Model):
     """A personal API token. Only its SHA-256 is stored; the raw value is shown once at creation.
 
     Format: `tsr_<8-char lookup prefix>_<secret>`; the prefix finds the row, the hash proves the secret.
+    `parent`: the token the request that created this one authenticated with (None when created from
+    a browser session or the admin); revoking a token revokes every token minted through it.
     """
 
     user = models.ForeignKey(
@@ -82,6 +84,9 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    parent = models.ForeignKey(
+        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="minted"
+    )
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -208,6 +213,9 @@ class OidcIdentity(models.Model):
     subject = models.CharField(max_length=255)
     created_at = models.DateTimeField(auto_now_add=True)
     last_login_at = models.DateTimeField(null=True, blank=True)
+    # when the provider last confirmed the person's groups (an SSO login); operator rights derived
+    # from them lapse TESSERA_SSO_ROLE_MAX_AGE_SECONDS later (portal.sso.roles)
+    roles_confirmed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

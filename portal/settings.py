@@ -80,6 +80,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # SSO sessions older than TESSERA_SSO_ROLE_MAX_AGE_SECONDS sign in again (portal.sso.roles).
+    "portal.sso.roles.SsoRoleMaxAgeMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.ActiveTenantMiddleware",
     # api: Idempotency-Key on every API POST (after auth so session callers are known).
@@ -176,6 +178,8 @@ if "openid" not in TESSERA_OIDC_SCOPES.split():
         f"TESSERA_OIDC_SCOPES={TESSERA_OIDC_SCOPES!r}: must include 'openid'"
     )
 TESSERA_OIDC_TIMEOUT_SECONDS = env_float("TESSERA_OIDC_TIMEOUT_SECONDS", 10.0)
+# Roles from SSO are honoured this long after the provider confirmed them (portal.sso.roles).
+TESSERA_SSO_ROLE_MAX_AGE_SECONDS = env_int("TESSERA_SSO_ROLE_MAX_AGE_SECONDS", 8 * 3600, minimum=60)
 # The library's own knobs: PKCE on (the provider ignores it if it does not support it), no user
 # made by the library itself (portal.sso.accounts does), tokens not kept in the session.
 OIDC_USE_PKCE = True
@@ -231,7 +235,8 @@ if PRODUCTION:
 # X-Forwarded-Proto decides request.is_secure() only behind a proxy that sets it (else a client could).
 if env_bool("TESSERA_TRUST_PROXY_SSL_HEADER", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-# Sign-in lockout (portal.login_throttle): failures per username and per client address in a window.
+# Sign-in throttling (portal.login_throttle): failures per (username, address), per address and per
+# username in a window.
 TESSERA_LOGIN_MAX_FAILURES = env_int("TESSERA_LOGIN_MAX_FAILURES", 5, minimum=1)
 TESSERA_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int(
     "TESSERA_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1
@@ -240,6 +245,18 @@ TESSERA_LOGIN_FAILURE_WINDOW_SECONDS = env_int(
     "TESSERA_LOGIN_FAILURE_WINDOW_SECONDS", 900, minimum=1
 )
 TESSERA_LOGIN_LOCKOUT_SECONDS = env_int("TESSERA_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+TESSERA_LOGIN_ACCOUNT_MAX_DELAY_SECONDS = env_int(
+    "TESSERA_LOGIN_ACCOUNT_MAX_DELAY_SECONDS", 60, minimum=1
+)
+# Personal API tokens (portal.services.issue_token): the expiry a new token gets when none is given,
+# and the longest one a non-operator may ask for (operators may go past it, or ask for none).
+TESSERA_TOKEN_DEFAULT_DAYS = env_int("TESSERA_TOKEN_DEFAULT_DAYS", 90, minimum=1)
+TESSERA_TOKEN_MAX_DAYS = env_int("TESSERA_TOKEN_MAX_DAYS", 365, minimum=1)
+if TESSERA_TOKEN_DEFAULT_DAYS > TESSERA_TOKEN_MAX_DAYS:
+    raise ImproperlyConfigured(
+        f"TESSERA_TOKEN_DEFAULT_DAYS={TESSERA_TOKEN_DEFAULT_DAYS} is longer than "
+        f"TESSERA_TOKEN_MAX_DAYS={TESSERA_TOKEN_MAX_DAYS}: the default must be within the maximum"
+    )
 # Proxies in front of the portal that append to X-Forwarded-For (0: the client is REMOTE_ADDR).
 TESSERA_TRUSTED_PROXY_COUNT = env_int("TESSERA_TRUSTED_PROXY_COUNT", 0, minimum=0)
 

@@ -52,6 +52,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
                 request.user,
                 name=form.cleaned_data["name"],
                 expires_at=form.cleaned_data["expires_at"],
+                never_expires=form.cleaned_data["never_expires"],
             )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():

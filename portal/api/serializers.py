@@ -60,7 +60,15 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 
 class ApiTokenCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100)
-    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    expires_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text=(
+            "Left out: TESSERA_TOKEN_DEFAULT_DAYS from now. At most TESSERA_TOKEN_MAX_DAYS from now, "
+            "and null (never expires), for operators only. A token minted with a token expires no "
+            "later than it."
+        ),
+    )
 
 
 class IssuedTokenSerializer(ApiTokenSerializer):

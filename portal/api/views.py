@@ -63,10 +63,13 @@ class ApiTokenViewSet(
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         payload = ApiTokenCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
+        asked = payload.validated_data
         issued = services.issue_token(
             request.user,
-            name=payload.validated_data["name"],
-            expires_at=payload.validated_data.get("expires_at"),
+            name=asked["name"],
+            expires_at=asked.get("expires_at"),
+            # an explicit null asks for a token that never expires; leaving it out, the default
+            never_expires="expires_at" in asked and asked["expires_at"] is None,
             minted_by=request.auth if isinstance(request.auth, ApiToken) else None,
         )
         data = IssuedTokenSerializer(issued.token).data

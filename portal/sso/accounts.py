@@ -1,7 +1,9 @@
 """Sign a person in from a checked SSO identity: find the user linked to the provider's subject or
 create one, then bring their operator role and team memberships in line with their groups. Runs on
-every login, so a person removed from a group at the provider loses what it granted at the next login.
-For SSO users the provider is the source of truth for `is_staff` and memberships."""
+every login, so a person removed from a group at the provider loses what it granted at the next login,
+and records when the provider confirmed the roles (`roles_confirmed_at`), after which they lapse
+(portal.sso.roles). For SSO users the provider is the source of truth for `is_staff` and memberships.
+A new account's username passes the one username rule (portal.usernames)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import logging
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError
 from django.utils import timezone
 
@@ -16,6 +19,7 @@ from portal.models import Membership, OidcIdentity, Tenant
 from portal.sso.claims import SsoIdentity
 from portal.sso.errors import SsoError
 from portal.transactions import run_in_transaction
+from portal.usernames import check_new_username
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +41,13 @@ def _find_or_create_user(identity: SsoIdentity, issuer: str) -> tuple[User, bool
             f"An account named '{identity.username}' already exists in Tessera and is not linked "
             "to this sign-in, so it was not used. Log in with its password, or ask an operator."
         )
-    user = User(username=identity.username)
+    try:
+        username = check_new_username(identity.username)
+    except ValidationError as exc:
+        raise SsoError(
+            f"{exc.message_dict['username'][0]} This sign-in was refused; ask an operator."
+        ) from exc
+    user = User(username=username)
     user.set_unusable_password()  # signs in through the provider only
     user.save()
     OidcIdentity.objects.create(user=user, issuer=issuer, subject=identity.subject)
@@ -65,7 +75,8 @@ def _sign_in_once(identity: SsoIdentity, issuer: str) -> SignIn:
     user.last_name = identity.last_name
     user.is_staff = identity.is_operator
     user.save(update_fields=["email", "first_name", "last_name", "is_staff"])
-    OidcIdentity.objects.filter(user=user).update(last_login_at=timezone.now())
+    now = timezone.now()
+    OidcIdentity.objects.filter(user=user).update(last_login_at=now, roles_confirmed_at=now)
     unknown = _sync_memberships(user, dict(identity.team_roles))
     return SignIn(user=user, created=created, unknown_teams=unknown)
 

@@ -1,7 +1,7 @@
 """The library's OIDC backend, fed from the discovery document and our settings, with the user found
 by the provider's subject (portal.sso.accounts) instead of by e-mail. The library checks the state,
 the nonce, PKCE and the id token's RS256 signature against the provider's JWKS; this class also
-checks the token's issuer and audience, which the library leaves out."""
+checks the token's issuer, audience and authorized party (azp), which the library leaves out."""
 
 from __future__ import annotations
 
@@ -110,6 +110,15 @@ class TesseraOidcBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("The id token was issued by another provider.")
         if config.client_id not in audiences:
             raise SuspiciousOperation("The id token was issued for another client.")
+        # OIDC Core 3.1.3.7: with several audiences the authorized party must be named, and when
+        # named it must be us; else a token another client obtained (listing us too) would sign in.
+        authorized_party = payload.get("azp")
+        if len(audiences) > 1 and authorized_party is None:
+            raise SuspiciousOperation(
+                "The id token names several audiences but no authorized party (azp)."
+            )
+        if authorized_party is not None and authorized_party != config.client_id:
+            raise SuspiciousOperation("The id token's authorized party (azp) is another client.")
         return payload
 
     def get_or_create_user(self, access_token: str, id_token: str, payload: Any) -> Any:

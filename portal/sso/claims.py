@@ -4,6 +4,7 @@ a message that names it."""
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -111,7 +112,9 @@ def roles_from_groups(groups: list[str], config: OidcConfig) -> tuple[bool, dict
 def identity_from_claims(claims: Mapping[str, Any], config: OidcConfig) -> SsoIdentity:
     """Check the claims and say who signed in; raises SsoError naming the claim at fault."""
     subject = _text(claims, "sub", required=True, limit=MAX_SUBJECT_LENGTH)
-    username = _text(claims, config.username_claim, required=True, limit=MAX_USERNAME_LENGTH)
+    username = unicodedata.normalize(
+        "NFKC", _text(claims, config.username_claim, required=True, limit=MAX_USERNAME_LENGTH)
+    )
     try:
         UnicodeUsernameValidator()(username)
     except ValidationError as exc:

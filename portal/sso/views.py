@@ -16,6 +16,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 from portal.sso.backend import library_setting
 from portal.sso.config import sso_config
 from portal.sso.errors import SsoError
+from portal.sso.roles import remember_sso_login
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,11 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
     @staticmethod
     def get_settings(attr: str, *args: Any) -> Any:
         return library_setting(attr, *args)
+
+    def login_success(self) -> HttpResponse:
+        response = super().login_success()
+        remember_sso_login(self.request)  # after login(), which may start a new session
+        return response
 
     def login_failure(self) -> HttpResponse:
         error = self.request.GET.get("error", "")[:100]

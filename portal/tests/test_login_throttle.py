@@ -1,5 +1,7 @@
-"""Sign-in lockout (issue item 13): after too many failed passwords for a username or from an address,
-the login page (and the admin's) refuses for a cooling-off period, even with the right password."""
+"""Sign-in lockout (issue item 13, issue 38): after too many failed passwords for a username from an
+address, or from an address, the login page (and the admin's) refuses that pair or that address for a
+cooling-off period, even with the right password; a username failing from many addresses is slowed
+down, never locked, and an address that did not fail always gets its password checked."""
 
 from __future__ import annotations
 
@@ -93,16 +95,82 @@ def test_the_lockout_ends_after_the_cooling_off_period(
     assert _signed_in(client)
 
 
-def test_the_username_is_locked_whatever_address_the_guesses_come_from(
-    operator_with_password: Any,
+@pytest.fixture
+def ops(db: Any) -> Any:
+    user = UserFactory(username="ops", is_staff=True, is_superuser=True)
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+@pytest.fixture
+def alice_with_password(db: Any) -> Any:
+    user = UserFactory(username="alice")
+    user.set_password(PASSWORD)
+    user.save()
+    return user
+
+
+def test_an_attacker_failing_on_ops_from_one_address_does_not_stop_ops_from_another(
+    ops: Any,
 ) -> None:
-    for index in range(5):
-        _login(Client(), "operator", "wrong", REMOTE_ADDR=f"10.0.0.{index}")
-    client = Client()
-    _login(client, "Operator", PASSWORD, REMOTE_ADDR="10.0.1.1")  # case does not dodge it
-    response = _login(client, "operator", PASSWORD, REMOTE_ADDR="10.0.1.1")
-    assert not _signed_in(client)
+    # issue 38: six wrong passwords locked a named account from every address
+    attacker = Client(REMOTE_ADDR="198.51.100.66")
+    for _ in range(30):
+        _login(attacker, "ops", "wrong")
+    owner = Client(REMOTE_ADDR="192.0.2.10")
+    assert _login(owner, "ops", PASSWORD).status_code == 302
+    assert _signed_in(owner)
+
+
+def test_the_failing_address_is_locked_for_that_account_only(
+    ops: Any, alice_with_password: Any
+) -> None:
+    attacker = Client(REMOTE_ADDR="198.51.100.66")
+    for _ in range(5):
+        _login(attacker, "ops", "wrong")
+    response = _login(attacker, "OPS", PASSWORD)  # case does not dodge it
+    assert not _signed_in(attacker)
     assert "Too many failed sign-ins" in response.context["form"].non_field_errors()[0]
+    assert "try again in 15 minutes" in response.context["form"].non_field_errors()[0]
+    assert _login(attacker, "alice", PASSWORD).status_code == 302
+
+
+def test_many_failures_from_one_address_across_accounts_limit_that_address_not_the_accounts(
+    ops: Any, alice_with_password: Any
+) -> None:
+    # issue 38: twenty failures from one address locked every account it named
+    attacker = Client(REMOTE_ADDR="198.51.100.66")
+    for index in range(25):
+        _login(attacker, ("ops", "alice", "bob", "carol", "dave")[index % 5], "wrong")
+    response = _login(attacker, "erin", PASSWORD)
+    assert "Too many failed sign-ins" in response.context["form"].non_field_errors()[0]
+    for name in ("ops", "alice"):
+        elsewhere = Client(REMOTE_ADDR="192.0.2.10")
+        assert _login(elsewhere, name, PASSWORD).status_code == 302
+        assert _signed_in(elsewhere)
+
+
+def test_failures_on_an_account_from_many_addresses_slow_it_down_without_locking_it(
+    ops: Any,
+) -> None:
+    for index in range(8):
+        _login(Client(), "ops", "wrong", REMOTE_ADDR=f"10.0.0.{index}")
+    # an address that already failed on ops must wait before it tries ops again
+    response = _login(Client(), "ops", PASSWORD, REMOTE_ADDR="10.0.0.3")
+    errors = response.context["form"].non_field_errors()
+    assert "slowed down" in errors[0]
+    assert "try again in 8 seconds" in errors[0]
+    # an address that did not fail signs in with the right password at once
+    owner = Client(REMOTE_ADDR="192.0.2.10")
+    assert _login(owner, "ops", PASSWORD).status_code == 302
+    assert _signed_in(owner)
+
+
+def test_the_account_delay_grows_with_its_failures_up_to_the_maximum() -> None:
+    limit = 5
+    assert [login_throttle.account_delay(n) for n in (0, 4, 5, 6, 8, 20)] == [0, 0, 1, 2, 8, 60]
+    assert login_throttle.account_delay(limit + 100) == 60
 
 
 @override_settings(TESSERA_LOGIN_MAX_FAILURES_PER_ADDRESS=3)

@@ -15,7 +15,7 @@ from joserfc.jwk import RSAKey
 from portal.choices import MembershipRole
 from portal.models import Membership, OidcIdentity
 from portal.tests.factories import DEFAULT_PASSWORD, TenantFactory, UserFactory
-from tests.oidc_provider import KEY_ID, OidcProvider
+from tests.oidc_provider import CLIENT_ID, KEY_ID, OidcProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -250,6 +250,18 @@ def test_single_sign_on_is_off_when_no_discovery_url_is_set(client: Any, setting
         ("token for another client", {"aud": ["other-client"]}, "issued for another client"),
         ("token from another issuer", {"iss": "http://127.0.0.1:1"}, "issued by another provider"),
         ("token already expired", {"exp": 1_000_000_000}, "Signature has expired"),
+        # issue 38: OIDC Core 3.1.3.7, the authorized party
+        (
+            "several audiences, another authorized party",
+            {"aud": [CLIENT_ID, "other-client"], "azp": "other-client"},
+            "authorized party",
+        ),
+        (
+            "several audiences, no authorized party",
+            {"aud": [CLIENT_ID, "other-client"]},
+            "authorized party",
+        ),
+        ("another authorized party", {"azp": "other-client"}, "authorized party"),
     ],
 )
 def test_sso_id_token_that_does_not_verify_is_refused(
@@ -296,3 +308,67 @@ def test_sso_provider_with_a_broken_jwks_document_is_refused_not_a_500(
     assert response.status_code == 400
     assert "could not be verified" in response.text
     assert User.objects.exists() is False
+
+
+def test_sso_id_token_for_several_audiences_with_us_as_authorized_party_signs_in(
+    live_server: Any, oidc_provider: OidcProvider
+) -> None:
+    oidc_provider.add_user("jo", PASSWORD)
+    oidc_provider.id_token_overrides = {"aud": [CLIENT_ID, "other-client"], "azp": CLIENT_ID}
+    response = sso_login(live_server.url, "jo")
+    assert response.status_code == 200, response.text
+    assert User.objects.filter(username="jo").exists()
+
+
+@pytest.mark.parametrize(
+    ("_case", "username", "expected"),
+    [
+        ("mixed script", "\u043eps", "mixes scripts"),
+        ("confusable with ops", "\u043e\u0440\u0455", "too much like the existing account"),
+    ],
+)
+def test_sso_login_with_a_look_alike_of_an_existing_username_is_refused_and_logged(
+    live_server: Any,
+    oidc_provider: OidcProvider,
+    caplog: pytest.LogCaptureFixture,
+    _case: str,
+    username: str,
+    expected: str,
+) -> None:
+    # issue 38: "оps" (Cyrillic о) was created beside the operator "ops"
+    UserFactory(username="ops", is_staff=True)
+    oidc_provider.add_user("mallory", PASSWORD, preferred_username=username)
+    with caplog.at_level("WARNING", logger="portal.sso.views"):
+        response = sso_login(live_server.url, "mallory")
+    assert response.status_code == 400
+    assert expected in response.text
+    assert list(User.objects.values_list("username", flat=True)) == ["ops"]
+    assert OidcIdentity.objects.exists() is False
+    assert any(expected in record.getMessage() for record in caplog.records)
+
+
+def test_an_operator_removed_at_the_provider_loses_operator_rights_when_the_session_is_too_old(
+    live_server: Any, oidc_provider: OidcProvider, settings: Any
+) -> None:
+    # issue 38: removing a group at the provider never reached the session
+    from importlib import import_module
+
+    from portal.sso.roles import SESSION_KEY
+
+    settings.TESSERA_SSO_ROLE_MAX_AGE_SECONDS = 8 * 3600
+    person = oidc_provider.add_user("kim", PASSWORD, groups=["tessera-operators"])
+    browser = requests.Session()
+    assert sso_login(live_server.url, "kim", session=browser).status_code == 200
+    assert browser.get(f"{live_server.url}/admin/", timeout=10).url == f"{live_server.url}/admin/"
+    # the provider drops kim from the operators; nine hours pass for her session
+    person.claims["groups"] = []
+    store = import_module(settings.SESSION_ENGINE).SessionStore(
+        browser.cookies[settings.SESSION_COOKIE_NAME]
+    )
+    store[SESSION_KEY] -= 9 * 3600
+    store.save()
+    # then the session must sign in again, and signing in again applies the provider's groups
+    admin = browser.get(f"{live_server.url}/admin/", timeout=10)
+    assert admin.url.startswith(f"{live_server.url}/admin/login/")
+    assert sso_login(live_server.url, "kim", session=browser).status_code == 200
+    assert User.objects.get(username="kim").is_staff is False

@@ -60,9 +60,10 @@ def test_idempotent_post_is_one_transaction_and_a_replay_never_reaches_the_view(
     postgresql = connection.vendor == "postgresql"
     # the request's transaction (a savepoint here: 2) with the key's lock (PostgreSQL), the record's
     # read, token with memberships (the three sent together on PostgreSQL), rate upsert, the view's
-    # own atomic INSERT (3), and the answer's INSERT. In production: one transaction, whose COMMIT
+    # own atomic block (4: the minting token's row lock, so a revocation cannot race the new child,
+    # and the INSERT), and the answer's INSERT. In production: one transaction, whose COMMIT
     # travels with the answer.
-    with django_assert_num_queries(10 if postgresql else 9):
+    with django_assert_num_queries(11 if postgresql else 10):
         first = client.post(
             "/api/v1/tokens/", {"name": "ci"}, format="json", HTTP_IDEMPOTENCY_KEY="k"
         )
