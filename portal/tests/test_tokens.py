@@ -206,6 +206,7 @@ def test_a_new_token_without_an_expiry_gets_the_default_expiry(_case, bob, clien
         client.force_login(bob)
         assert client.post("/account/tokens/", {"name": "t"}).status_code == 302
     expires_at = ApiToken.objects.get(name="t").expires_at
+    assert expires_at is not None
     assert before + timedelta(days=30) <= expires_at <= timezone.now() + timedelta(days=30)
 
 
@@ -236,7 +237,7 @@ def test_a_child_of_a_short_lived_token_gets_its_parents_expiry_not_the_default(
 def test_a_non_operator_cannot_create_a_token_past_the_maximum(_case, bob, client, settings):
     settings.TESSERA_TOKEN_MAX_DAYS = 90
     client.force_login(bob)
-    body = {"name": "long"}
+    body: dict[str, str | None] = {"name": "long"}
     body["expires_at"] = (
         None if _case == "never" else (timezone.now() + timedelta(days=91)).isoformat()
     )
