@@ -35,6 +35,7 @@ from scheduling.services.workloads import (
     backend_name,
     fail_workloads,
     refresh_gang_states,
+    release_on_backend,
     release_workload,
     requeue_workloads,
 )
@@ -386,11 +387,19 @@ def reconcile_placements(failures: ItemFailures | None = None) -> DriftReport:
     closed: list[int] = []
 
     def close(rows: Sequence[tuple[int, int, int]]) -> None:
-        Placement.objects.filter(pk__in=[p for p, _, _ in rows], released_at__isnull=True).update(
-            released_at=timezone.now()
+        closing = list(
+            Placement.objects.select_for_update()
+            .filter(pk__in=[p for p, _, _ in rows], released_at__isnull=True)
+            .order_by("pk")
+            .values_list("pk", "workload_id")
         )
+        Placement.objects.filter(pk__in=[p for p, _ in closing]).update(released_at=timezone.now())
         bump_shards_for_nodes({n for _, _, n in rows})
-        closed.extend(w for _, w, _ in rows)
+        # the backend is told, as every service that closes a placement does: without it the pod
+        # ran on until the orphan reconciler's next pass (an orphaned pod in the audit)
+        workloads = Workload.objects.in_bulk([w for _, w in closing])
+        release_on_backend([(workloads[w], p) for p, w in closing if w in workloads])
+        closed.extend(w for _, w in closing)
 
     run_in_chunks(
         stale, close, task="reconcile", kind="placement", key=lambda row: row[0], failures=failures

@@ -81,7 +81,9 @@ def test_reconcile_closes_every_stale_placement_but_the_one_the_database_refuses
     with refused_rows("scheduling_placement", "UPDATE", f"OLD.id = {bad.pk}"):
         result = tasks.reconcile_task()
     # then the other two are closed and the task's result names the refused one
-    still_open = set(Placement.objects.filter(released_at__isnull=True).values_list("pk", flat=True))
+    still_open = set(
+        Placement.objects.filter(released_at__isnull=True).values_list("pk", flat=True)
+    )
     assert still_open == {bad.pk}
     assert (result["closed_placements"], result["drift_failed"], result["drift_failed_ids"]) == (
         2, 1, [bad.pk]
@@ -142,3 +144,18 @@ def test_inventory_sync_upserts_every_node_but_the_one_the_database_refuses(
         2, 1, ["n-bad"]
     )  # fmt: skip
     assert messages(caplog) == ["inventory sync: node n-bad failed"]
+
+
+def test_reconcile_removes_the_pod_of_a_stale_placement_it_closes(
+    quota: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given a workload that ended without its placement closing, whose pod still runs
+    (ended,) = placed(quota, "a")
+    tasks.materialize_workloads_task([ended.pk])
+    Workload.objects.filter(pk=ended.pk).update(state=WorkloadState.FAILED)
+    # when the reconciler closes the placement
+    with django_capture_on_commit_callbacks(execute=True):
+        result = tasks.reconcile_task()
+    # then the backend is told too: no pod outlives the placement (the audit's backend_objects)
+    assert result["closed_placements"] == 1
+    assert SimulatedPod.objects.filter(workload_id=ended.pk).exists() is False
