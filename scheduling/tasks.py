@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import shared_task
 
+from portal.celery import SWEEP_HEADER
 from portal.periodic import ItemFailures
 from quotas.models import QuotaGroup
 from scheduling.backends.base import BackendError
@@ -45,12 +46,24 @@ def run_cycle_task(group_id: int) -> dict[str, Any]:
     }
 
 
+def send_cycle(group_id: int) -> None:
+    """Queue one cycle of the shard on its queue, as a sweep (portal.periodic `claim_sweep`): a cycle
+    reads the shard's whole current state, so one that starts after a copy was sent covers it, and a
+    worker that comes back to hundreds of queued triggers (every submit, release and beat tick sends
+    one; without REDIS_URL none is deduplicated) runs one cycle and skips the rest with one UPDATE
+    each, instead of running every copy (a killed scheduling worker's queue took up to 14.9 s and
+    more to drain, issue 38)."""
+    run_cycle_task.apply_async(
+        (group_id,), queue=queue_for_group(group_id), headers={SWEEP_HEADER: f"cycle:{group_id}"}
+    )
+
+
 @shared_task
 def schedule_cycles_task() -> int:
     """Beat: queue one cycle per shard on its queue (cycles also run on every submit/release)."""
     ids = list(QuotaGroup.objects.values_list("pk", flat=True))
     for gid in ids:
-        run_cycle_task.apply_async((gid,), queue=queue_for_group(gid))
+        send_cycle(gid)
     return len(ids)
 
 
@@ -261,7 +274,7 @@ class TaskFollowUps:
     """scheduling.followups.FollowUps through these Celery tasks (installed at app ready)."""
 
     def run_cycle(self, group_id: int) -> None:
-        run_cycle_task.apply_async((group_id,), queue=queue_for_group(group_id))
+        send_cycle(group_id)
 
     def materialize(self, workload_ids: Sequence[int]) -> None:
         ids = list(workload_ids)

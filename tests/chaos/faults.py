@@ -54,6 +54,11 @@ def _latest(stack: Stack, sql: str) -> float:
     return float(value.timestamp()) if value is not None else 0.0
 
 
+# beat's own sweeps: cycle triggers are sweeps too (`cycle:<group>`, scheduling.tasks.send_cycle), sent
+# by every submit and release and run by either worker, so they say nothing of beat or the default worker
+BEAT_SWEEPS = "left(name, 6) <> 'cycle:'"
+
+
 def cycle_ran_since(stack: Stack, since: float) -> bool:
     """A scheduling cycle (scheduling queues worker, queued by beat or by a submit) finished after."""
     return _latest(stack, "SELECT max(last_cycle_at) FROM scheduling_shard") > since
@@ -64,12 +69,14 @@ def sweep_started_since(stack: Stack, since: float) -> bool:
     audit, the reconcilers) started after `since`: the worker takes work again. Read from the sweeps'
     claims (portal.periodic), written as a sweep starts, so the time does not include how long that
     sweep runs (an audit takes 0.5-2 s on this machine)."""
-    return _latest(stack, "SELECT max(started_at) FROM portal_sweeprun") > since
+    return (
+        _latest(stack, f"SELECT max(started_at) FROM portal_sweeprun WHERE {BEAT_SWEEPS}") > since
+    )
 
 
 def sweep_sent_since(stack: Stack, since: float) -> bool:
     """A periodic sweep beat sent after `since` has started: beat sends again (and a worker runs it)."""
-    return _latest(stack, "SELECT max(sent_at) FROM portal_sweeprun") > since
+    return _latest(stack, f"SELECT max(sent_at) FROM portal_sweeprun WHERE {BEAT_SWEEPS}") > since
 
 
 UNACKED_KEY = "unacked"  # kombu's Redis hash of every received, unacknowledged message
