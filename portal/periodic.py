@@ -102,18 +102,26 @@ def run_in_chunks(
     key: Callable[[T], Any] = lambda item: getattr(item, "pk", item),
     chunk: int = CHUNK_ROWS,
     failures: ItemFailures | None = None,
+    transactional: bool = True,
 ) -> ItemFailures:
     """`run_each` for set-based work: `work(rows)` handles many rows at once (a few queries for any
     number), so it runs on chunks of `chunk` rows, each in its own transaction; a chunk that raises
     is rolled back and run again row by row (`run_each` of `work([row])`), so only the bad row is
     left out, logged and counted. The common case keeps the set-based speed; a bad row costs one
     per-row pass over its chunk. `work` must be safe to repeat after a rollback (it is, as the whole
-    chunk's writes were undone)."""
+    chunk's writes were undone). `transactional=False`: `work` manages its own transactions (a
+    chunk runs as before, several short transactions, and must be safe to repeat: compare-and-set
+    updates); only the per-row fallback runs each row in a transaction of its own."""
     report = failures if failures is not None else ItemFailures()
     for start in range(0, len(items), chunk):
         rows = items[start : start + chunk]
         try:
-            run_in_transaction(functools.partial(work, rows), name=f"{task}: {len(rows)} {kind}s")
+            if transactional:
+                run_in_transaction(
+                    functools.partial(work, rows), name=f"{task}: {len(rows)} {kind}s"
+                )
+            else:
+                work(rows)
         except Exception as exc:
             logger.warning(
                 "%s: a chunk of %d %ss failed (%s: %s); running them one by one",

@@ -330,6 +330,9 @@ def sync_status(batch: int = 500, failures: ItemFailures | None = None) -> Statu
             key=lambda r: r.workload_id,
             chunk=batch,
             failures=failures,
+            # its steps lock and commit on their own (compare-and-set): one chunk-wide transaction
+            # would hold the shard locks of every step until the last one
+            transactional=False,
         )
     return StatusSummary(
         sum(s.running for s in summaries),
