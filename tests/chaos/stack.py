@@ -251,15 +251,19 @@ class Stack:
             [*celery, "worker", "-Q", queues, "-c", concurrency, "-n", "chaos-sched@%h",
              "--without-gossip", "--without-mingle", "--loglevel=WARNING"],
         )  # fmt: skip
-        # As deployed (docs/scheduling.md: every worker consumes every shard queue), the default
-        # worker also consumes the shard queues: a killed scheduling worker's cycles have a survivor
-        # that runs them as soon as it takes them over, instead of waiting for the restarted one to
-        # boot (6-10 s on a loaded machine). The scheduling worker stays off `default`, so the slow
-        # sweeps there never delay a cycle.
+        # As deployed (docs/scheduling.md: several workers consume every shard queue), a second
+        # scheduling worker: a killed one's held cycles have a survivor that runs them once it takes
+        # them over (<= dead_after + heartbeat), instead of waiting for the restarted one to boot
+        # (13-16 s on a loaded machine). The fault injector kills `worker-scheduling` only.
+        self._component(
+            "worker-scheduling-standby",
+            [*celery, "worker", "-Q", queues, "-c", "1", "-n", "chaos-sched-standby@%h",
+             "--without-gossip", "--without-mingle", "--loglevel=WARNING"],
+        )  # fmt: skip
         self._component(
             "worker-default",
-            [*celery, "worker", "-Q", f"default,{queues}", "-c", concurrency,
-             "-n", "chaos-default@%h", "--without-gossip", "--without-mingle", "--loglevel=WARNING"],
+            [*celery, "worker", "-Q", "default", "-c", concurrency, "-n", "chaos-default@%h",
+             "--without-gossip", "--without-mingle", "--loglevel=WARNING"],
         )  # fmt: skip
         schedule = self.config.log_dir / "celerybeat-schedule"
         self._component(
