@@ -4,7 +4,9 @@
 rows, each in its own transaction (a savepoint inside a caller's), logs a failure with the row's id and
 goes on; the task returns the counts (`ItemFailures.as_dict()`), so operators see them in the task
 result and the log. Used by every beat task that loops over rows (idle auto-stop, codespace and gang
-reconcilers, telemetry ingestion). A failure is logged at ERROR with the traceback under the
+reconcilers, telemetry ingestion). The set-based loops (placement drift, status and inventory sync,
+hourly rollups, pruning) use `run_in_chunks`: the set-based step on chunks of rows, and `run_each`
+over the rows of a chunk that raised, so a bad row costs its chunk one slow pass, not the task. A failure is logged at ERROR with the traceback under the
 `tessera.periodic` logger, naming the task and the row: `idle-stop: codespace 17 failed: ...`.
 
 **At most once per period.** Beat keeps its schedule in a local file: a beat killed and restarted (or
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -85,6 +87,53 @@ def run_each(
             report.failed_ids.append(key(item))
         else:
             report.done += 1
+    return report
+
+
+CHUNK_ROWS = 500
+
+
+def run_in_chunks(
+    items: Sequence[T],
+    work: Callable[[Sequence[T]], object],
+    *,
+    task: str,
+    kind: str,
+    key: Callable[[T], Any] = lambda item: getattr(item, "pk", item),
+    chunk: int = CHUNK_ROWS,
+    failures: ItemFailures | None = None,
+    transactional: bool = True,
+) -> ItemFailures:
+    """`run_each` for set-based work: `work(rows)` handles many rows at once (a few queries for any
+    number), so it runs on chunks of `chunk` rows, each in its own transaction; a chunk that raises
+    is rolled back and run again row by row (`run_each` of `work([row])`), so only the bad row is
+    left out, logged and counted. The common case keeps the set-based speed; a bad row costs one
+    per-row pass over its chunk. `work` must be safe to repeat after a rollback (it is, as the whole
+    chunk's writes were undone). `transactional=False`: `work` manages its own transactions (a
+    chunk runs as before, several short transactions, and must be safe to repeat: compare-and-set
+    updates); only the per-row fallback runs each row in a transaction of its own."""
+    report = failures if failures is not None else ItemFailures()
+    for start in range(0, len(items), chunk):
+        rows = items[start : start + chunk]
+        try:
+            if transactional:
+                run_in_transaction(
+                    functools.partial(work, rows), name=f"{task}: {len(rows)} {kind}s"
+                )
+            else:
+                work(rows)
+        except Exception as exc:
+            logger.warning(
+                "%s: a chunk of %d %ss failed (%s: %s); running them one by one",
+                task,
+                len(rows),
+                kind,
+                type(exc).__name__,
+                exc,
+            )
+            run_each(rows, lambda row: work([row]), task=task, kind=kind, key=key, failures=report)
+        else:
+            report.done += len(rows)
     return report
 
 

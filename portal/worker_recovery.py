@@ -19,7 +19,14 @@ So every worker process that consumes (the main process; its pool children run t
 
 A worker's pool child that dies is handled by Celery itself (`task_reject_on_worker_lost`: requeued at
 once). Recovery after a whole worker dies: at most `dead_after` + `heartbeat` seconds until the
-messages are queued again, then the next free worker takes them. Tasks are idempotent (docs/adr/0003),
+messages are queued again, then the next free worker takes them.
+
+A worker restarted by its supervisor does not wait for that: an incarnation with its own node name
+(`name@host`, unique per worker) on this host whose process is gone is its dead predecessor, taken over
+as the restarted worker starts, before its first heartbeat interval. Without this, the only consumer
+of a queue (each scheduling worker's shard queues) restarted in a second or two and then sat idle for
+up to `dead_after` + `heartbeat` seconds while the work its predecessor held waited (issue 38: a killed
+scheduling worker's queue took up to 14.9 s to drain). Tasks are idempotent (docs/adr/0003),
 so a worker that was only stalled past `dead_after` and then finishes is harmless.
 """
 
@@ -53,6 +60,26 @@ def new_incarnation(hostname: str | None = None) -> str:
     return f"{hostname or socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def incarnation_process(incarnation: str) -> tuple[str, int] | None:
+    """(node name, pid) of an incarnation made by `new_incarnation`; None for anything else."""
+    node, _, rest = incarnation.rpartition(":")
+    node, _, pid = node.rpartition(":")
+    if not node or not rest or not pid.isdigit():
+        return None
+    return node, int(pid)
+
+
+def process_exists(pid: int) -> bool:
+    """A process with this pid runs on this host (in this pid namespace)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
 @dataclass
 class WorkerRecovery:
     """The bookkeeping of one consuming worker process, on the broker's Redis (`client`)."""
@@ -63,6 +90,8 @@ class WorkerRecovery:
     dead_after_seconds: float = 3.0
     retention_seconds: float = 3600.0
     clock: Callable[[], float] = time.time
+    host: str = field(default_factory=socket.gethostname)
+    pid_exists: Callable[[int], bool] = process_exists
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -83,13 +112,25 @@ class WorkerRecovery:
         pipe.execute()
 
     def dead_incarnations(self) -> list[str]:
-        """Workers listed in `tessera:workers` whose alive key expired (never this one)."""
+        """Workers listed in `tessera:workers` whose alive key expired, or that are this worker's
+        dead predecessor (`is_dead_predecessor`); never this one."""
         members = sorted(_text(m) for m in self.client.smembers(WORKERS_KEY))
         others = [m for m in members if m != self.incarnation]
         if not others:
             return []
         alive = self.client.exists  # one round trip per worker: a handful of workers
-        return [m for m in others if not alive(alive_key(m))]
+        return [m for m in others if self.is_dead_predecessor(m) or not alive(alive_key(m))]
+
+    def is_dead_predecessor(self, other: str) -> bool:
+        """`other` ran under this worker's node name, on this host (the node name's `@host` is this
+        host's name), and its process is gone: the supervisor restarted this worker after it died,
+        so its alive key, still counting down, proves nothing."""
+        mine, theirs = incarnation_process(self.incarnation), incarnation_process(other)
+        if mine is None or theirs is None or mine[0] != theirs[0] or mine[1] == theirs[1]:
+            return False
+        if mine[0].rpartition("@")[2] != self.host:
+            return False
+        return not self.pid_exists(theirs[1])
 
     def take_over(self, restore: Callable[[str], None]) -> dict[str, int]:
         """Put the in-flight messages of every dead worker back in their queues with `restore(tag)`;
@@ -118,8 +159,13 @@ class WorkerRecovery:
     # --- the heartbeat thread ---------------------------------------------------------------------
 
     def start(self, restore: Callable[[str], None]) -> None:
-        """Heartbeat (and take over dead workers) every `heartbeat_seconds` in a daemon thread."""
+        """Take over dead workers at once (a restarted worker's predecessor first of all), then
+        heartbeat and take over every `heartbeat_seconds` in a daemon thread."""
         self.beat()
+        try:
+            self.take_over(restore)
+        except Exception:  # the broker is flapping: the heartbeat thread tries again
+            logger.exception("dead-worker takeover at start failed")
         self._thread = threading.Thread(
             target=self._run, args=(restore,), name="tessera-worker-heartbeat", daemon=True
         )

@@ -171,9 +171,11 @@ def sync_inventory_rows(
 
     created_nodes = updated_nodes = created_gpus = updated_gpus = 0
     with transaction.atomic():
-        existing = {n.name: n for n in Node.objects.all()}
+        # only the inventory's nodes: a chunk of a large inventory reads its own rows, not all
+        names = [inv.name for inv in inventory]
+        existing = {n.name: n for n in Node.objects.filter(name__in=names)}
         gpus_by_node: dict[int, dict[int, Gpu]] = {}
-        for row0 in Gpu.objects.all():
+        for row0 in Gpu.objects.filter(node__in=list(existing.values())):
             gpus_by_node.setdefault(row0.node_id, {})[row0.index] = row0
         new_gpus: list[Gpu] = []
         relabelled: set[str] = set()

@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import shared_task
 
+from portal.celery import SWEEP_HEADER
 from portal.periodic import ItemFailures
 from quotas.models import QuotaGroup
 from scheduling.backends.base import BackendError
@@ -45,12 +46,24 @@ def run_cycle_task(group_id: int) -> dict[str, Any]:
     }
 
 
+def send_cycle(group_id: int) -> None:
+    """Queue one cycle of the shard on its queue, as a sweep (portal.periodic `claim_sweep`): a cycle
+    reads the shard's whole current state, so one that starts after a copy was sent covers it, and a
+    worker that comes back to hundreds of queued triggers (every submit, release and beat tick sends
+    one; without REDIS_URL none is deduplicated) runs one cycle and skips the rest with one UPDATE
+    each, instead of running every copy (a killed scheduling worker's queue took up to 14.9 s and
+    more to drain, issue 38)."""
+    run_cycle_task.apply_async(
+        (group_id,), queue=queue_for_group(group_id), headers={SWEEP_HEADER: f"cycle:{group_id}"}
+    )
+
+
 @shared_task
 def schedule_cycles_task() -> int:
     """Beat: queue one cycle per shard on its queue (cycles also run on every submit/release)."""
     ids = list(QuotaGroup.objects.values_list("pk", flat=True))
     for gid in ids:
-        run_cycle_task.apply_async((gid,), queue=queue_for_group(gid))
+        send_cycle(gid)
     return len(ids)
 
 
@@ -130,11 +143,13 @@ def _release_logging_refusals(
 
 
 @shared_task(bind=True, max_retries=3)
-def sync_status_task(self: Any) -> dict[str, int]:
+def sync_status_task(self: Any) -> dict[str, Any]:
     """Beat: follow what the cluster says about placed/running workloads (the simulated cluster marks them
-    running after TESSERA_SIM_START_DELAY_SECONDS)."""
+    running after TESSERA_SIM_START_DELAY_SECONDS). A workload whose report raises is logged and
+    counted (`failed_reports`, `failed_ids`); the others are applied (docs/adr/0004)."""
+    failures = ItemFailures()
     try:
-        summary = reconcile.sync_status()
+        summary = reconcile.sync_status(failures=failures)
     except BackendError as exc:
         if exc.permanent:
             raise
@@ -146,22 +161,28 @@ def sync_status_task(self: Any) -> dict[str, int]:
         "failed": summary.failed,
         "succeeded": summary.succeeded,
         "requeued": summary.requeued,
+        "failed_reports": failures.failed,
+        "failed_ids": failures.failed_ids,
     }
 
 
 @shared_task
 def reconcile_task() -> dict[str, Any]:
     """Beat: time out gangs past their deadline and fix drift between workload states and placements.
-    A gang whose timeout raises is logged and counted (`gangs_failed`); the others still time out."""
+    A gang whose timeout raises is logged and counted (`gangs_failed`); the others still time out.
+    Likewise a workload or placement whose drift fix raises (`drift_failed`, `drift_failed_ids`)."""
     failures = ItemFailures()
     timed_out = expire_gangs(failures=failures)
-    drift = reconcile.reconcile_placements()
+    drift_failures = ItemFailures()
+    drift = reconcile.reconcile_placements(failures=drift_failures)
     return {
         "gangs_timed_out": len(timed_out),
         "gangs_failed": failures.failed,
         "gangs_failed_ids": failures.failed_ids,
         "requeued": len(drift.active_without_placement),
         "closed_placements": len(drift.placements_of_inactive),
+        "drift_failed": drift_failures.failed,
+        "drift_failed_ids": drift_failures.failed_ids,
     }
 
 
@@ -199,15 +220,22 @@ def drive_mig_reconfigurations_task() -> dict[str, int]:
 
 
 @shared_task(bind=True, max_retries=3)
-def sync_inventory_task(self: Any) -> dict[str, int]:
-    """Beat: upsert nodes and GPUs from the backend's inventory."""
+def sync_inventory_task(self: Any) -> dict[str, Any]:
+    """Beat: upsert nodes and GPUs from the backend's inventory. A node whose upsert raises is logged
+    and counted (`failed_nodes`, `failed_ids`: node names); the others are upserted."""
+    failures = ItemFailures()
     try:
-        report = reconcile.sync_inventory()
+        report = reconcile.sync_inventory(failures=failures)
     except BackendError as exc:
         if exc.permanent:
             raise
         raise self.retry(exc=exc, countdown=30) from exc
-    return {"created_nodes": report.created_nodes, "updated_nodes": report.updated_nodes}
+    return {
+        "created_nodes": report.created_nodes,
+        "updated_nodes": report.updated_nodes,
+        "failed_nodes": failures.failed,
+        "failed_ids": failures.failed_ids,
+    }
 
 
 @shared_task
@@ -246,7 +274,7 @@ class TaskFollowUps:
     """scheduling.followups.FollowUps through these Celery tasks (installed at app ready)."""
 
     def run_cycle(self, group_id: int) -> None:
-        run_cycle_task.apply_async((group_id,), queue=queue_for_group(group_id))
+        send_cycle(group_id)
 
     def materialize(self, workload_ids: Sequence[int]) -> None:
         ids = list(workload_ids)

@@ -8,10 +8,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from portal.periodic import ItemFailures, run_in_chunks
 from portal.transactions import retry_transaction
 from scheduling import observers
 from scheduling.backends.base import (
@@ -35,6 +35,7 @@ from scheduling.services.workloads import (
     backend_name,
     fail_workloads,
     refresh_gang_states,
+    release_on_backend,
     release_workload,
     requeue_workloads,
 )
@@ -310,23 +311,36 @@ def follow_missing(workload_ids: Sequence[int]) -> tuple[list[int], tuple[int, .
     return requeued, remat
 
 
-def sync_status(batch: int = 500) -> StatusSummary:
-    """Ask the backend about every PLACED/RUNNING workload and apply what it says."""
+def sync_status(batch: int = 500, failures: ItemFailures | None = None) -> StatusSummary:
+    """Ask the backend about every PLACED/RUNNING workload and apply what it says: one backend call
+    and one set-based apply per `batch` workloads; a report whose apply raises is logged and counted
+    in `failures` (portal.periodic.run_in_chunks) and the others are applied."""
     backend = get_backend()
     ids = list(
         Workload.objects.filter(state__in=ACTIVE_STATES).order_by("pk").values_list("pk", flat=True)
     )
-    total = StatusSummary()
+    summaries: list[StatusSummary] = []
     for i in range(0, len(ids), batch):
-        s = apply_status_reports(backend.sync_status(ids[i : i + batch]))
-        total = StatusSummary(
-            total.running + s.running,
-            total.failed + s.failed,
-            total.succeeded + s.succeeded,
-            total.requeued + s.requeued,
-            total.rematerialize + s.rematerialize,
+        reports = list(backend.sync_status(ids[i : i + batch]))
+        run_in_chunks(
+            reports,
+            lambda rows: summaries.append(apply_status_reports(rows)),
+            task="status sync",
+            kind="workload",
+            key=lambda r: r.workload_id,
+            chunk=batch,
+            failures=failures,
+            # its steps lock and commit on their own (compare-and-set): one chunk-wide transaction
+            # would hold the shard locks of every step until the last one
+            transactional=False,
         )
-    return total
+    return StatusSummary(
+        sum(s.running for s in summaries),
+        sum(s.failed for s in summaries),
+        sum(s.succeeded for s in summaries),
+        sum(s.requeued for s in summaries),
+        tuple(w for s in summaries for w in s.rematerialize),
+    )
 
 
 @dataclass(frozen=True)
@@ -341,32 +355,59 @@ class DriftReport:
         return bool(self.active_without_placement or self.placements_of_inactive)
 
 
-def reconcile_placements() -> DriftReport:
+def reconcile_placements(failures: ItemFailures | None = None) -> DriftReport:
     """Quota use is computed from PLACED/RUNNING workloads, capacity from active placements: make the two
     agree. An active workload without a placement is requeued; an open placement of a workload that is
-    not active is closed (and the backend told). Logs every correction."""
+    not active is closed (and the backend told). Both are set-based, in chunks; a row whose fix
+    raises is logged and counted in `failures` and the others are fixed (run_in_chunks). Logs every
+    correction."""
     open_placement = Placement.objects.filter(workload=OuterRef("pk"), released_at__isnull=True)
     orphans = list(
         Workload.objects.filter(state__in=ACTIVE_STATES)
         .annotate(has=Exists(open_placement))
         .filter(has=False)
+        .order_by("pk")
         .values_list("pk", flat=True)
     )
-    requeued = requeue_workloads(
-        orphans, reason="Requeued: it had no placement (reconciled).", code="reconciled"
+    requeued: list[int] = []
+    run_in_chunks(
+        orphans,
+        lambda ids: requeued.extend(
+            requeue_workloads(
+                ids, reason="Requeued: it had no placement (reconciled).", code="reconciled"
+            )
+        ),
+        task="reconcile",
+        kind="workload",
+        failures=failures,
     )
     stale = list(
         Placement.objects.filter(released_at__isnull=True)
         .exclude(workload__state__in=ACTIVE_STATES)
+        .order_by("pk")
         .values_list("pk", "workload_id", "node_id")
     )
-    if stale:
-        with transaction.atomic():
-            Placement.objects.filter(
-                pk__in=[p for p, _, _ in stale], released_at__isnull=True
-            ).update(released_at=timezone.now())
-            bump_shards_for_nodes({n for _, _, n in stale})
-    report = DriftReport(tuple(requeued), tuple(w for _, w, _ in stale))
+    closed: list[int] = []
+
+    def close(rows: Sequence[tuple[int, int, int]]) -> None:
+        closing = list(
+            Placement.objects.select_for_update()
+            .filter(pk__in=[p for p, _, _ in rows], released_at__isnull=True)
+            .order_by("pk")
+            .values_list("pk", "workload_id")
+        )
+        Placement.objects.filter(pk__in=[p for p, _ in closing]).update(released_at=timezone.now())
+        bump_shards_for_nodes({n for _, _, n in rows})
+        # the backend is told, as every service that closes a placement does: without it the pod
+        # ran on until the orphan reconciler's next pass (an orphaned pod in the audit)
+        workloads = Workload.objects.in_bulk([w for _, w in closing])
+        release_on_backend([(workloads[w], p) for p, w in closing if w in workloads])
+        closed.extend(w for _, w in closing)
+
+    run_in_chunks(
+        stale, close, task="reconcile", kind="placement", key=lambda row: row[0], failures=failures
+    )
+    report = DriftReport(tuple(dict.fromkeys(requeued)), tuple(dict.fromkeys(closed)))
     if report.changed:
         logger.warning(
             "reconcile: requeued active workloads without placement %s; closed placements of "
@@ -448,6 +489,21 @@ def reconcile_backend_orphans() -> OrphanReport:
     return OrphanReport(tuple(removed), remat, tuple(requeued))
 
 
-def sync_inventory() -> SyncReport:
-    """Upsert nodes and GPUs from the backend's inventory."""
-    return sync_inventory_rows(get_backend().sync_inventory())
+def sync_inventory(failures: ItemFailures | None = None) -> SyncReport:
+    """Upsert nodes and GPUs from the backend's inventory, set-based in chunks of nodes; a node whose
+    upsert raises is logged and counted in `failures` (by name) and the others are upserted."""
+    reports: list[SyncReport] = []
+    run_in_chunks(
+        list(get_backend().sync_inventory()),
+        lambda nodes: reports.append(sync_inventory_rows(nodes)),
+        task="inventory sync",
+        kind="node",
+        key=lambda node: node.name,
+        failures=failures,
+    )
+    return SyncReport(
+        sum(r.created_nodes for r in reports),
+        sum(r.updated_nodes for r in reports),
+        sum(r.created_gpus for r in reports),
+        sum(r.updated_gpus for r in reports),
+    )

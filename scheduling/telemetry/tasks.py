@@ -60,7 +60,8 @@ def ingest_telemetry_task() -> dict[str, object]:
 
 @shared_task
 def prune_telemetry_task() -> dict[str, object]:
-    """Delete minute rows older than 48 h and hour rows older than 400 days, once per hour."""
+    """Delete minute rows older than 48 h and hour rows older than 400 days, once per hour. Rows a
+    delete refuses stay, logged and counted (`failed_rows`, `failed_ids`); the others are deleted."""
     with transaction.atomic():
         if not claim_period("telemetry.prune", period_start(timezone.now(), PRUNE_PERIOD_SECONDS)):
             return {"skipped": "already ran for this hour"}
@@ -68,7 +69,12 @@ def prune_telemetry_task() -> dict[str, object]:
     logger.info(
         "telemetry pruned %d minute rows, %d hour rows", report.minute_rows, report.hour_rows
     )
-    return {"minute_rows": report.minute_rows, "hour_rows": report.hour_rows}
+    return {
+        "minute_rows": report.minute_rows,
+        "hour_rows": report.hour_rows,
+        "failed_rows": report.failures.failed,
+        "failed_ids": report.failures.failed_ids,
+    }
 
 
 @shared_task(autoretry_for=(PrometheusError,), retry_backoff=10, retry_kwargs={"max_retries": 2})

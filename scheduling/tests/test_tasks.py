@@ -162,6 +162,8 @@ def test_reconciler_fixes_drift_both_ways(quota: Any) -> None:
         "gangs_failed_ids": [],
         "requeued": 1,
         "closed_placements": 1,
+        "drift_failed": 0,
+        "drift_failed_ids": [],
     }
     a.refresh_from_db()
     assert a.state == WorkloadState.PENDING
@@ -172,6 +174,8 @@ def test_reconciler_fixes_drift_both_ways(quota: Any) -> None:
         "gangs_failed_ids": [],
         "requeued": 0,
         "closed_placements": 0,
+        "drift_failed": 0,
+        "drift_failed_ids": [],
     }
 
 

@@ -22,7 +22,9 @@ def test_triggers_are_sent_once_per_queued_cycle(
     from scheduling.tasks import run_cycle_task
 
     sent: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(run_cycle_task, "apply_async", lambda args, queue: sent.append(args))
+    monkeypatch.setattr(
+        run_cycle_task, "apply_async", lambda args, queue, headers: sent.append(args)
+    )
     group_id = 987_654
     with override_settings(REDIS_URL=url, CELERY_TASK_ALWAYS_EAGER=False):
         redis_client(url).delete(cycle_queued_key(group_id))
@@ -44,7 +46,9 @@ def test_without_redis_every_trigger_is_sent(
     from scheduling.tasks import run_cycle_task
 
     sent: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(run_cycle_task, "apply_async", lambda args, queue: sent.append(args))
+    monkeypatch.setattr(
+        run_cycle_task, "apply_async", lambda args, queue, headers: sent.append(args)
+    )
     with override_settings(REDIS_URL="", CELERY_TASK_ALWAYS_EAGER=False):
         for _ in range(2):
             with django_capture_on_commit_callbacks(execute=True):

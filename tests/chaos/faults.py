@@ -4,6 +4,7 @@ killed component's work takes to resume."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -23,23 +24,39 @@ RECOVERY_TIMEOUT = 60.0
 
 @dataclass
 class Kill:
-    """One injected fault and when its component's work resumed (None: not within the timeout)."""
+    """One injected fault and when its component's work resumed (None: not within the timeout).
+
+    For a Celery worker also its **drain**: `held` messages were the dead worker's work at the kill
+    (received and not acknowledged, plus those waiting in the queues it consumes), and `drained_at`
+    is when the last of them was processed (acknowledged by whichever worker ran it)."""
 
     kind: str
     at: float
     target: str = ""
     restarted_at: float | None = None
     recovered_at: float | None = None
+    held: int | None = None  # None: not a worker kill
+    drained_at: float | None = None
+    consuming_at: float | None = None  # the restarted worker heartbeats: its consumer is up
 
     @property
     def recovery_seconds(self) -> float | None:
         return None if self.recovered_at is None else self.recovered_at - self.at
+
+    @property
+    def drain_seconds(self) -> float | None:
+        return None if self.drained_at is None else self.drained_at - self.at
 
 
 def _latest(stack: Stack, sql: str) -> float:
     rows = stack.query(sql)
     value = rows[0][0] if rows else None
     return float(value.timestamp()) if value is not None else 0.0
+
+
+# beat's own sweeps: cycle triggers are sweeps too (`cycle:<group>`, scheduling.tasks.send_cycle), sent
+# by every submit and release and run by either worker, so they say nothing of beat or the default worker
+BEAT_SWEEPS = "left(name, 6) <> 'cycle:'"
 
 
 def cycle_ran_since(stack: Stack, since: float) -> bool:
@@ -52,12 +69,66 @@ def sweep_started_since(stack: Stack, since: float) -> bool:
     audit, the reconcilers) started after `since`: the worker takes work again. Read from the sweeps'
     claims (portal.periodic), written as a sweep starts, so the time does not include how long that
     sweep runs (an audit takes 0.5-2 s on this machine)."""
-    return _latest(stack, "SELECT max(started_at) FROM portal_sweeprun") > since
+    return (
+        _latest(stack, f"SELECT max(started_at) FROM portal_sweeprun WHERE {BEAT_SWEEPS}") > since
+    )
 
 
 def sweep_sent_since(stack: Stack, since: float) -> bool:
     """A periodic sweep beat sent after `since` has started: beat sends again (and a worker runs it)."""
-    return _latest(stack, "SELECT max(sent_at) FROM portal_sweeprun") > since
+    return _latest(stack, f"SELECT max(sent_at) FROM portal_sweeprun WHERE {BEAT_SWEEPS}") > since
+
+
+UNACKED_KEY = "unacked"  # kombu's Redis hash of every received, unacknowledged message
+WORKER_QUEUES = {"worker-scheduling": "sched-", "worker-default": "default"}
+
+
+def held_messages(stack: Stack, kind: str, pid: int) -> set[str]:
+    """The delivery tags of the work a Celery worker (main process `pid`) holds: the messages it
+    received and has not acknowledged (its in-flight record, portal.worker_recovery, that are still
+    in kombu's unacked hash) and the messages waiting in the queues it consumes."""
+    client = stack.redis()
+    incarnations = [
+        m.decode() for m in client.smembers("tessera:workers") if f":{pid}:" in m.decode()
+    ]
+    tags = {
+        t.decode()
+        for incarnation in incarnations
+        for t in client.zrange(f"tessera:worker:inflight:{incarnation}", 0, -1)
+    }
+    held = {t for t in tags if client.hexists(UNACKED_KEY, t)}
+    return held | queued_tags(stack, WORKER_QUEUES[kind])
+
+
+def worker_consuming(stack: Stack, pid: int) -> bool:
+    """The Celery worker with main process `pid` is consuming (it heartbeats once its consumer is
+    ready, portal.celery)."""
+    return any(f":{pid}:" in m.decode() for m in stack.redis().smembers("tessera:workers"))
+
+
+def queued_tags(stack: Stack, prefix: str) -> set[str]:
+    """Delivery tags of the messages waiting in the queues whose names start with `prefix`."""
+    client = stack.redis()
+    tags = set()
+    for key in client.scan_iter(match=f"{prefix}*"):
+        if client.type(key) != b"list":
+            continue
+        for raw in client.lrange(key, 0, -1):
+            tags.add(str(json.loads(raw)["properties"]["delivery_tag"]))
+    return tags
+
+
+def still_held(stack: Stack, kind: str, tags: set[str]) -> set[str]:
+    """Which of `tags` are not processed yet: still unacknowledged (running, prefetched, or held by
+    a dead worker nobody took over yet) or waiting in a queue."""
+    if not tags:
+        return set()
+    client = stack.redis()
+    ordered = sorted(tags)
+    unacked = {
+        t for t, there in zip(ordered, client.hmget(UNACKED_KEY, ordered), strict=True) if there
+    }
+    return unacked | (tags & queued_tags(stack, WORKER_QUEUES[kind]))
 
 
 def api_answers(stack: Stack) -> bool:
@@ -124,6 +195,11 @@ class FaultInjector:
         else:
             component = stack.components[kind]
             kill.target = f"{kind} pid {component.pid}"
+            held: set[str] = set()
+            if kind in WORKER_QUEUES:
+                held = held_messages(stack, kind, component.pid)
+                kill.held = len(held)
+                kill.at = time.time()
             component.kill()
             time.sleep(RESTART_AFTER)
             component.start()
@@ -139,8 +215,17 @@ class FaultInjector:
 
         deadline = kill.at + RECOVERY_TIMEOUT
         while time.time() < deadline and not self.stop_requested.is_set():
-            if recovered():
+            if kill.recovered_at is None and recovered():
                 kill.recovered_at = time.time()
+            if kill.held is not None and kill.consuming_at is None:
+                if worker_consuming(stack, stack.components[kind].pid):
+                    kill.consuming_at = time.time()
+            if kill.held is not None and kill.drained_at is None:
+                if not still_held(stack, kind, held):
+                    kill.drained_at = time.time()
+            if kill.recovered_at is not None and (
+                kill.held is None or (kill.drained_at and kill.consuming_at)
+            ):
                 break
             time.sleep(0.2)
         return kill

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.chaos.stack import free_port
+
 HOOK_SECRET = "chaos-checkpoint-hook-secret"
 SIGNATURE_HEADER = "X-Tessera-Signature"
 MAX_BODY = 64 * 1024
@@ -74,7 +76,7 @@ class CheckpointHook:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (quiet)
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -31,6 +31,10 @@ from tests.chaos.seed import HOOK_URL_VARIABLE, PROBE_TENANT
 from tests.chaos.stack import Stack, StackConfig
 
 RECOVERY_LIMIT_SECONDS = 10.0
+DRAIN_LIMIT_SECONDS = 10.0  # a killed worker's messages all processed again (issue 38)
+# the shard queues have a survivor (the standby scheduling worker); the default queue's drain waits for
+# the restarted default worker and its sweep backlog: reported, not asserted
+DRAIN_ASSERTED = ("worker-scheduling",)
 P99_LIMIT_SECONDS = 2.0
 WEB_KILL_MARGIN = 2.0  # seconds after a web worker's recovery that a 5xx still counts as "during"
 FAULT_SETTLE = 1.0  # seconds after a fault's recovery that still count as "during the fault"
@@ -113,6 +117,12 @@ class ChaosReport:
             if seconds is None or seconds > RECOVERY_LIMIT_SECONDS:
                 shown = "never" if seconds is None else f"{seconds:.1f}s"
                 out.append(f"recovery after {kill.kind} ({kill.target}): {shown}")
+            drain = kill.drain_seconds
+            if kill.kind in DRAIN_ASSERTED and (drain is None or drain > DRAIN_LIMIT_SECONDS):
+                shown = "never" if drain is None else f"{drain:.1f}s"
+                out.append(
+                    f"drain of the {kill.held} messages {kill.kind} held ({kill.target}): {shown}"
+                )
         p99 = percentile(self.probe_latencies_fault_free, 99)
         if p99 is None:
             out.append("no latency probe was placed away from faults")
@@ -158,6 +168,23 @@ class ChaosReport:
             lines.append(
                 f"  max {max(recoveries):.1f}s, median {statistics.median(recoveries):.1f}s"
             )
+        lines.append(
+            "drain (seconds from a worker's SIGKILL until every message it held or had queued "
+            "was processed):"
+        )
+        for kill in (k for k in self.kills if k.held is not None):
+            drain = kill.drain_seconds
+            shown = "never" if drain is None else f"{drain:.1f}"
+            consuming = (
+                "never" if kill.consuming_at is None else f"{kill.consuming_at - kill.at:.1f}s"
+            )
+            lines.append(
+                f"  {kill.kind:<18} {shown:>6}  {kill.held} messages, {kill.target},"
+                f" the restarted worker consuming after {consuming}"
+            )
+        drains = [k.drain_seconds for k in self.kills if k.drain_seconds is not None]
+        if drains:
+            lines.append(f"  max {max(drains):.1f}s, median {statistics.median(drains):.1f}s")
         lines.append(
             f"5xx: {self.server_errors_during_web_kill} during a web-worker kill, "
             f"{len(self.server_errors_other)} otherwise"

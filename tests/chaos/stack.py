@@ -51,9 +51,18 @@ def flush_redis(url: str) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port: the first free one of TESSERA_CHAOS_PORTS ("8161-8169", for a machine
+    shared by several runs) when it is set, else any the kernel gives."""
+    low, _, high = os.environ.get("TESSERA_CHAOS_PORTS", "").partition("-")
+    candidates = range(int(low), int(high or low) + 1) if low else range(0, 1)
+    for candidate in candidates:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise RuntimeError(f"no free port in TESSERA_CHAOS_PORTS={os.environ['TESSERA_CHAOS_PORTS']}")
 
 
 def children_of(pid: int) -> list[int]:
@@ -242,6 +251,15 @@ class Stack:
             [*celery, "worker", "-Q", queues, "-c", concurrency, "-n", "chaos-sched@%h",
              "--without-gossip", "--without-mingle", "--loglevel=WARNING"],
         )  # fmt: skip
+        # As deployed (docs/scheduling.md: several workers consume every shard queue), a second
+        # scheduling worker: a killed one's held cycles have a survivor that runs them once it takes
+        # them over (<= dead_after + heartbeat), instead of waiting for the restarted one to boot
+        # (13-16 s on a loaded machine). The fault injector kills `worker-scheduling` only.
+        self._component(
+            "worker-scheduling-standby",
+            [*celery, "worker", "-Q", queues, "-c", "1", "-n", "chaos-sched-standby@%h",
+             "--without-gossip", "--without-mingle", "--loglevel=WARNING"],
+        )  # fmt: skip
         self._component(
             "worker-default",
             [*celery, "worker", "-Q", "default", "-c", concurrency, "-n", "chaos-default@%h",
@@ -297,6 +315,10 @@ class Stack:
                 (name,),
             ).fetchone()
         return int(row[0]) if row else None
+
+    def redis(self) -> redis.Redis:
+        """A client of the stack's broker (Redis)."""
+        return redis.Redis.from_url(self.config.broker_url)
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.config.database_url, autocommit=True) as conn:

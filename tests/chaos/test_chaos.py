@@ -106,6 +106,19 @@ def test_every_component_recovers_within_ten_seconds(report: ChaosReport) -> Non
     assert slow == [], report.format()
 
 
+def test_the_work_a_killed_scheduling_worker_held_is_processed_within_ten_seconds(
+    report: ChaosReport,
+) -> None:
+    worker_kills = [k for k in report.kills if k.kind == "worker-scheduling"]
+    assert worker_kills, "the run killed no scheduling worker"
+    slow = [
+        (k.kind, k.held, k.drain_seconds)
+        for k in worker_kills
+        if k.drain_seconds is None or k.drain_seconds > 10.0
+    ]
+    assert slow == [], report.format()
+
+
 def test_every_failure_is_reported(report: ChaosReport) -> None:
     # the report is the suite's one verdict: each failing test above also appears in it
     assert report.failures() == [], report.format()

@@ -77,6 +77,21 @@ def test_slow_or_missing_recovery_is_a_failure() -> None:
     ]
 
 
+def test_a_scheduling_worker_whose_held_messages_drain_slowly_or_never_is_a_failure() -> None:
+    kills = [
+        Kill("worker-scheduling", 10.0, "s1", recovered_at=12.0, held=3, drained_at=19.5),
+        Kill("worker-scheduling", 30.0, "s2", recovered_at=32.0, held=4, drained_at=41.0),
+        Kill("worker-default", 50.0, "d", recovered_at=52.0, held=2),
+        Kill("beat", 70.0, "b", recovered_at=71.0),
+    ]
+    kills.append(Kill("worker-scheduling", 90.0, "s3", recovered_at=91.0, held=1))
+    # the default queue's drain is reported, not asserted (it waits for the restarted worker)
+    assert report(kills=kills, probe_latencies_fault_free=[0.1]).failures() == [
+        "drain of the 4 messages worker-scheduling held (s2): 11.0s",
+        "drain of the 1 messages worker-scheduling held (s3): never",
+    ]
+
+
 def test_probe_p99_above_two_seconds_without_faults_is_a_failure() -> None:
     slow = report(probe_latencies_fault_free=[0.1] * 98 + [2.5, 3.0])
     assert slow.failures() == ["p99 submit->placed without faults 2.50s > 2.0s"]

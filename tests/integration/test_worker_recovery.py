@@ -103,6 +103,48 @@ def test_only_the_messages_of_workers_that_stopped_heartbeating_are_requeued():
     assert client.zrange(inflight_key("live:1:a"), 0, -1) == [b"tag-live"]
 
 
+def test_a_restarted_worker_takes_over_its_dead_predecessor_at_once_not_after_dead_after():
+    # issue 38: the only consumer of the shard queues, restarted, waited for its predecessor's alive
+    # key to expire (up to dead_after + heartbeat) before the work it held was queued again
+    client = redis_client(require_broker())
+    client.flushdb()
+    running = {200}  # pids of this host's processes
+
+    def recovery(incarnation: str) -> WorkerRecovery:
+        return WorkerRecovery(
+            client, incarnation, dead_after_seconds=3.0, host="vm", pid_exists=running.__contains__
+        )
+
+    # given a worker killed a moment ago (its alive key still has seconds to live) holding a message,
+    # another worker of the same name whose process still runs, and a worker of another name
+    killed = recovery("sched@vm:100:old")
+    killed.beat()
+    killed.track("tag-of-the-killed-one")
+    recovery("sched@vm:200:twin").beat()
+    recovery("default@vm:300:other").beat()
+    # when the supervisor starts it again (a new process, the same node name)
+    restored: list[str] = []
+    restarted = recovery("sched@vm:400:new")
+    restarted.start(restored.append)
+    restarted.stop()
+    # then its start hands the predecessor's message back at once, and nobody else's
+    assert restored == ["tag-of-the-killed-one"]
+    assert client.smembers(WORKERS_KEY) == {
+        b"sched@vm:200:twin", b"default@vm:300:other", b"sched@vm:400:new"
+    }  # fmt: skip
+
+
+def test_a_same_named_worker_on_another_host_waits_for_the_alive_key():
+    client = redis_client(require_broker())
+    client.flushdb()
+    elsewhere = WorkerRecovery(client, "sched@other-host:100:a", pid_exists=lambda pid: False)
+    elsewhere.beat()
+    here = WorkerRecovery(client, "sched@other-host:400:b", host="vm", pid_exists=lambda pid: False)
+    assert here.dead_incarnations() == []
+    client.delete(alive_key("sched@other-host:100:a"))
+    assert here.dead_incarnations() == ["sched@other-host:100:a"]
+
+
 def test_in_flight_records_older_than_the_visibility_timeout_are_trimmed():
     client = redis_client(require_broker())
     client.flushdb()

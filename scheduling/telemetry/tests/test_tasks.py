@@ -43,5 +43,5 @@ def test_pruning_twice_in_the_same_hour_prunes_once(telemetry_cluster):
     with time_machine.travel(T0 + timedelta(minutes=17), tick=False):
         first = prune_telemetry_task.apply().get()
         again = prune_telemetry_task.apply().get()
-    assert first == {"minute_rows": 0, "hour_rows": 0}
+    assert first == {"minute_rows": 0, "hour_rows": 0, "failed_rows": 0, "failed_ids": []}
     assert again == {"skipped": "already ran for this hour"}
