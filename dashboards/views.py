@@ -4,7 +4,6 @@ portal.charts. Thin: parse the query, scope it to the user, call, render."""
 
 from __future__ import annotations
 
-import csv
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from django.utils import timezone
 
 from dashboards.defrag_views import panel_context
 from portal import charts, numbers
+from portal.csv_export import csv_writer
 from portal.errors import DomainError, InvalidInput
 from portal.models import Tenant
 from portal.numbers import parse_int
@@ -452,7 +452,7 @@ def chargeback_csv(request: HttpRequest) -> HttpResponse:
         return _error(exc)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="tessera-chargeback.csv"'
-    writer = csv.writer(response)
+    writer = csv_writer(response)
     writer.writerow(
         [
             "month",

@@ -392,3 +392,12 @@ def test_tenant_rows_add_up_to_the_totals_at_both_resolutions(
     ]
     assert body["summary"]["idle_gpu_hours"] == 0.2
     assert body["summary"]["allocated_gpu_hours"] == 0.2
+
+
+def test_a_formula_in_a_gpu_model_is_neutralised_in_the_chargeback_csv(client, operator, charges):  # type: ignore[no-untyped-def]
+    QuotaSample.objects.update(gpu_model="@SUM(1+1)")
+    client.force_login(operator)
+    rows = list(
+        csv.reader(io.StringIO(client.get("/dashboards/chargeback.csv?months=1").content.decode()))
+    )
+    assert {r[2] for r in rows[1:]} == {"'@SUM(1+1)"}
