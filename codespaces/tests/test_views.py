@@ -90,6 +90,12 @@ def test_create_through_the_form(
             "gpu_model",
             "T4 GPUs can&#x27;t be shared",
         ),
+        (
+            "a GPU model the inventory lacks",
+            {"gpu_model": '=HYPERLINK("http://evil","x")'},
+            "gpu_model",
+            "Select a valid choice.",
+        ),
         ("unknown template", {"template": "nope"}, "template", "Select a valid choice."),
         ("bad name", {"name": "Not OK"}, "name", "lowercase letters"),
     ],
