@@ -606,8 +606,11 @@ def refresh_gang_states(gang_ids: Iterable[int]) -> None:
         if new == gang.state:
             continue
         changes: dict[str, Any] = {"state": new, "updated_at": now}
+        if new in (GangState.PLACED, GangState.RUNNING):
+            changes["reason"] = ""  # it no longer waits: the reason it waited is gone with it
         if new == GangState.WAITING and gang.state in (GangState.PLACED, GangState.RUNNING):
             changes["deadline_at"] = now + timedelta(seconds=gang.timeout_seconds)
+            changes["reason"] = "A pod was requeued; waiting for the next scheduling cycle."
         Gang.objects.filter(pk=gang.pk).update(**changes)
 
 
