@@ -4,9 +4,12 @@ the documentation is, and API docs that load nothing from another host."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.contrib.staticfiles import finders
 from django.test import Client
 
 from quotas.tests.factories import QuotaFactory, QuotaGroupFactory
@@ -67,3 +70,15 @@ def test_api_docs_load_nothing_from_another_host(alice: Any, path: str) -> None:
     external = re.findall(r'(?:src|href)="((?:https?:)?//[^"]+)"', html)
     assert external == []
     assert "fonts.googleapis.com" not in html
+    # nor do the scripts it loads (ReDoc's bundle fetched its logo from cdn.redoc.ly)
+    client = client_for(alice)
+    for src in re.findall(r'<script[^>]* src="([^"]+)"', html):
+        if src.startswith(settings.STATIC_URL):
+            found = finders.find(src.removeprefix(settings.STATIC_URL))
+            assert found, src
+            script = Path(found).read_bytes()
+        else:
+            response = client.get(src)
+            assert response.status_code == 200, src
+            script = response.content
+        assert re.findall(rb'src:"(?:https?:)?//[^"]*"', script) == [], src
