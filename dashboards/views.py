@@ -303,9 +303,7 @@ def fragmentation_data(request: HttpRequest) -> Payload:
 
 def _fragmentation(pool: QuotaGroup, chosen: frag.SlicePreset) -> dict[str, Any]:
     fmap = frag.fragmentation_map(pool, chosen)
-    max_memory = max(
-        (v for row in fmap.free_memory_mib for v in row if v is not None), default=None
-    )
+    memory_rows = list(zip(fmap.free_memory_mib, fmap.memory_mib, strict=True))
     return {
         "figures": {
             "compute": charts.fragmentation_heatmap(
@@ -320,12 +318,24 @@ def _fragmentation(pool: QuotaGroup, chosen: frag.SlicePreset) -> dict[str, Any]
                 fmap.nodes,
                 fmap.gpu_columns,
                 [
-                    [None if v is None else round(v / 1024, 1) for v in row]
-                    for row in fmap.free_memory_mib
+                    [
+                        None if free is None or not card else round(free / card * 100, 1)
+                        for free, card in zip(frees, cards, strict=True)
+                    ]
+                    for frees, cards in memory_rows
                 ],
                 title=f"Free memory per GPU — {pool.name}",
-                unit="GiB",
-                maximum=None if max_memory is None else round(max_memory / 1024, 1),
+                unit="% of the GPU's memory",
+                maximum=100,
+                hover=[
+                    [
+                        None
+                        if free is None or card is None
+                        else f"{free / 1024:g} of {card / 1024:g} GiB"
+                        for free, card in zip(frees, cards, strict=True)
+                    ]
+                    for frees, cards in memory_rows
+                ],
             ),
             "fits": charts.slice_fit_figure(chosen.label, fmap.fits),
         },

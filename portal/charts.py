@@ -299,23 +299,28 @@ def fragmentation_heatmap(
     title: str,
     unit: str,
     maximum: float | None = None,
+    hover: Sequence[Sequence[str | None]] | None = None,
 ) -> Figure:
-    """Heatmap nodes × GPU index of free capacity; `None` cells (no GPU, unhealthy) stay blank."""
+    """Heatmap nodes × GPU index of free capacity; `None` cells (no GPU, unhealthy) stay blank. Give
+    values as a share of each card (`maximum` = a whole free card) so a free card of any size has the
+    free colour; `hover` is what each cell's tooltip says instead of the value (e.g. "16 of 16 GiB")."""
+    trace: dict[str, Any] = {
+        "type": "heatmap",
+        "x": [f"GPU {j}" for j in range(columns)],
+        "y": list(nodes),
+        "z": [list(row) for row in values],
+        "zmin": 0,
+        "zmax": maximum,
+        "colorscale": [[0, "#1e1b4b"], [0.5, "#6366f1"], [1, "#e0f2fe"]],
+        "colorbar": {"title": {"text": unit}},
+        "hoverongaps": False,
+        "hovertemplate": "%{y} %{x}: %{z} " + unit + " free<extra></extra>",
+    }
+    if hover is not None:
+        trace["customdata"] = [list(row) for row in hover]
+        trace["hovertemplate"] = "%{y} %{x}: %{customdata} free (%{z} " + unit + ")<extra></extra>"
     return {
-        "data": [
-            {
-                "type": "heatmap",
-                "x": [f"GPU {j}" for j in range(columns)],
-                "y": list(nodes),
-                "z": [list(row) for row in values],
-                "zmin": 0,
-                "zmax": maximum,
-                "colorscale": [[0, "#1e1b4b"], [0.5, "#6366f1"], [1, "#e0f2fe"]],
-                "colorbar": {"title": {"text": unit}},
-                "hoverongaps": False,
-                "hovertemplate": "%{y} %{x}: %{z} " + unit + " free<extra></extra>",
-            }
-        ],
+        "data": [trace],
         "layout": {
             "title": {"text": title},
             "xaxis": {"side": "top"},
