@@ -419,9 +419,9 @@ def chargeback_data(request: HttpRequest) -> HttpResponse:
     currency = settings.TESSERA_CHARGEBACK_CURRENCY
     return JsonResponse(
         {
-            "figures": {"chargeback": charts.chargeback_figure(rows)},
+            "figures": {"chargeback": charts.chargeback_figure(rows, currency)},
             "summary": {
-                "total_cost": f"{sum((r.cost for r in rows), start=0):.2f} {currency}",
+                "total_cost": numbers.money(sum((r.cost for r in rows), start=0), currency),
                 "allocated_gpu_hours": round(sum(r.allocated_gpu_hours for r in rows), 1),
                 "used_gpu_hours": round(sum(r.used_gpu_hours for r in rows), 1),
             },

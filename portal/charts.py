@@ -384,8 +384,13 @@ def savings_figure(points: Sequence[Any]) -> Figure:
     }
 
 
-def chargeback_figure(rows: Sequence[Any]) -> Figure:
-    """Stacked bars per month: charge per tenant (one colour per tenant), GPU-hours in the hover."""
+def chargeback_figure(rows: Sequence[Any], currency: str | None = None) -> Figure:
+    """Stacked bars per month: charge per tenant (one colour per tenant) in `currency` (default: the
+    configured TESSERA_CHARGEBACK_CURRENCY), GPU-hours in the hover."""
+    if currency is None:
+        from django.conf import settings
+
+        currency = str(settings.TESSERA_CHARGEBACK_CURRENCY)
     months = sorted({r.month for r in rows})
     by_tenant: dict[str, dict[str, list[float]]] = {}
     for r in rows:
@@ -408,7 +413,8 @@ def chargeback_figure(rows: Sequence[Any]) -> Figure:
                 ],
                 "marker": {"color": tenant_color(slug)},
                 "hovertemplate": (
-                    "%{y:.2f} — %{customdata[0]} GPU-h allocated, %{customdata[1]} used"
+                    "%{y:.2f} " + currency + " — %{customdata[0]} GPU-h allocated, "
+                    "%{customdata[1]} used"
                     "<extra>" + slug + "</extra>"
                 ),
             }
@@ -419,7 +425,7 @@ def chargeback_figure(rows: Sequence[Any]) -> Figure:
             "title": {"text": "Chargeback per month"},
             "barmode": "stack",
             "xaxis": {"title": {"text": "month"}, "type": "category"},
-            "yaxis": {"title": {"text": "charge (price units)"}, "rangemode": "tozero"},
+            "yaxis": {"title": {"text": f"charge ({currency})"}, "rangemode": "tozero"},
             "legend": {"orientation": "h", "y": -0.2},
             "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
         },

@@ -85,3 +85,15 @@ def human(value: int | float, unit: str) -> str:
     if unit == "percent":
         return f"{number} %"
     return f"{number} {singular if number == '1' else plural}"
+
+
+def money(amount: object, currency: str | None = None) -> str:
+    """An amount for people, to the cent with the configured currency (TESSERA_CHARGEBACK_CURRENCY
+    unless `currency` is given): Decimal("1") → "1.00 USD". Every page, figure and summary that shows
+    a cost or a price uses it."""
+    if currency is None:
+        from django.conf import settings
+
+        currency = settings.TESSERA_CHARGEBACK_CURRENCY
+    cents = Decimal(str(amount)).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
+    return f"{cents} {currency}"
