@@ -97,3 +97,13 @@ def money(amount: object, currency: str | None = None) -> str:
         currency = settings.TESSERA_CHARGEBACK_CURRENCY
     cents = Decimal(str(amount)).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
     return f"{cents} {currency}"
+
+
+def counted(number: object, singular: str, plural: str | None = None) -> str:
+    """A count of things in people's words: 1 → "1 GPU", 0.75 → "0.75 GPUs", 2 → "2 GPUs" (plural:
+    `singular` + "s" unless given); None → "—". The one pluralisation of pages and messages."""
+    if number is None or number == "":
+        return "—"
+    value = float(str(number))
+    text = f"{value:g}"
+    return f"{text} {singular if value == 1 else plural or singular + 's'}"

@@ -52,3 +52,9 @@ def money(amount: Any) -> str:
     if amount is None or amount == "":
         return "—"
     return numbers.money(amount)
+
+
+@register.filter
+def counted(number: Any, singular: str) -> str:
+    """{{ 1|counted:"GPU" }} → "1 GPU", {{ 2|counted:"GPU" }} → "2 GPUs" (portal.numbers.counted)."""
+    return numbers.counted(number, singular)
