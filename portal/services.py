@@ -69,7 +69,8 @@ def token_revoke_impact(token: ApiToken) -> ActionImpact:
         summary=(
             f"Token {token} ({used}) stops working at once: scripts and CLIs that send it get "
             "401 from now on. This cannot be undone; create a new token to replace it."
-        )
+        ),
+        done=f"Token {token} ({used}) was revoked: scripts and CLIs that send it get 401.",
     )
 
 
