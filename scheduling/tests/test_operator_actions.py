@@ -111,6 +111,9 @@ def test_drain_with_a_reason_requeues_what_the_confirmation_counted_and_audits_i
     # and the node page shows the audit row to operators
     html = c.get(f"/cluster/nodes/{busy_node.pk}/").content.decode()
     assert html.count('data-testid="node-audit"') == 1
+    # issue 38: the node page's GPU bars had no legend
+    assert html.count('data-testid="bar-legend"') == 1
+    assert "grey is free" in html
     assert "kernel upgrade" in html
     assert "3 workloads of 2 teams were requeued" in html
 
