@@ -32,6 +32,10 @@ def codespace_delete_impact(codespace: Codespace) -> ActionImpact:
             f"Codespace {codespace.name} of {codespace.owner.get_username()} and its "
             f"{codespace.home_gib} GiB home volume are deleted for good.{holds} This cannot be undone."
         ),
+        done=(
+            f"Codespace {codespace.name} of {codespace.owner.get_username()} and its "
+            f"{codespace.home_gib} GiB home volume were deleted."
+        ),
         workload_ids=(codespace.workload_id,) if codespace.workload_id else (),
         teams=(codespace.tenant.slug,),
         codespaces=1,

@@ -93,10 +93,10 @@ def savings(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _picker_context(template: CodespaceTemplate | None, quota: Any) -> dict[str, Any]:
+def _picker_context(template: CodespaceTemplate | None, quota: Any, owner: Any) -> dict[str, Any]:
     if template is None or quota is None:
         return {"picker": None}
-    return {"picker": services.picker_data(template, quota)}
+    return {"picker": services.picker_data(template, quota, owner)}
 
 
 @login_required
@@ -147,7 +147,7 @@ def create(request: HttpRequest) -> HttpResponse:
         "templates": templates,
         "selected_template": selected,
         "quota": quota,
-        **_picker_context(selected, quota),
+        **_picker_context(selected, quota, user),
     }
     return render(request, "codespaces/create.html", context)
 
@@ -165,7 +165,11 @@ def preview_json(request: HttpRequest) -> JsonResponse:
             return JsonResponse({"valid": False, "message": message, "fields": fields}, status=400)
         data = form.cleaned_data
         answer = services.preview_size(
-            tenant, template=data["template"], quota=data["quota"], size=form.size()
+            tenant,
+            template=data["template"],
+            quota=data["quota"],
+            size=form.size(),
+            owner=current_user(request),
         )
     except DomainError as exc:
         fields = {SERVICE_FIELD_TO_FORM.get(k, k) or k: v for k, v in exc.fields.items()}

@@ -12,9 +12,12 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
+from portal.confirmation import Confirmation, confirm_then_act
 from portal.errors import DomainError
+from portal.numbers import counted
+from portal.operator_log import ActionImpact
 from portal.scoping import is_operator
 from quotas.models import QuotaGroup
 from scheduling.choices import DefragPlanState
@@ -109,20 +112,41 @@ def defrag_preview(request: HttpRequest) -> HttpResponse:
     return redirect(_back(pool, plan))
 
 
-@require_POST
+def apply_impact(plan: DefragPlan) -> ActionImpact:
+    """What applying `plan` does, for its confirmation: how many workloads move (each restarts on its
+    new GPU) and what that frees."""
+    moves = plan.moves.count()
+    return ActionImpact(
+        summary=f"{counted(moves, 'workload')} {'moves' if moves == 1 else 'move'} (restarts): {plan.value}"
+    )
+
+
+@require_http_methods(["GET", "POST"])
 def defrag_apply(request: HttpRequest, plan_id: int) -> HttpResponse:
+    """GET: the confirmation (what moves, what it frees); POST: apply the plan (portal.confirmation)."""
     _require_operator(request)
     plan = DefragPlan.objects.select_related("group").filter(pk=plan_id).first()
     if plan is None:
         messages.error(request, f"Defragmentation plan {plan_id} does not exist.")
         return redirect(reverse("dashboards:fragmentation"))
-    try:
-        plan = apply_defrag(plan.pk, actor=request.user)
-    except DomainError as exc:
-        messages.error(request, exc.message)
-        return redirect(_back(plan.group, plan))
-    if plan.state != DefragPlanState.APPLIED:
-        messages.error(request, f"Plan {plan.pk} was not applied. {plan.error}")
-        return redirect(_back(plan.group, plan))
-    messages.success(request, f"Plan {plan.pk} applied: {plan.value}")
-    return redirect(_back(plan.group, plan))
+    back = _back(plan.group, plan)
+
+    def apply(_cleaned: Any) -> str:
+        applied = apply_defrag(plan.pk, actor=request.user)
+        if applied.state != DefragPlanState.APPLIED:
+            raise DomainError(f"Plan {applied.pk} was not applied. {applied.error}")
+        return f"Plan {applied.pk} applied: {applied.value}"
+
+    return confirm_then_act(
+        request,
+        forms.Form(request.POST if request.method == "POST" else None),
+        Confirmation(
+            title=f"Apply defragmentation plan {plan.pk} of pool {plan.group.name}?",
+            impact=lambda: apply_impact(plan),
+            button=f"Apply plan {plan.pk}",
+            cancel_url=back,
+        ),
+        apply,
+        done_url=back,
+        refused_url=back,
+    )

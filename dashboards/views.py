@@ -4,7 +4,6 @@ portal.charts. Thin: parse the query, scope it to the user, call, render."""
 
 from __future__ import annotations
 
-import csv
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,8 @@ from django.utils import timezone
 
 from core import units
 from dashboards.defrag_views import panel_context
-from portal import charts
+from portal import charts, numbers
+from portal.csv_export import csv_writer
 from portal.errors import DomainError, InvalidInput
 from portal.models import Tenant
 from portal.numbers import parse_int
@@ -304,9 +304,7 @@ def fragmentation_data(request: HttpRequest) -> Payload:
 
 def _fragmentation(pool: QuotaGroup, chosen: frag.SlicePreset) -> dict[str, Any]:
     fmap = frag.fragmentation_map(pool, chosen)
-    max_memory = max(
-        (v for row in fmap.free_memory_mib for v in row if v is not None), default=None
-    )
+    memory_rows = list(zip(fmap.free_memory_mib, fmap.memory_mib, strict=True))
     return {
         "figures": {
             "compute": charts.fragmentation_heatmap(
@@ -324,12 +322,24 @@ def _fragmentation(pool: QuotaGroup, chosen: frag.SlicePreset) -> dict[str, Any]
                 fmap.nodes,
                 fmap.gpu_columns,
                 [
-                    [None if v is None else round(units.mib_to_gib(v), 1) for v in row]
-                    for row in fmap.free_memory_mib
+                    [
+                        None if free is None or not card else round(free / card * 100, 1)
+                        for free, card in zip(frees, cards, strict=True)
+                    ]
+                    for frees, cards in memory_rows
                 ],
                 title=f"Free memory per GPU — {pool.name}",
-                unit="GiB",
-                maximum=None if max_memory is None else round(units.mib_to_gib(max_memory), 1),
+                unit="% of the GPU's memory",
+                maximum=100,
+                hover=[
+                    [
+                        None
+                        if free is None or card is None
+                        else f"{units.mib_to_gib(free):g} of {units.mib_to_gib(card):g} GiB"
+                        for free, card in zip(frees, cards, strict=True)
+                    ]
+                    for frees, cards in memory_rows
+                ],
             ),
             "fits": charts.slice_fit_figure(chosen.label, fmap.fits),
         },
@@ -413,9 +423,9 @@ def chargeback_data(request: HttpRequest) -> HttpResponse:
     currency = settings.TESSERA_CHARGEBACK_CURRENCY
     return JsonResponse(
         {
-            "figures": {"chargeback": charts.chargeback_figure(rows)},
+            "figures": {"chargeback": charts.chargeback_figure(rows, currency)},
             "summary": {
-                "total_cost": f"{sum((r.cost for r in rows), start=0):.2f} {currency}",
+                "total_cost": numbers.money(sum((r.cost for r in rows), start=0), currency),
                 "allocated_gpu_hours": round(sum(r.allocated_gpu_hours for r in rows), 1),
                 "used_gpu_hours": round(sum(r.used_gpu_hours for r in rows), 1),
             },
@@ -456,7 +466,7 @@ def chargeback_csv(request: HttpRequest) -> HttpResponse:
         return _error(exc)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="tessera-chargeback.csv"'
-    writer = csv.writer(response)
+    writer = csv_writer(response)
     writer.writerow(
         [
             "month",

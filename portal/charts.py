@@ -299,23 +299,28 @@ def fragmentation_heatmap(
     title: str,
     unit: str,
     maximum: float | None = None,
+    hover: Sequence[Sequence[str | None]] | None = None,
 ) -> Figure:
-    """Heatmap nodes × GPU index of free capacity; `None` cells (no GPU, unhealthy) stay blank."""
+    """Heatmap nodes × GPU index of free capacity; `None` cells (no GPU, unhealthy) stay blank. Give
+    values as a share of each card (`maximum` = a whole free card) so a free card of any size has the
+    free colour; `hover` is what each cell's tooltip says instead of the value (e.g. "16 of 16 GiB")."""
+    trace: dict[str, Any] = {
+        "type": "heatmap",
+        "x": [f"GPU {j}" for j in range(columns)],
+        "y": list(nodes),
+        "z": [list(row) for row in values],
+        "zmin": 0,
+        "zmax": maximum,
+        "colorscale": [[0, "#1e1b4b"], [0.5, "#6366f1"], [1, "#e0f2fe"]],
+        "colorbar": {"title": {"text": unit}},
+        "hoverongaps": False,
+        "hovertemplate": "%{y} %{x}: %{z} " + unit + " free<extra></extra>",
+    }
+    if hover is not None:
+        trace["customdata"] = [list(row) for row in hover]
+        trace["hovertemplate"] = "%{y} %{x}: %{customdata} free (%{z} " + unit + ")<extra></extra>"
     return {
-        "data": [
-            {
-                "type": "heatmap",
-                "x": [f"GPU {j}" for j in range(columns)],
-                "y": list(nodes),
-                "z": [list(row) for row in values],
-                "zmin": 0,
-                "zmax": maximum,
-                "colorscale": [[0, "#1e1b4b"], [0.5, "#6366f1"], [1, "#e0f2fe"]],
-                "colorbar": {"title": {"text": unit}},
-                "hoverongaps": False,
-                "hovertemplate": "%{y} %{x}: %{z} " + unit + " free<extra></extra>",
-            }
-        ],
+        "data": [trace],
         "layout": {
             "title": {"text": title},
             "xaxis": {"side": "top"},
@@ -379,8 +384,13 @@ def savings_figure(points: Sequence[Any]) -> Figure:
     }
 
 
-def chargeback_figure(rows: Sequence[Any]) -> Figure:
-    """Stacked bars per month: charge per tenant (one colour per tenant), GPU-hours in the hover."""
+def chargeback_figure(rows: Sequence[Any], currency: str | None = None) -> Figure:
+    """Stacked bars per month: charge per tenant (one colour per tenant) in `currency` (default: the
+    configured TESSERA_CHARGEBACK_CURRENCY), GPU-hours in the hover."""
+    if currency is None:
+        from django.conf import settings
+
+        currency = str(settings.TESSERA_CHARGEBACK_CURRENCY)
     months = sorted({r.month for r in rows})
     by_tenant: dict[str, dict[str, list[float]]] = {}
     for r in rows:
@@ -403,7 +413,8 @@ def chargeback_figure(rows: Sequence[Any]) -> Figure:
                 ],
                 "marker": {"color": tenant_color(slug)},
                 "hovertemplate": (
-                    "%{y:.2f} — %{customdata[0]} GPU-h allocated, %{customdata[1]} used"
+                    "%{y:.2f} " + currency + " — %{customdata[0]} GPU-h allocated, "
+                    "%{customdata[1]} used"
                     "<extra>" + slug + "</extra>"
                 ),
             }
@@ -414,7 +425,7 @@ def chargeback_figure(rows: Sequence[Any]) -> Figure:
             "title": {"text": "Chargeback per month"},
             "barmode": "stack",
             "xaxis": {"title": {"text": "month"}, "type": "category"},
-            "yaxis": {"title": {"text": "charge (price units)"}, "rangemode": "tozero"},
+            "yaxis": {"title": {"text": f"charge ({currency})"}, "rangemode": "tozero"},
             "legend": {"orientation": "h", "y": -0.2},
             "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
         },

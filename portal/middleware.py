@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 from portal.api.errors import error_body
 from portal.scoping import tenants_for
@@ -53,3 +53,23 @@ class RefuseNulInQueryMiddleware:
                     error_body("invalid", f"{shown}: {message}", {shown: [message]}), status=400
                 )
         return self.get_response(request)
+
+
+class StyledNotFoundMiddleware:
+    """A 404 a view raises (an operator-only page, another team's row) is the styled 404 page even with
+    DEBUG on (`make run`): Django's debug 404 would list every URL of the portal to whoever is refused.
+    An address that matches no route still gets the debug page in development (that 404 is raised while
+    resolving, before any view), and API views answer their own JSON 404."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, Http404):
+            return None
+        from portal.views import page_not_found  # portal.views imports this module
+
+        return page_not_found(request, exception)

@@ -33,7 +33,9 @@ REASON_REQUIRED = frozenset(
 @dataclass(frozen=True)
 class ActionImpact:
     """What an action will do (before) or did (after): one sentence for a person, and the facts behind
-    it. Computed by the same function for the confirmation and for the action itself."""
+    it. Computed by the same function for the confirmation and for the action itself: `summary` says
+    what will happen (the confirmation, the dry run), `done` the same facts in the past tense (the
+    activity log; `summary` when the sentence reads the same before and after)."""
 
     summary: str
     workload_ids: tuple[int, ...] = ()
@@ -41,6 +43,7 @@ class ActionImpact:
     codespaces: int = 0
     jobs: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+    done: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -94,7 +97,7 @@ def record_operator_action(
         target_name=target_name[:255],
         node_name=node_name,
         reason=reason,
-        summary=impact.summary,
+        summary=impact.done or impact.summary,
         impact=impact.as_json(),
     )
     OperatorActionWorkload.objects.bulk_create(

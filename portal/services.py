@@ -140,7 +140,11 @@ def token_revoke_impact(token: ApiToken) -> ActionImpact:
             f"Token {token} ({used}){children} stop{'s' if not minted else ''} working at once: "
             "scripts and CLIs that send it get 401 from now on. This cannot be undone; create a "
             "new token to replace it."
-        )
+        ),
+        done=(
+            f"Token {token} ({used}){children} {'was' if not minted else 'were'} revoked: scripts "
+            "and CLIs that send it get 401."
+        ),
     )
 
 

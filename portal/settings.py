@@ -87,6 +87,8 @@ MIDDLEWARE = [
     # api: Idempotency-Key on every API POST (after auth so session callers are known).
     "portal.api.idempotency.IdempotencyMiddleware",
     "portal.api.middleware.ApiErrorBodyMiddleware",
+    # A 404 raised by a view is the styled page even with DEBUG on (no URL list for refused members).
+    "portal.middleware.StyledNotFoundMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"

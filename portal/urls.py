@@ -6,6 +6,7 @@ from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from portal import activity_views, views
+from portal.api.redoc import redoc_script
 from portal.api.views import ApiRootView
 from portal.forms import AdminLoginForm, LoginForm
 from portal.sso.views import SsoCallbackView, SsoStartView
@@ -23,6 +24,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("redoc/redoc.standalone.js", redoc_script, name="api-redoc-script"),
     path("", ApiRootView.as_view(), name="api-root"),
 ]
 

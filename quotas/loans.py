@@ -35,6 +35,7 @@ from django.utils.dateparse import parse_datetime
 from core.units import MILLI_PER_GPU
 from portal.choices import OperatorActionKind, OperatorTargetKind
 from portal.errors import Conflict, Forbidden, InvalidInput
+from portal.numbers import counted
 from portal.operator_log import ActionImpact, clean_reason, record_operator_action
 from portal.periodic import ItemFailures, run_each
 from portal.scoping import admin_tenant_ids_for, is_operator, signed_in_or_none
@@ -138,7 +139,7 @@ def _check_platform_room(
     if gpus > free:
         raise InvalidInput.for_field(
             "gpus",
-            f"{group.name} has {capacity} GPUs, {promised} promised as min and {lent} already lent "
+            f"{group.name} has {counted(capacity, 'GPU')}, {promised} promised as min and {lent} already lent "
             f"by the operators in that window: {max(0, free)} unassigned, {gpus} asked.",
         )
 
@@ -176,7 +177,7 @@ def _tell_both(loan: QuotaLoan, message: str) -> None:
 
 def describe(loan: QuotaLoan) -> str:
     return (
-        f"loan {loan.pk}: {loan.gpus} GPUs of min from {lender_name(loan)} to {loan.borrower.name}, "
+        f"loan {loan.pk}: {counted(loan.gpus, 'GPU')} of min from {lender_name(loan)} to {loan.borrower.name}, "
         f"{loan.starts_at:%Y-%m-%d %H:%M} to {loan.ends_at:%Y-%m-%d %H:%M} UTC"
     )
 
@@ -189,7 +190,7 @@ def _check_lender_room(
     if promised + gpus > own:
         raise InvalidInput.for_field(
             "gpus",
-            f"{lender.name} has a min of {own} GPUs and already lends {promised} in that window; "
+            f"{lender.name} has a min of {counted(own, 'GPU')} and already lends {promised} in that window; "
             f"{gpus} more would be {promised + gpus}.",
         )
 

@@ -28,7 +28,7 @@ from portal.api.errors import error_body
 from portal.confirmation import Confirmation, confirm_then_act
 from portal.errors import DomainError, InvalidInput, PreconditionFailed
 from portal.forms import show_domain_error, stale_edit_message
-from portal.numbers import parse_int
+from portal.numbers import counted, parse_int
 from portal.scoping import (
     admin_tenant_ids_for,
     get_scoped_or_404,
@@ -526,7 +526,7 @@ def _apply_fairness_action(
             reason=data["reason"],
             actor=request.user,
         )
-        return f"Asked {lender_name(loan)} for {loan.gpus} GPUs of min."
+        return f"Asked {lender_name(loan)} for {counted(loan.gpus, 'GPU')} of min."
     if kind == "decide_loan":
         loan_row = get_object_or_404(
             QuotaLoan.objects.filter(Q(lender=quota) | Q(borrower=quota)), pk=data["loan"]
@@ -552,7 +552,7 @@ def _apply_fairness_action(
         return "Polite reclaim settings saved."
     if kind == "user_cap":
         cap = set_user_cap(quota, data["max_gpus_per_user"], actor=request.user).max_gpus_per_user
-        return f"Per-person cap: {cap} GPUs." if cap else "Per-person cap removed."
+        return f"Per-person cap: {counted(cap, 'GPU')}." if cap else "Per-person cap removed."
     budget = get_object_or_404(GpuHourBudget, pk=data["budget"], quota=quota)
     budgets.top_up_budget(budget, data["gpu_hours"], actor=request.user, reason=data["reason"])
     return f"Added {data['gpu_hours']} GPU-hours to the budget."

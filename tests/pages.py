@@ -190,3 +190,51 @@ def visible_text(html: str) -> str:
 def raw_units(text: str) -> list[str]:
     """The lines of `text` that show a person milli or MiB."""
     return [line for line in text.splitlines() if RAW_UNITS.search(line)]
+
+
+# --------------------------------------------------------------------------- the tab's title
+TAG_LIKE = re.compile(r"<[^>]*>|[<>]")
+
+
+class _Titles(HTMLParser):
+    """The <title> elements of a page: their text, and whether markup was parsed inside one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.titles: list[str] = []
+        self.markup_inside: list[str] = []
+        self._open = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title":
+            self._open = True
+            self.titles.append("")
+        elif self._open:
+            self.markup_inside.append(f"<{tag}>")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._open = False
+        elif self._open:
+            self.markup_inside.append(f"</{tag}>")
+
+    def handle_data(self, data: str) -> None:
+        if self._open:
+            self.titles[-1] += data
+
+
+def title_problems(html: str) -> list[str]:
+    """Why the page's tab title is wrong: not exactly one <title>, or markup (a tag, `<`, `>`) in it
+    after HTML parsing. [] when the page has one plain-text title."""
+    parser = _Titles()
+    parser.feed(html)
+    parser.close()
+    problems = []
+    if len(parser.titles) != 1:
+        problems.append(f"{len(parser.titles)} <title> elements")
+    if parser.markup_inside:
+        problems.append(f"tags inside <title>: {' '.join(parser.markup_inside[:4])}")
+    problems += [
+        f"markup in the title {t.strip()[:80]!r}" for t in parser.titles if TAG_LIKE.search(t)
+    ]
+    return problems

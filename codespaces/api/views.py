@@ -144,7 +144,8 @@ class CodespaceTemplateViewSet(ETagMixin, viewsets.ModelViewSet):
         quota_id = parse_int(quota_param, minimum=1) if quota_param else None
         if quota_param and quota_id is None:
             raise InvalidInput("quota: a quota id.", fields={"quota": ["Expected a number."]})
-        return Response(PickerSerializer(services.picker_for(tenant, template, quota_id)).data)
+        picker = services.picker_for(tenant, template, quota_id, owner=request.user)
+        return Response(PickerSerializer(picker).data)
 
 
 # What `CodespaceSerializer` reads beyond the codespace's own columns: five joins (the scoped base
@@ -331,6 +332,7 @@ class CodespaceViewSet(
             template=data["template"],
             quota=data.get("quota"),
             size=services.SizeRequest.from_api(data),
+            owner=request.user,
         )
         result = answer.result
         return Response(

@@ -78,13 +78,15 @@ def quota_headroom(quota: Quota) -> dict[str, Any]:
     }
 
 
-def preview(quota: Quota, resources: Resources) -> Any:
-    """Would these resources start now on this quota? (scheduling.services.preview_request)."""
-    return scheduling_services.preview_request(quota, **resources.scheduler_kwargs())
+def preview(quota: Quota, resources: Resources, owner: Any = None) -> Any:
+    """Would these resources start now on this quota for `owner` (the person who would create it, so
+    the quota's per-person limit applies)? (scheduling.services.preview_request)."""
+    return scheduling_services.preview_request(quota, owner=owner, **resources.scheduler_kwargs())
 
 
-def picker_data(template: CodespaceTemplate, quota: Quota) -> PickerData:
-    """Quota headroom, the pool's largest free slice, and per preset: starts now, or queues and why."""
+def picker_data(template: CodespaceTemplate, quota: Quota, owner: Any = None) -> PickerData:
+    """Quota headroom, the pool's largest free slice, and per preset: starts now, or queues and why,
+    for `owner` (the person choosing: the quota's per-person limit counts what they hold)."""
     data = PickerData(
         quota=quota,
         headroom=quota_headroom(quota),
@@ -99,15 +101,15 @@ def picker_data(template: CodespaceTemplate, quota: Quota) -> PickerData:
                 PresetOption(preset, False, "invalid", exc.message, None, refused=exc.message)
             )
             continue
-        result = preview(quota, resources)
+        result = preview(quota, resources, owner)
         data.options.append(
             PresetOption(preset, result.starts_now, result.code, result.reason, result.node)
         )
-    data.mig_options = mig_options(template, quota)
+    data.mig_options = mig_options(template, quota, owner)
     return data
 
 
-def mig_options(template: CodespaceTemplate, quota: Quota) -> list[MigOption]:
+def mig_options(template: CodespaceTemplate, quota: Quota, owner: Any = None) -> list[MigOption]:
     """The pool's MIG profiles (a `mig` pool; none elsewhere), each with where it starts now or why it
     would queue, at the template's smallest CPU and memory."""
     options = []
@@ -119,7 +121,7 @@ def mig_options(template: CodespaceTemplate, quota: Quota) -> list[MigOption]:
             memory_mib=template.min_memory_mib,
         )
         try:
-            result = preview(quota, validate_size(template, quota, size))
+            result = preview(quota, validate_size(template, quota, size), owner)
         except InvalidInput as exc:
             options.append(MigOption(profile, False, None, f"{profile}: {exc.message}"))
             continue
@@ -135,12 +137,15 @@ def mig_options(template: CodespaceTemplate, quota: Quota) -> list[MigOption]:
 
 
 def picker_for(
-    tenant: Tenant, template: CodespaceTemplate | int | str, quota: Quota | int | None
+    tenant: Tenant,
+    template: CodespaceTemplate | int | str,
+    quota: Quota | int | None,
+    owner: Any = None,
 ) -> PickerData:
     """`picker_data` for what a caller names: the template if `tenant` may use it, the quota if it is
     one of the team's (default: the first). InvalidInput naming the field otherwise."""
     template_obj = resolve_template(template, tenant)
-    return picker_data(template_obj, resolve_quota(quota, tenant, ""))
+    return picker_data(template_obj, resolve_quota(quota, tenant, ""), owner)
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,7 @@ def preview_size(
     template: CodespaceTemplate | int | str | None,
     quota: Quota | int | None,
     size: SizeRequest,
+    owner: Any = None,
 ) -> SizePreview:
     """Would `size` start now? Resolves the template and quota a caller names (the quota defaults to the
     team's first able to run `size.gpu_model`), validates the size (InvalidInput naming every bad
@@ -165,4 +171,4 @@ def preview_size(
     template_obj = resolve_template(template, tenant)
     quota_obj = resolve_quota(quota, tenant, size.gpu_model)
     resources = validate_size(template_obj, quota_obj, size)
-    return SizePreview(quota=quota_obj, result=preview(quota_obj, resources))
+    return SizePreview(quota=quota_obj, result=preview(quota_obj, resources, owner))

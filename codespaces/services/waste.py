@@ -11,7 +11,6 @@ for every hour of the last day is a saving: stopping it frees its GPUs.
 
 from __future__ import annotations
 
-import csv
 import io
 from collections import defaultdict
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ from django.conf import settings
 from codespaces.choices import CodespaceState
 from codespaces.models import Codespace
 from core.units import MILLI_MINUTES_PER_GPU_HOUR, MILLI_PER_GPU
+from portal.csv_export import csv_writer
 from portal.errors import InvalidInput
 from portal.models import Tenant
 from portal.notifications import deliver
@@ -209,7 +209,7 @@ def waste_report(tenant: Tenant, now: datetime, policy: WastePolicy | None = Non
 def waste_csv(report: WasteReport) -> str:
     """The report as CSV: one row per person, template and idle job."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_writer(out)
     writer.writerow(
         ["team", "kind", "name", "allocated_gpu_hours", "idle_gpu_hours", "idle_percent"]
     )

@@ -11,8 +11,10 @@ from codespaces.choices import CodespaceState as S
 from codespaces.choices import EventKind
 from codespaces.models import Codespace
 from codespaces.tests.factories import CodespaceTemplateFactory
+from codespaces.tests.fixtures import quota_with
 from portal.errors import InvalidInput
 from quotas import usage
+from quotas.models import Quota
 from scheduling import services as scheduling_services
 from scheduling.models import Placement, Workload
 from scheduling.services import reconcile
@@ -322,6 +324,31 @@ def test_picker_shows_what_starts_now_and_what_queues(
     assert by_name["2x-h100"].reason == "team-a GPU side: 0 of max 1 GPU in use, request 2."
     assert by_name["t4"].starts_now is True
     assert by_name["cpu"].starts_now is True
+
+
+def test_picker_applies_the_per_person_limit_that_create_applies(
+    bob: Any, alice: Any, team_a: Any, gpu_pool: Any, template: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:  # fmt: skip
+    # issue 38: the picker said "starts now" for a size the per-person limit then held back at Create
+    # given a quota of 2 GPUs where one person may hold 1, and bob holding the T4 (1 GPU)
+    quota = quota_with(gpu_pool, team_a, max_gpus=2, min_gpus=1)
+    Quota.objects.filter(pk=quota.pk).update(max_gpus_per_user=1)
+    create(bob, team_a, "bob-t4", django_capture_on_commit_callbacks, preset="t4", quota=quota.pk)
+    # when bob opens the picker, a quarter H100 would queue, saying why; alice's still starts now
+    for_bob = {o.preset.name: o for o in services.picker_data(template, quota, owner=bob).options}
+    for_alice = {
+        o.preset.name: o for o in services.picker_data(template, quota, owner=alice).options
+    }
+    assert (for_bob["quarter-h100"].starts_now, for_bob["quarter-h100"].code) == (False, "user_cap")
+    assert for_bob["quarter-h100"].reason == (
+        "team-a: one person may hold at most 1 GPU of this quota; its owner holds 1, request 0.25."
+    )
+    assert for_bob["cpu"].starts_now is True
+    assert for_alice["quarter-h100"].starts_now is True
+    # and Create holds it back for the same reason
+    held = create(bob, team_a, "bob-q", django_capture_on_commit_callbacks, quota=quota.pk)
+    assert held.workload.pending_code == "user_cap"
 
 
 def test_savings_counts_whole_cards_vs_cards_occupied(

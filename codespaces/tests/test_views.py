@@ -34,7 +34,7 @@ def test_create_page_shows_the_picker(bob: Any, quota_a: Any, template: Any) -> 
     assert response.status_code == 200
     html = response.content.decode()
     assert "1 of max 1 GPUs" not in html
-    assert "0 of max 1 GPUs in use; 1 GPUs / 80.0 GiB left" in html
+    assert "0 of max 1 GPU in use; 1 GPU / 80.0 GiB left" in html  # issue 38: not "1 GPUs"
     assert "100% compute, 80 GiB on one GPU" in html
     assert 'data-testid="preset-quarter-h100"' in html
     assert "team-a GPU side: 0 of max 1 GPU in use, request 2." in html  # 2 × H100 would queue
@@ -89,6 +89,12 @@ def test_create_through_the_form(
             {"gpu_model": "T4", "gpu_memory_gib": "8"},
             "gpu_model",
             "T4 GPUs can&#x27;t be shared",
+        ),
+        (
+            "a GPU model the inventory lacks",
+            {"gpu_model": '=HYPERLINK("http://evil","x")'},
+            "gpu_model",
+            "Select a valid choice.",
         ),
         ("unknown template", {"template": "nope"}, "template", "Select a valid choice."),
         ("bad name", {"name": "Not OK"}, "name", "lowercase letters"),

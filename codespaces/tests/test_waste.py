@@ -180,3 +180,14 @@ def test_the_weekly_report_renders_for_a_demo_team():
     out = io.StringIO()
     call_command("waste_report", "--team", "ml-research", stdout=out)
     assert out.getvalue().startswith("GPU waste of team ml-research, ")
+
+
+def test_a_formula_in_a_job_name_is_neutralised_in_the_waste_csv(wasteful_team, alice, settings):
+    settings.TESSERA_WASTE_IDLE_PERCENT = 5.0
+    Workload.objects.filter(name="train-idle").update(name="-2+3+cmd|' /C calc'!A0")
+    client = Client()
+    client.force_login(alice)
+    with time_machine.travel(NOW, tick=False):
+        text = client.get("/codespaces/waste.csv?team=team-a").content.decode()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["name"] for r in rows if r["kind"] == "idle_job"] == ["'-2+3+cmd|' /C calc'!A0"]

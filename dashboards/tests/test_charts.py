@@ -162,6 +162,7 @@ def test_chargeback_figure_stacks_tenants_per_month():
     ]
     assert fig["data"][0]["customdata"] == [[0, 0], [12.0, 5.0]]
     assert fig["layout"]["barmode"] == "stack"
+    assert fig["layout"]["yaxis"]["title"]["text"] == "charge (USD)"
 
 
 def test_wasting_figure_says_so_when_nothing_was_idle():

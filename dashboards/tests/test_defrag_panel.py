@@ -46,6 +46,15 @@ def test_operator_previews_and_applies_a_plan_from_the_fragmentation_page(
     )  # one job restart (TESSERA_DEFRAG_JOB_RESTART_SECONDS)
     assert 'data-testid="defrag-apply"' in shown
 
+    # issue 38: Apply asks first, like the other destructive operator actions, and moves nothing yet
+    confirm = c.get(f"/dashboards/fragmentation/defrag/{plan.pk}/apply/")
+    assert confirm.status_code == 200
+    html = confirm.content.decode()
+    assert 'data-testid="confirm-button"' in html
+    assert f"What will happen:</strong> 1 workload moves (restarts): {plan.value}" in html
+    plan.refresh_from_db()
+    assert plan.state == DefragPlanState.PREVIEWED
+
     r = c.post(f"/dashboards/fragmentation/defrag/{plan.pk}/apply/")
     assert r.status_code == 302
     plan.refresh_from_db()

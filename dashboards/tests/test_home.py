@@ -75,7 +75,13 @@ def bobs_queued(
 
 
 def test_developer_sees_their_codespaces_with_cost_and_what_they_can_start_now(
-    bob: Any, quota_a: Any, template: Any, bobs_quarter: Codespace, team_a: Any, priced: None
+    bob: Any,
+    quota_a: Any,
+    template: Any,
+    bobs_quarter: Codespace,
+    team_a: Any,
+    priced: None,
+    settings: Any,
 ) -> None:
     # given bob's placed quarter-H100 codespace and a stopped one
     CodespaceFactory(
@@ -85,9 +91,12 @@ def test_developer_sees_their_codespaces_with_cost_and_what_they_can_start_now(
     # when bob opens the home page
     html = client_for(bob).get("/").content.decode()
     # then the placed one costs 0.25 GPU × 4.00 per GPU-hour, the stopped one nothing
-    assert text_of(html, "cost-bob-dev") == "1.00 (0.25 GPU × 4.0 per GPU-hour)"
-    assert text_of(html, "cost-bob-old") == "0.00"
-    assert "Holding GPUs now costs 1.00 per hour" in text_of(html, "running-cost")
+    # in the configured currency (issue 38: the home page showed costs with no currency)
+    settings.TESSERA_CHARGEBACK_CURRENCY = "EUR"
+    html = client_for(bob).get("/").content.decode()
+    assert text_of(html, "cost-bob-dev") == "1.00 EUR (0.25 GPU × 4.00 EUR per GPU-hour)"
+    assert text_of(html, "cost-bob-old") == "0.00 EUR"
+    assert "Holding GPUs now costs 1.00 EUR per hour" in text_of(html, "running-cost")
     # and team-a's quota (max 1 GPU, 80 GiB) leaves 0.75 GPU and 60 GiB; the other H100 is free whole
     assert text_of(html, f"start-now-{quota_a.pk}") == (
         "team-a in pool gpu: up to 0.75 GPUs (60 GiB GPU memory); "

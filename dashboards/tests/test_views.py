@@ -142,7 +142,12 @@ def test_fragmentation_data(client, bob, ingested):
     }
     # free compute in % of each GPU (a person reads percent, not milli)
     assert body["figures"]["compute"]["data"][0]["z"] == [[50.0, 0.0], [50.0, None]]
-    assert body["figures"]["memory"]["data"][0]["z"] == [[40.0, 0.0], [40.0, None]]
+    # free memory in % of each card's memory, the GiB in the tooltip
+    assert body["figures"]["memory"]["data"][0]["z"] == [[50.0, 0.0], [50.0, None]]
+    assert body["figures"]["memory"]["data"][0]["customdata"] == [
+        ["40 of 80 GiB", "0 of 80 GiB"],
+        ["40 of 80 GiB", None],
+    ]
     assert body["figures"]["fits"]["data"][0]["y"] == [2, 2]
     custom = client.get(
         "/dashboards/fragmentation/data/?pool=a100&gpu_percent=25&gpu_memory_gib=20"
@@ -392,3 +397,28 @@ def test_tenant_rows_add_up_to_the_totals_at_both_resolutions(
     ]
     assert body["summary"]["idle_gpu_hours"] == 0.2
     assert body["summary"]["allocated_gpu_hours"] == 0.2
+
+
+def test_a_formula_in_a_gpu_model_is_neutralised_in_the_chargeback_csv(client, operator, charges):  # type: ignore[no-untyped-def]
+    QuotaSample.objects.update(gpu_model="@SUM(1+1)")
+    client.force_login(operator)
+    rows = list(
+        csv.reader(io.StringIO(client.get("/dashboards/chargeback.csv?months=1").content.decode()))
+    )
+    assert {r[2] for r in rows[1:]} == {"'@SUM(1+1)"}
+
+
+def test_a_free_card_is_coloured_free_on_the_memory_map_whatever_its_size(client, bob, team_a):  # type: ignore[no-untyped-def]
+    # issue 38: a free T4 (16 GiB) was coloured as partly used, on a scale up to the A100's 80 GiB
+    from quotas.tests.factories import QuotaFactory, QuotaGroupFactory, make_node
+
+    group = QuotaGroupFactory(name="mixed", node_selector={"pool": "mixed"})
+    QuotaFactory(group=group, tenant=team_a)
+    make_node("a100-x", pool="mixed", gpu_count=1, gpu_memory_mib=80 * 1024, gpu_model="A100")
+    make_node("t4-x", pool="mixed", gpu_count=1, gpu_memory_mib=16 * 1024, gpu_model="T4")
+    client.force_login(bob)
+    memory = client.get("/dashboards/fragmentation/data/?pool=mixed").json()["figures"]["memory"]
+    trace = memory["data"][0]
+    assert trace["z"] == [[100.0], [100.0]]
+    assert (trace["zmin"], trace["zmax"]) == (0, 100)
+    assert trace["customdata"] == [["80 of 80 GiB"], ["16 of 16 GiB"]]

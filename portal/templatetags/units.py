@@ -44,3 +44,17 @@ def cores(milli: Any) -> str:
 def gib(mib: Any) -> str:
     """Memory: 16384 → "16 GiB"."""
     return _amount(mib, "gib")
+
+
+@register.filter
+def money(amount: Any) -> str:
+    """Decimal("1") → "1.00 USD" (the configured currency)."""
+    if amount is None or amount == "":
+        return "—"
+    return numbers.money(amount)
+
+
+@register.filter
+def counted(number: Any, singular: str) -> str:
+    """{{ 1|counted:"GPU" }} → "1 GPU", {{ 2|counted:"GPU" }} → "2 GPUs" (portal.numbers.counted)."""
+    return numbers.counted(number, singular)

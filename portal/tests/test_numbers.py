@@ -2,7 +2,7 @@
 
 import pytest
 
-from portal.numbers import BIGINT_MAX, parse_int
+from portal.numbers import BIGINT_MAX, counted, parse_int
 
 
 @pytest.mark.parametrize(
@@ -46,3 +46,11 @@ def test_a_filter_of_only_commas_is_no_filter_not_a_500(api_as, operator, value)
     # found by the schemathesis run: ?healthy=, left no values and indexed an empty list
     response = api_as(operator).get(f"/api/v1/nodes/?healthy={value}")
     assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("number", "text"),
+    [(1, "1 GPU"), (1.0, "1 GPU"), (0, "0 GPUs"), (0.75, "0.75 GPUs"), (2, "2 GPUs"), (None, "—")],
+)
+def test_counted_says_one_gpu_and_otherwise_gpus(number: object, text: str) -> None:
+    assert counted(number, "GPU") == text

@@ -220,7 +220,10 @@ def test_revoking_a_token_asks_once_saying_what_stops_working_then_audits_it(bob
     entry = OperatorAction.objects.get()
     assert issued.token.revoked_at is not None
     assert (entry.actor, entry.action, entry.target_id) == (bob, "token_revoke", issued.token.pk)
-    assert entry.summary.startswith(f"Token {issued.token} (never used) stops working at once")
+    assert (
+        entry.summary
+        == f"Token {issued.token} (never used) was revoked: scripts and CLIs that send it get 401."
+    )
 
 
 def test_nobody_else_can_see_or_revoke_a_token(bob: Any, charlie: Any) -> None:

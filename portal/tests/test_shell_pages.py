@@ -4,9 +4,12 @@ the documentation is, and API docs that load nothing from another host."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.contrib.staticfiles import finders
 from django.test import Client
 
 from quotas.tests.factories import QuotaFactory, QuotaGroupFactory
@@ -42,6 +45,21 @@ def test_page_a_member_may_not_use_is_the_styled_403(alice: Any, team_a: Any) ->
     assert "Not allowed" in html
 
 
+@pytest.mark.parametrize(
+    "path", ["/codespaces/savings/", "/operators/activity/", "/cluster/nodes/1/"]
+)
+def test_a_member_on_an_operator_page_gets_the_styled_404_even_with_debug_on(
+    bob: Any, settings: Any, path: str
+) -> None:
+    # issue 38: with DEBUG=True (make run) members saw Django's debug 404 listing every URL
+    settings.DEBUG = True
+    response = client_for(bob).get(path)
+    assert response.status_code == 404
+    html = response.content.decode()
+    assert 'data-testid="error-404"' in html
+    assert "URLconf" not in html
+
+
 def test_every_page_names_a_local_favicon_and_favicon_ico_redirects_to_it(client: Client) -> None:
     html = client.get("/accounts/login/").content.decode()
     assert re.search(r'<link rel="icon" href="/static/portal/favicon[^"]*\.svg"', html)
@@ -67,3 +85,15 @@ def test_api_docs_load_nothing_from_another_host(alice: Any, path: str) -> None:
     external = re.findall(r'(?:src|href)="((?:https?:)?//[^"]+)"', html)
     assert external == []
     assert "fonts.googleapis.com" not in html
+    # nor do the scripts it loads (ReDoc's bundle fetched its logo from cdn.redoc.ly)
+    client = client_for(alice)
+    for src in re.findall(r'<script[^>]* src="([^"]+)"', html):
+        if src.startswith(settings.STATIC_URL):
+            found = finders.find(src.removeprefix(settings.STATIC_URL))
+            assert found, src
+            script = Path(found).read_bytes()
+        else:
+            response = client.get(src)
+            assert response.status_code == 200, src
+            script = response.content
+        assert re.findall(rb'src:"(?:https?:)?//[^"]*"', script) == [], src

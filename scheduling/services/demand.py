@@ -5,7 +5,6 @@ the bench's input). The workloads table already keeps all of it; nothing new is 
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields
@@ -13,6 +12,7 @@ from datetime import datetime
 
 import numpy as np
 
+from portal.csv_export import csv_writer
 from quotas.models import QuotaGroup
 from scheduling.engine import ClusterState, NodeSpec
 from scheduling.models import Gpu, Workload
@@ -91,7 +91,7 @@ def recorded_demand(
 def demand_csv(records: Sequence[DemandRecord]) -> str:
     """The records as CSV (header = :data:`COLUMNS`, times ISO 8601, empty when unknown)."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer)
+    writer = csv_writer(buffer)
     writer.writerow(COLUMNS)
     for record in records:
         writer.writerow(

@@ -16,6 +16,7 @@ from typing import Any
 
 from core.units import MILLI_PER_GPU
 from portal.errors import InvalidInput
+from portal.numbers import counted
 from quotas.models import QuotaGroup
 from scheduling.models import Gpu, Node
 from scheduling.services.pool_cache import pool_cached
@@ -100,7 +101,7 @@ def _check_pod(
     if gpu_count > largest_gpus:
         raise refuse(
             "gpu_count",
-            f"Each pod needs {gpu_count} GPUs on one node; the largest node of pool {group.name} "
+            f"Each pod needs {counted(gpu_count, 'GPU')} on one node; the largest node of pool {group.name} "
             f"has {largest_gpus}.",
         )
     slice_memory = int(spec.get("gpu_memory_mib") or 0)

@@ -29,10 +29,10 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def requeue_impact(workload_ids: list[int], *, then: str) -> ActionImpact:
+def requeue_impact(workload_ids: list[int], *, then: str, then_done: str) -> ActionImpact:
     """The impact of requeueing `workload_ids` (with their gangs): how many workloads of how many
     teams, how many codespaces restart, how many job pods wait again. `then` is the sentence about
-    the node or GPU itself."""
+    the node or GPU itself (`then_done`: the same, said after the fact)."""
     ids = workloads_requeued_with(workload_ids)
     rows = list(
         Workload.objects.filter(pk__in=ids).values_list("kind", "tenant__slug").order_by("pk")
@@ -44,15 +44,26 @@ def requeue_impact(workload_ids: list[int], *, then: str) -> ActionImpact:
     if ids:
         moved = f"{_plural(len(ids), 'workload')} of {_plural(len(teams), 'team')} will be requeued"
         parts = [moved]
+        were = "was" if len(ids) == 1 else "were"
+        past = [f"{_plural(len(ids), 'workload')} of {_plural(len(teams), 'team')} {were} requeued"]
         if codespaces:
             parts.append(f"{_plural(codespaces, 'codespace')} will restart elsewhere")
+            past.append(f"{_plural(codespaces, 'codespace')} restarted elsewhere")
         if jobs:
             parts.append(f"{_plural(jobs, 'job pod')} will wait for capacity again")
+            past.append(f"{_plural(jobs, 'job pod')} went back to waiting for capacity")
         summary = "; ".join(parts) + f". {then}"
+        done = "; ".join(past) + f". {then_done}"
     else:
         summary = f"No workload runs there: nothing is requeued. {then}"
+        done = f"No workload ran there: nothing was requeued. {then_done}"
     return ActionImpact(
-        summary=summary, workload_ids=tuple(ids), teams=teams, codespaces=codespaces, jobs=jobs
+        summary=summary,
+        workload_ids=tuple(ids),
+        teams=teams,
+        codespaces=codespaces,
+        jobs=jobs,
+        done=done,
     )
 
 
@@ -64,14 +75,24 @@ def node_action_impact(node: Node, action: str) -> ActionImpact:
         return ActionImpact(
             summary=f"Node {node.name} takes no new work; the {keep} running there keep running.",
             details={"running": len(running)},
+            done=f"Node {node.name} was cordoned; the {keep} running there kept running.",
         )
     if action == OperatorActionKind.UNCORDON:
-        return ActionImpact(summary=f"Node {node.name} accepts new work again; nothing moves.")
+        return ActionImpact(
+            summary=f"Node {node.name} accepts new work again; nothing moves.",
+            done=f"Node {node.name} was uncordoned; nothing moved.",
+        )
     if action == OperatorActionKind.DRAIN:
-        return requeue_impact(running, then=f"Node {node.name} is cordoned: it takes no new work.")
+        return requeue_impact(
+            running,
+            then=f"Node {node.name} is cordoned: it takes no new work.",
+            then_done=f"Node {node.name} was cordoned.",
+        )
     if action == OperatorActionKind.NODE_FAILURE:
         return requeue_impact(
-            running, then=f"Node {node.name} fails (simulated) until an operator repairs it."
+            running,
+            then=f"Node {node.name} fails (simulated) until an operator repairs it.",
+            then_done=f"Node {node.name} was failed (simulated) until an operator repairs it.",
         )
     raise ValueError(f"not a node action: {action!r}")
 
@@ -80,13 +101,22 @@ def gpu_action_impact(gpu: Gpu, action: str) -> ActionImpact:
     """What `action` (gpu_unhealthy, gpu_healthy, gpu_failure) on `gpu` will do now."""
     label = f"GPU {gpu.index} of node {gpu.node.name}"
     if action == OperatorActionKind.GPU_HEALTHY:
-        return ActionImpact(summary=f"{label} takes new work again; nothing moves.")
+        return ActionImpact(
+            summary=f"{label} takes new work again; nothing moves.",
+            done=f"{label} was marked healthy; nothing moved.",
+        )
     running = workloads_on(gpu_id=gpu.pk)
     if action == OperatorActionKind.GPU_UNHEALTHY:
-        return requeue_impact(running, then=f"{label} takes no new work until marked healthy.")
+        return requeue_impact(
+            running,
+            then=f"{label} takes no new work until marked healthy.",
+            then_done=f"{label} was marked unhealthy.",
+        )
     if action == OperatorActionKind.GPU_FAILURE:
         return requeue_impact(
-            running, then=f"{label} fails (simulated) and stays unhealthy until marked healthy."
+            running,
+            then=f"{label} fails (simulated) and stays unhealthy until marked healthy.",
+            then_done=f"{label} was failed (simulated) until marked healthy.",
         )
     raise ValueError(f"not a GPU action: {action!r}")
 
@@ -99,6 +129,10 @@ def job_cancel_impact(gang: Gang) -> ActionImpact:
         summary=(
             f"Job {gang.name} is cancelled: its {_plural(len(members), 'pod')} stop for good "
             f"({len(active)} placed now release what they hold). This cannot be undone."
+        ),
+        done=(
+            f"Job {gang.name} was cancelled: its {_plural(len(members), 'pod')} stopped for good "
+            f"({len(active)} placed released what they held)."
         ),
         workload_ids=tuple(active),
         jobs=len(members),

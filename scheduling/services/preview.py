@@ -27,10 +27,12 @@ class Preview:
     node: str | None = None
 
 
-def preview_request(quota: Quota, **resources: Any) -> Preview:
+def preview_request(quota: Quota, *, owner: Any = None, **resources: Any) -> Preview:
     """Would a request with these resources (submit_workload fields: cpu_milli, memory_mib, gpu_count,
     gpu_milli, gpu_memory_mib, gpu_models, node_labels, topology, priority, preemptible) start now in
-    `quota`? Raises InvalidInput for malformed resources. Read-only."""
+    `quota`, submitted by `owner`? Admission is the cycle's (quotas.admission), so the quota's per-person
+    limit counts what `owner` holds (no owner: that limit is not checked). Raises InvalidInput for
+    malformed resources. Read-only."""
     preemptible = bool(resources.pop("preemptible", True))
     res = validate_resources(
         cpu_milli=resources.get("cpu_milli"),
@@ -49,6 +51,7 @@ def preview_request(quota: Quota, **resources: Any) -> Preview:
     w = Workload(
         tenant_id=quota.tenant_id,
         quota=quota,
+        owner_id=getattr(owner, "pk", None),
         kind=resources.get("kind", WorkloadKind.CODESPACE),
         name="preview",
         state=WorkloadState.PENDING,

@@ -219,6 +219,16 @@ def validate_resources(
     return out
 
 
+def unknown_model_error(gpu_models: Sequence[str], cards: PoolCards) -> str:
+    """Why `gpu_models` names a model no card of the inventory has ("" when every name is known): such
+    a request could never be placed, and its name would be stored and exported as the member typed it."""
+    known = cards.anywhere if gpu_models else {}
+    unknown = [m for m in gpu_models if m not in known]
+    if not unknown:
+        return ""
+    return f"Unknown GPU model {unknown[0]!r}: the inventory has {', '.join(sorted(known)) or 'no GPUs'}."
+
+
 def fit_to_pool(res: dict[str, Any], cards: PoolCards, group: QuotaGroup) -> dict[str, Any]:
     """The pool-dependent part of a validated request (`validate_resources`), in place: a slice is
     restricted to GPU models that can be shared (scheduling.services.slicing), a whole card gets the
@@ -235,6 +245,8 @@ def fit_to_pool(res: dict[str, Any], cards: PoolCards, group: QuotaGroup) -> dic
     if refused:
         reasons = next(iter(refused.values()))
         raise InvalidInput(f"Pool {group.name}: {reasons[0]}", fields=refused)
+    if unknown := unknown_model_error(res["gpu_models"], cards):
+        raise InvalidInput(unknown, fields={"gpu_models": [unknown]})
     if mig_profile:
         # One GPU instance; quotas count it as its GPU-equivalent (quotas.sharing), its memory is the
         # profile's. The cycle places it with the MIG engine (card + position).
@@ -598,8 +610,11 @@ def refresh_gang_states(gang_ids: Iterable[int]) -> None:
         if new == gang.state:
             continue
         changes: dict[str, Any] = {"state": new, "updated_at": now}
+        if new in (GangState.PLACED, GangState.RUNNING):
+            changes["reason"] = ""  # it no longer waits: the reason it waited is gone with it
         if new == GangState.WAITING and gang.state in (GangState.PLACED, GangState.RUNNING):
             changes["deadline_at"] = now + timedelta(seconds=gang.timeout_seconds)
+            changes["reason"] = "A pod was requeued; waiting for the next scheduling cycle."
         Gang.objects.filter(pk=gang.pk).update(**changes)
 
 

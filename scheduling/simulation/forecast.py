@@ -149,6 +149,26 @@ class StartEstimate:
     reason: str
 
 
+def _gpus(milli: int) -> str:
+    return f"{milli / 1000:g}"
+
+
+def _blocking_reason(
+    state: ClusterState, t: TimedRequest, held: Mapping[str, int], caps: Mapping[str, int]
+) -> str:
+    """Why ``t`` does not start now, as the replay would block it: its team's quota first (the
+    cycle admits by quota before it looks for room), then the capacity it lacks, else the queue."""
+    cap = caps.get(t.team)
+    used = held.get(t.team, 0)
+    if cap is not None and used + t.request.total_gpu_milli > cap:
+        return (
+            f"it waits for quota: its team holds {_gpus(used)} of its {_gpus(cap)}-GPU max and "
+            f"this asks for {_gpus(t.request.total_gpu_milli)} more"
+        )
+    why = explain(state, t.request)
+    return why.message if why is not None else "it fits, but requests ahead of it come first"
+
+
 def estimate_starts(
     state: ClusterState,
     running: Sequence[RunningWork],
@@ -186,6 +206,11 @@ def estimate_starts(
             state, queue, replace(options, horizon=horizon, stop_when_idle=True), running=work
         )
         bounds.append({o.request_id: o.start for o in result.outcomes})
+    caps = {q.team: q.max_gpu_milli for q in options.quotas}
+    held: dict[str, int] = {}
+    for w in running:
+        milli = w.running.assignment.gpu_milli * len(w.running.assignment.gpu_indices)
+        held[w.running.team] = held.get(w.running.team, 0) + milli
     out: dict[str, StartEstimate] = {}
     order = sorted(
         range(len(waiting)),
@@ -197,8 +222,7 @@ def estimate_starts(
         known = [s for s in starts if s is not None]
         earliest = min(known) if known else None
         latest = max(known) if len(known) == len(starts) else None
-        why = explain(state, t.request)
-        blocked = why.message if why is not None else "it fits, but requests ahead of it come first"
+        blocked = _blocking_reason(state, t, held, caps)
         out[t.request_id] = StartEstimate(
             t.request_id,
             earliest,

@@ -8,7 +8,6 @@ A card counts from its node's creation (or the month's start) to the month's end
 
 from __future__ import annotations
 
-import csv
 import io
 import re
 from collections import defaultdict
@@ -19,6 +18,7 @@ from django.conf import settings
 from django.db.models import Sum
 
 from core.units import MILLI_MINUTES_PER_GPU_HOUR
+from portal.csv_export import csv_writer
 from portal.errors import InvalidInput
 from portal.models import Tenant
 from scheduling.models import Gpu
@@ -107,7 +107,7 @@ CSV_HEADER = [
 def bill_csv(bill: Bill, lines: list[BillLine]) -> str:
     """The lines as CSV (GPU-hours to 3 decimals, amounts to the cent)."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_writer(out)
     writer.writerow(CSV_HEADER)
     for line in lines:
         writer.writerow(

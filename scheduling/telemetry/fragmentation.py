@@ -126,6 +126,7 @@ class FragmentationMap:
     gpu_columns: int = 0
     free_milli: list[list[int | None]] = field(default_factory=list)
     free_memory_mib: list[list[int | None]] = field(default_factory=list)
+    memory_mib: list[list[int | None]] = field(default_factory=list)  # each card's whole memory
     fits: dict[str, int] = field(default_factory=dict)
     free_milli_total: int = 0
     fragmented_milli: float = 0.0
@@ -220,15 +221,19 @@ def fragmentation_map(group: QuotaGroup, chosen: SlicePreset) -> FragmentationMa
         result.nodes.append(name)
         row_milli: list[int | None] = []
         row_memory: list[int | None] = []
+        row_cards: list[int | None] = []
         for j in range(state.max_gpus):
             if j < state.gpu_count[i] and state.gpu_ok[i, j]:
                 row_milli.append(int(state.gpu_free[i, j]))
                 row_memory.append(int(state.gpu_mem_free[i, j]))
+                row_cards.append(int(state.gpu_mem_cap[i, j]))
             else:
                 row_milli.append(None)
                 row_memory.append(None)
+                row_cards.append(None)
         result.free_milli.append(row_milli)
         result.free_memory_mib.append(row_memory)
+        result.memory_mib.append(row_cards)
     result.free_milli_total = int(state.gpu_free[state.gpu_ok].sum()) if len(state) else 0
     if chosen.mig_profile:
         result.fits, result.fragmented_milli = _mig_fits(group, result.nodes, chosen.mig_profile)

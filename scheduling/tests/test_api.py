@@ -8,8 +8,9 @@ import pytest
 
 from scheduling import services
 from scheduling.choices import GangState, WorkloadState
+from scheduling.inventory import sync_inventory_rows
 from scheduling.models import Gang, Gpu, Node, Placement, Workload
-from scheduling.tests.factories import make_group, make_quota, small_cluster
+from scheduling.tests.factories import gpu_node, make_group, make_quota, small_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -158,8 +159,6 @@ def test_job_submit_accepts_prefixed_kubernetes_labels(
          "131072."),
         ("labels no node has", _member(node_labels={"zone": "mars"}), "members[0].node_labels",
          "No node of pool training has the labels zone=mars."),
-        ("a GPU model the pool lacks", _member(gpu_models=["H100"]), "members[0].gpu_models",
-         "No node of pool training has a GPU of model H100 (it has: A100)."),
     ],
 )  # fmt: skip
 def test_job_that_can_never_fit_its_pool_is_refused_at_submit_with_the_numbers(
@@ -177,6 +176,41 @@ def test_job_that_can_never_fit_its_pool_is_refused_at_submit_with_the_numbers(
     error = r.json()["error"]
     assert (error["code"], error["fields"]) == ("never_fits", {field: [message]})
     assert not Gang.objects.exists()
+    assert not Workload.objects.exists()
+
+
+def test_job_naming_a_gpu_model_only_another_pool_has_can_never_fit_and_is_refused(
+    alice: Any, quota_a: Any, api_as: Any
+) -> None:
+    sync_inventory_rows([gpu_node("h100-x", "H100", 80, pool="inference")])
+    r = api_as(alice).post("/api/v1/jobs/", _member(gpu_models=["H100"]), format="json")
+    assert r.status_code == 400, r.json()
+    error = r.json()["error"]
+    assert (error["code"], error["fields"]) == (
+        "never_fits",
+        {
+            "members[0].gpu_models": [
+                "No node of pool training has a GPU of model H100 (it has: A100)."
+            ]
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    "models",
+    [['=HYPERLINK("http://evil","x")'], ["A100", "H200-typo"]],
+)
+def test_job_naming_a_gpu_model_the_inventory_does_not_have_is_refused_at_submit(
+    models: list[str], alice: Any, quota_a: Any, api_as: Any
+) -> None:
+    # issue 38: an unknown model name was stored (and exported) even when another named model fit
+    for member in (_member(gpu_models=models), _member(gpu_models=models, gpu_count=0)):
+        r = api_as(alice).post("/api/v1/jobs/", member, format="json")
+        assert r.status_code == 400, r.json()
+        unknown = [m for m in models if m != "A100"]
+        assert r.json()["error"]["fields"] == {
+            "members[0].gpu_models": [f"Unknown GPU model {unknown[0]!r}: the inventory has A100."]
+        }
     assert not Workload.objects.exists()
 
 

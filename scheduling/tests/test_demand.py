@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import timedelta
 from typing import Any
 
@@ -85,3 +87,12 @@ def test_operators_export_json_and_csv_and_bad_windows_are_400(
     assert bad.json()["error"]["fields"] == {"days": ["Expected 1-90, got '0'."]}
     assert api_as(operator).get("/api/v1/demand/?days=1&group=999999").status_code == 400
     assert api_as(alice).get("/api/v1/demand/?days=1").status_code == 403
+
+
+def test_a_formula_in_a_gpu_model_is_neutralised_in_the_operators_csv(
+    history: Any, operator: Any, api_as: Any
+) -> None:
+    Workload.objects.filter(name="a").update(gpu_models=['=HYPERLINK("http://evil","x")'])
+    text = api_as(operator).get("/api/v1/demand/?days=1&output=csv").content.decode()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["gpu_models"] for r in rows] == ['\'=HYPERLINK("http://evil","x")', "", ""]

@@ -110,9 +110,12 @@ def test_drain_with_a_reason_requeues_what_the_confirmation_counted_and_audits_i
     assert set(Workload.objects.values_list("pending_reason", flat=True)) == {"kernel upgrade"}
     # and the node page shows the audit row to operators
     html = c.get(f"/cluster/nodes/{busy_node.pk}/").content.decode()
-    assert 'data-testid="node-audit"' in html
+    assert html.count('data-testid="node-audit"') == 1
+    # issue 38: the node page's GPU bars had no legend
+    assert html.count('data-testid="bar-legend"') == 1
+    assert "grey is free" in html
     assert "kernel upgrade" in html
-    assert "3 workloads of 2 teams will be requeued" in html
+    assert "3 workloads of 2 teams were requeued" in html
 
 
 def test_mark_gpu_unhealthy_needs_a_reason_and_counts_only_that_gpu(
@@ -203,7 +206,7 @@ def test_api_cordon_with_a_reason_is_audited(operator: Any, busy_node: Node, api
     assert (entry.action, entry.reason, entry.summary) == (
         "cordon",
         "rack move",
-        "Node training-g0 takes no new work; the 3 workloads running there keep running.",
+        "Node training-g0 was cordoned; the 3 workloads running there kept running.",
     )
 
 

@@ -160,6 +160,22 @@ def test_job_form_submits_a_gang_and_shows_its_pods(alice: Any, quota_a: Any) ->
     assert gang.state == GangState.CANCELLED
 
 
+def test_a_placed_job_no_longer_says_it_waits_for_the_next_cycle(alice: Any, quota_a: Any) -> None:
+    # issue 38: running jobs kept "Waiting for the next scheduling cycle." as their reason
+    gang = services.submit_gang(
+        tenant=quota_a.tenant, quota=quota_a, name="j", owner=alice,
+        members=[{"cpu_milli": 1000, "memory_mib": 1024, "gpu_count": 1, "gpu_milli": 1000}] * 2,
+        min_available=2, timeout_seconds=600,
+    )  # fmt: skip
+    services.run_cycle(quota_a.group_id)
+    gang.refresh_from_db()
+    assert gang.state in (GangState.PLACED, GangState.RUNNING)
+    assert gang.reason == ""
+    html = login(alice).get(f"/cluster/jobs/{gang.pk}/").content.decode()
+    assert "Waiting for the next scheduling cycle" not in html
+    assert 'data-testid="job-reason"' not in html
+
+
 def test_job_form_shows_service_errors_next_to_the_field(alice: Any, quota_a: Any) -> None:
     form = {
         "name": "bad", "quota": quota_a.pk, "pods": 2, "min_available": 3, "cpu_milli": "0.001",

@@ -177,7 +177,7 @@ def test_migration_charges_live_whole_cards_made_before_the_field() -> None:
     quota = make_quota(make_group())
     placed = submit(quota, "placed", gpu_count=2, gpu_milli=1000, gpu_models=["A100"])
     services.run_cycle(quota.group_id)
-    pending = submit(quota, "pending", gpu_count=1, gpu_milli=1000, gpu_models=["H100", "T4"])
+    pending = submit(quota, "pending", gpu_count=1, gpu_milli=1000, gpu_models=["H100", "A100"])
     Workload.objects.update(whole_card_memory_mib=0)
     # when the migration's backfill runs
     migration.charge_live_whole_cards(apps, None)

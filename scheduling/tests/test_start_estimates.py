@@ -159,6 +159,22 @@ def test_a_pod_of_a_quota_at_its_max_waits_for_its_own_work_not_for_a_free_gpu()
     )
 
 
+def test_a_pod_over_its_quota_is_told_it_waits_for_quota_not_that_it_fits() -> None:
+    # issue 38: an over-quota codespace read "(it fits, but requests ahead of it come first)"
+    small_cluster(gpu_nodes=1, gpus_per_node=2)
+    group = make_group()
+    quota = make_quota(group, gpu_max_milli=1000)
+    submit(quota, "running")
+    services.run_cycle(group.pk)
+    waiting = submit(quota, "waiting")
+    services.run_cycle(group.pk)
+    reason = compute_group_estimates(group, timezone.now())[waiting.pk].reason
+    assert reason == (
+        "0 ahead in the queue; it waits for quota: its team holds 1 of its 1-GPU max and this "
+        "asks for 1 more"
+    )
+
+
 def test_the_run_times_of_the_same_template_come_before_the_teams() -> None:
     # given one GPU held for 10 min by a pod of image "train", whose five recorded runs took 2 h each,
     # while the team's other pods ("notebook") ran 20-50 min

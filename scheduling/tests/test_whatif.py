@@ -80,7 +80,7 @@ def test_the_page_is_for_operators_only_and_shows_both_runs_side_by_side(
     client.force_login(operator)
     query = f"?group={busy_day.group_id}&days=1&add_model=A100&add_count=1&remove_count=0"
     page = client.get("/cluster/what-if/" + query).content.decode()
-    assert '<td data-testid="gpus-0">1 nodes, 1 GPUs</td>' in page
+    assert '<td data-testid="gpus-0">1 node, 1 GPU</td>' in page
     assert '<td data-testid="gpus-1">2 nodes, 2 GPUs</td>' in page
     assert '<td data-testid="waits-0">1.5 min / 2.1 min / 2.2 min</td>' in page
     # two GPUs: b starts beside a; c waits 40 s for b (ends at 60 s)

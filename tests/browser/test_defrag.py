@@ -50,6 +50,10 @@ def test_operator_defragments_the_pool_the_8_gpu_job_starts_and_the_owner_reads_
 
     # when they apply it
     page.click("[data-testid=defrag-apply]")
+    assert "What will happen: 1 workload moves (restarts)" in page.inner_text(
+        "[data-testid=impact]"
+    )
+    page.click("[data-testid=confirm-button]")
     page.wait_for_selector("[data-testid=defrag-state]:has-text('Applied')")
     assert page.locator("[data-testid=defrag-apply]").count() == 0
     settle()

@@ -106,7 +106,7 @@ def test_operator_drains_a_node_with_a_reason_and_the_developer_reads_it(
     page.wait_for_url(f"**/cluster/nodes/{node.pk}/")
     audit = page.inner_text("[data-testid=node-audit]")
     assert "kernel upgrade" in audit
-    assert "1 workload of 1 team will be requeued" in audit
+    assert "1 workload of 1 team was requeued" in audit
     reconcile.sync_status()
 
     # then bob reads the operator's reason in his codespace's timeline

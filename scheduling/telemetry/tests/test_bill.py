@@ -15,7 +15,7 @@ import pytest
 import time_machine
 from django.test import Client
 
-from scheduling.models import Node
+from scheduling.models import Gpu, Node
 from scheduling.telemetry.bill import IDLE, OVERHEAD, UNALLOCATED, largest_remainder
 from scheduling.telemetry.billing import monthly_bill
 from scheduling.telemetry.models import QuotaSample, Resolution
@@ -150,3 +150,13 @@ def test_without_a_month_the_bill_is_the_current_months(november, operator):
         body = client.get("/api/v1/usage/bill/").json()
     # 4 cards × (29 days + 23 hours) = 2876 GPU-hours × 2.4567 = 7065.4692
     assert (body["month"], body["physical_cost"]) == ("2026-11", "7065.47")
+
+
+@pytest.mark.django_db
+def test_a_formula_in_a_gpu_model_is_neutralised_in_the_bill_csv(november, operator):
+    Gpu.objects.update(model="=A100")
+    QuotaSample.objects.update(gpu_model="=A100")
+    ops = Client()
+    ops.force_login(operator)
+    text = ops.get("/api/v1/usage/bill.csv?month=2026-11").content.decode()
+    assert {r["gpu_model"] for r in csv.DictReader(io.StringIO(text))} == {"'=A100"}
