@@ -6,13 +6,13 @@ from typing import Any
 
 from django import forms
 
+from core.placement import POLICIES
 from portal.errors import DomainError, InvalidInput
 from portal.forms import UnitField
 from portal.operator_log import clean_reason
 from quotas.models import Quota, QuotaGroup
 from quotas.sharing import MAX_MIG_PROFILES, MAX_TIMESLICE_REPLICAS, SharingMode
 from scheduling.choices import GangTopologyMode
-from scheduling.engine import POLICIES
 from scheduling.limits import MAX_REASON_LENGTH
 from scheduling.services.trace_upload import MAX_TRACE_BYTES
 
