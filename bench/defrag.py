@@ -9,7 +9,7 @@ and trace it replays FGD and Tessera without moves, then Tessera with defragment
 placements), and prints time-weighted allocation (as held, and net of the GPU-seconds moved work loses),
 the waits of whole-GPU requests and the never-started ones, each as a difference or ratio against Tessera
 without moves measured in the same run, plus the replay's CPU time as a ratio. Under the table, per trace,
-the headroom of Tessera without moves (:func:`~scheduling.simulation.idle_while_waiting_pct`): the points of
+the headroom of Tessera without moves (:func:`~core.simulation.idle_while_waiting_pct`): the points of
 allocation that idle GPU compute while GPU requests waited could add at most, whatever moves are made.
 
 Two windows: the whole one, from the first arrival (the cluster starts empty, so the ramp-up weighs on it,
@@ -39,16 +39,16 @@ import numpy as np
 
 from bench.dynamic import DRAIN, load_workload
 from bench.replay import load_nodes, load_tool, to_request
-from scheduling.engine import ClusterState, typical_pods
-from scheduling.engine.defrag import REFUSALS
-from scheduling.simulation import (
+from core.placement import ClusterState, typical_pods
+from core.placement.defrag import REFUSALS
+from core.simulation import (
     ReplayOptions,
     TimedRequest,
     idle_while_waiting_pct,
     replay,
     summarize,
 )
-from scheduling.simulation.defrag import DefragOptions, replay_with_defrag
+from core.simulation.defrag import DefragOptions, replay_with_defrag
 
 TRACES = ("default", "multigpu50", "gpushare40")
 BUDGETS = (0.0, 0.5, 1.0, 2.0)

@@ -6,7 +6,7 @@
 
 Each pod arrives at its ``creation_time`` and runs for its recorded time (``deletion_time`` minus its
 start), on the 1,213 GPU nodes, with the service's queue order and the chosen policy
-(:mod:`scheduling.simulation`). The trace's own load is tiny (a peak of ~66 of 6,212 GPUs), so its
+(:mod:`core.simulation`). The trace's own load is tiny (a peak of ~66 of 6,212 GPUs), so its
 arrivals are mapped onto a window of ``--hours`` (durations kept) and seeded clones are added until the
 offered GPU load is ``--load`` times the capacity (see :func:`load_workload`). Prints allocation, queue,
 waits by shape, never started, the start-time forecast's coverage (``--probes`` snapshots of the
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from bench.replay import DEFAULT_TRACES, every_kth, load_nodes, load_tool, to_request
-from scheduling.engine import ClusterState, typical_pods
-from scheduling.simulation import (
+from core.placement import ClusterState, typical_pods
+from core.simulation import (
     CycleView,
     DurationModel,
     ReplayOptions,

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.replay import NODE_CSV, every_kth, load_nodes, load_tool, parse_seeds
+from core.placement.mig import MigCard, MigPlacement, MigPolicy, MigRequest, MigState
+from core.placement.mig_profiles import MIG_GEOMETRIES, MigGeometry
 from core.units import MIG_COMPUTE_SLICES
-from scheduling.engine.mig import MigCard, MigPlacement, MigPolicy, MigRequest, MigState
-from scheduling.engine.mig_profiles import MIG_GEOMETRIES, MigGeometry
 
 WHOLE_CARD_INDEX = 5
 

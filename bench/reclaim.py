@@ -28,9 +28,9 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 def build(nodes: int, pods: int) -> tuple[Any, dict[int, str]]:
     """The cycle input (with the running placements known) and each job's node."""
+    from core.placement import Assignment, ClusterState, GpuSpec, NodeSpec, PlacementRequest
     from quotas.resources import Resources, Side
     from quotas.usage import GroupCapacity, QuotaSpec, WorkloadUsage, build_snapshot
-    from scheduling.engine import Assignment, ClusterState, GpuSpec, NodeSpec, PlacementRequest
     from scheduling.services.decide import CycleInput, PendingWorkload
 
     def spec(quota_id: int, name: str, gpu_min: int) -> QuotaSpec:
@@ -109,8 +109,8 @@ def run(
     cycle: Any, placed_at: dict[int, Any], where: dict[int, str], repeat: int
 ) -> dict[str, Any]:
     """One decide of `cycle` (best CPU time of `repeat`), and what its victims' stopping lets place."""
-    from scheduling.engine import GangSpec
-    from scheduling.engine.planner import plan_in_place
+    from core.placement import GangSpec
+    from core.placement.planner import plan_in_place
     from scheduling.services.decide import decide
 
     best = float("inf")

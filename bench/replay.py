@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduling.engine import (
+from core.placement import (
     POLICIES,
     ClusterState,
     GpuSpec,

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from scheduling.engine import (
+from core.placement import (
     Assignment,
     ClusterState,
     GangSpec,

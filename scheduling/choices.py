@@ -33,7 +33,7 @@ class TopologyPolicy(models.TextChoices):
 
 
 class GangTopologyMode(models.TextChoices):
-    """How strictly a job's pods must share one topology domain (scheduling.engine.topology)."""
+    """How strictly a job's pods must share one topology domain (core.placement.topology)."""
 
     REQUIRED = "required", "Required (one domain of the level, or wait)"
     PREFERRED = "preferred", "Preferred (the tightest domain that fits, else anywhere)"
@@ -80,7 +80,7 @@ class DefragTrigger(models.TextChoices):
 class MigReconfigurationState(models.TextChoices):
     """planned → applying → ready | failed (and planned → cancelled): the life of one dynamic card's MIG
     reconfiguration. The values and allowed transitions are the engine's
-    (`scheduling.engine.mig.ReconfigurationState`, `RECONFIGURATION_TRANSITIONS`): one machine."""
+    (`core.placement.mig.ReconfigurationState`, `RECONFIGURATION_TRANSITIONS`): one machine."""
 
     PLANNED = "planned", "Planned"
     APPLYING = "applying", "Applying"

@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from core.placement import POLICIES
 from portal.errors import DomainError, InvalidInput
 from portal.forms import UnitField
 from portal.models import Tenant
@@ -13,7 +14,6 @@ from portal.operator_log import clean_reason
 from quotas.models import Quota, QuotaGroup
 from quotas.sharing import MAX_MIG_PROFILES, MAX_TIMESLICE_REPLICAS, SharingMode
 from scheduling.choices import GangTopologyMode
-from scheduling.engine import POLICIES
 from scheduling.limits import MAX_REASON_LENGTH
 from scheduling.models import Gpu
 from scheduling.services.trace_upload import MAX_TRACE_BYTES

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
-from scheduling.engine import GangTopology, TopologyLevel, TopologyMode
+from core.placement import GangTopology, TopologyLevel, TopologyMode
 
 #: Levels a pool may have (zone, block, rack, NVLink domain and a few more).
 MAX_LEVELS = 8

@@ -11,11 +11,11 @@ from codespaces import services
 from codespaces.choices import CodespaceState as S
 from codespaces.models import Codespace
 from codespaces.tests.test_services import run_status_sync
+from core.placement.mig import MigInstance, MigLayoutMode
 from portal.errors import InvalidInput
 from quotas import usage
 from quotas.models import QuotaGroup
 from scheduling.backends.base import GpuInventory, NodeInventory, ObservedPhase, StatusReport
-from scheduling.engine.mig import MigInstance, MigLayoutMode
 from scheduling.inventory import sync_inventory_rows
 from scheduling.models import Gpu, Node, Placement, PlacementGpu
 from scheduling.services import reconcile

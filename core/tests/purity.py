@@ -1,5 +1,5 @@
 """What a module loads when imported in a fresh interpreter without Django settings: the check that the
-decision core (and the engine until it moves into it) stay Django-free at run time, not only by the
+decision core (units, the placement engine, the replay) stays Django-free at run time, not only by the
 import contract."""
 
 from __future__ import annotations

@@ -122,7 +122,9 @@ def test_units_convert_between_peoples_and_scheduler_units(
         (" 80 ", "gib", 81920),
     ],
 )
-def test_amount_typed_in_peoples_units_converts_once_to_the_exact_integer(text, unit, base):
+def test_amount_typed_in_peoples_units_converts_once_to_the_exact_integer(
+    text: str, unit: str, base: int
+) -> None:
     assert units.to_base(text, unit) == base
 
 
@@ -138,7 +140,9 @@ def test_amount_typed_in_peoples_units_converts_once_to_the_exact_integer(text, 
         ("101", "percent", "between 0 and 100 %"),
     ],
 )
-def test_amount_that_is_not_a_plain_bounded_number_is_refused_with_the_reason(text, unit, reason):
+def test_amount_that_is_not_a_plain_bounded_number_is_refused_with_the_reason(
+    text: str, unit: str, reason: str
+) -> None:
     maximum = 100 if unit == "percent" else 10**6
     with pytest.raises(units.UnitError, match=reason):
         units.to_base(text, unit, maximum=maximum)
@@ -155,6 +159,6 @@ def test_amount_that_is_not_a_plain_bounded_number_is_refused_with_the_reason(te
         (300, "percent", "30 %"),
     ],
 )
-def test_exact_integer_is_shown_in_peoples_units(base, unit, shown):
+def test_exact_integer_is_shown_in_peoples_units(base: int, unit: str, shown: str) -> None:
     assert units.human(base, unit) == shown
     assert units.to_base(units.from_base(base, unit), unit) == base

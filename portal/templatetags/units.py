@@ -12,6 +12,7 @@ from typing import Any
 from django import template
 
 from core import units
+from portal import numbers
 
 register = template.Library()
 

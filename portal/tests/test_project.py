@@ -45,7 +45,7 @@ def test_production_refuses_to_start_without_secret_key(tmp_path):
 
 
 def test_engine_imports_without_django_configured():
-    code = "import sys, scheduling.engine; assert 'django' not in sys.modules, sorted(sys.modules)"
+    code = "import sys, core.placement; assert 'django' not in sys.modules, sorted(sys.modules)"
     result = _run([sys.executable, "-c", code])
     assert result.returncode == 0, result.stderr
 

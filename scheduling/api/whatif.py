@@ -11,11 +11,11 @@ from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.placement import POLICIES
 from portal.errors import Forbidden, InvalidInput
 from portal.scoping import is_operator
 from quotas.models import QuotaGroup
 from quotas.sharing import MAX_MIG_PROFILES, MAX_TIMESLICE_REPLICAS, SharingMode
-from scheduling.engine import POLICIES
 from scheduling.services.demand import MAX_DAYS
 from scheduling.services.trace_upload import MAX_TRACE_BYTES, parse_trace
 from scheduling.services.whatif import MAX_NODES_CHANGED, WhatIfChange, run_whatif

@@ -1,6 +1,6 @@
 """The backend interface: how the scheduling service makes placements real on a cluster.
 
-The scheduling service decides *where* a workload runs (with `scheduling.engine`) and records it in the
+The scheduling service decides *where* a workload runs (with `core.placement`) and records it in the
 database; a backend makes that decision real (a simulated pod, or a Kubernetes Pod + PVC + Service) and
 reports back what the cluster says. Backends see plain dataclasses, never Django models, so each one can
 be tested without a database and the service owns every state transition.

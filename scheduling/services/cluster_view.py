@@ -13,9 +13,9 @@ from typing import Any
 
 from django.db.models import Count, Q, Sum
 
+from core.placement.mig_profiles import MEMORY_SLICES, mig_geometry
 from core.units import MILLI_PER_GPU, milli_to_percent
 from portal.scoping import is_operator, tenant_ids_for
-from scheduling.engine.mig_profiles import MEMORY_SLICES, mig_geometry
 from scheduling.models import Gpu, Node, Placement, PlacementGpu
 from scheduling.services.mig_cards import mig_model
 from scheduling.services.snapshot import schedulable

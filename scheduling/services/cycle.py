@@ -29,12 +29,12 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from core.placement import GPU_MILLI, Assignment, ClusterState
 from portal.transactions import is_lock_conflict
 from quotas.models import QuotaGroup
 from quotas.usage import usage_of
 from scheduling import observers
 from scheduling.choices import ACTIVE_STATES, WorkloadState
-from scheduling.engine import GPU_MILLI, Assignment, ClusterState
 from scheduling.followups import followups
 from scheduling.lock_objects import lock_nodes, lock_shard
 from scheduling.models import Gpu, Placement, PlacementGpu, Shard, Workload

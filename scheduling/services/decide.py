@@ -34,12 +34,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from core.units import mig_compute_slices
-from quotas.admission import Admission, AdmissionSession
-from quotas.reclaim import Victim, may_reclaim, plan_reclaim, reclaimable, with_whole_gangs
-from quotas.resources import Resources, Side
-from quotas.usage import GroupSnapshot, WorkloadUsage
-from scheduling.engine import (
+from core.placement import (
     GPU_MILLI,
     Assignment,
     ClusterState,
@@ -50,7 +45,7 @@ from scheduling.engine import (
     Unplaced,
     typical_pods,
 )
-from scheduling.engine.mig import (
+from core.placement.mig import (
     MigCard,
     MigInstance,
     MigLayoutMode,
@@ -58,8 +53,13 @@ from scheduling.engine.mig import (
     plan_mig,
     request_order,
 )
-from scheduling.engine.planner import plan_in_place, queue_key
-from scheduling.engine.types import UnplacedReason
+from core.placement.planner import plan_in_place, queue_key
+from core.placement.types import UnplacedReason
+from core.units import mig_compute_slices
+from quotas.admission import Admission, AdmissionSession
+from quotas.reclaim import Victim, may_reclaim, plan_reclaim, reclaimable, with_whole_gangs
+from quotas.resources import Resources, Side
+from quotas.usage import GroupSnapshot, WorkloadUsage
 from scheduling.services.reclaim_fit import NoFit, choose_by_node
 
 
@@ -72,7 +72,7 @@ class PendingWorkload:
     submitted_at: datetime
     gang_min_available: int = 0
     mig_profile: str = ""
-    """A MIG profile (``1g.10gb``): placed on a MIG card by `scheduling.engine.mig`, not as a slice."""
+    """A MIG profile (``1g.10gb``): placed on a MIG card by `core.placement.mig`, not as a slice."""
     gang_topology: GangTopology | None = None
     """The gang's co-location request (all its pending members in one domain of a topology level)."""
 

@@ -2,7 +2,7 @@
 
 **Preview** (`preview_defrag`): read the pool (fresh engine snapshot, the running workloads the disruption
 policy lets move, the waiting ones that found no capacity), let the engine choose the moves
-(`scheduling.engine.defrag.plan_defrag`), and store the plan (DefragPlan, one DefragMove per move, each with
+(`core.placement.defrag.plan_defrag`), and store the plan (DefragPlan, one DefragMove per move, each with
 the sentence its owner will read). Nothing else changes.
 
 **Apply** (`apply_defrag`): PREVIEWED → APPLYING (compare-and-set, committed), then one transaction under the
@@ -31,15 +31,15 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.placement import GPU_MILLI, Assignment
+from core.placement.defrag import REFUSALS, Move, plan_defrag
+from core.placement.defrag import DefragPlan as EnginePlan
 from portal.errors import Conflict, InvalidInput, NotFoundError
 from portal.notifications import deliver
 from portal.periodic import ItemFailures, run_each
 from quotas.models import QuotaGroup
 from scheduling import defrag_hooks
 from scheduling.choices import ACTIVE_STATES, DefragPlanState, DefragTrigger, WorkloadState
-from scheduling.engine import GPU_MILLI, Assignment
-from scheduling.engine.defrag import REFUSALS, Move, plan_defrag
-from scheduling.engine.defrag import DefragPlan as EnginePlan
 from scheduling.lock_objects import lock_shard
 from scheduling.models import DefragMove, DefragPlan, Placement, Workload
 from scheduling.services.cycle import StaleSnapshot, commit_assignments

@@ -24,10 +24,10 @@ from datetime import UTC, datetime, time, timedelta
 from django.conf import settings
 from django.db.models import Count
 
+from core.placement.defrag import DefragLimits, MoveCandidate
 from quotas.models import QuotaGroup
 from scheduling import defrag_hooks
 from scheduling.choices import WorkloadKind, WorkloadState
-from scheduling.engine.defrag import DefragLimits, MoveCandidate
 from scheduling.models import DefragMove, Workload
 from scheduling.services.snapshot import GroupCluster
 

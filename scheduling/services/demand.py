@@ -1,5 +1,5 @@
 """Recorded demand: every workload submitted in a time window, with its shape, submit, start and end, as
-rows to export and as the timed requests `scheduling.simulation.replay` takes (the what-if planner's and
+rows to export and as the timed requests `core.simulation.replay` takes (the what-if planner's and
 the bench's input). The workloads table already keeps all of it; nothing new is recorded.
 """
 
@@ -12,9 +12,10 @@ from datetime import datetime
 
 import numpy as np
 
+from core.placement import ClusterState, NodeSpec
+from core.simulation import TimedRequest
 from portal.csv_export import csv_writer
 from quotas.models import QuotaGroup
-from scheduling.engine import ClusterState, NodeSpec
 from scheduling.models import Gpu, Workload
 from scheduling.services.snapshot import (
     group_nodes,
@@ -22,7 +23,6 @@ from scheduling.services.snapshot import (
     reservation_policy,
     workload_request,
 )
-from scheduling.simulation import TimedRequest
 
 #: Rows one export returns at most (the newest submissions of the window are kept).
 MAX_ROWS = 200_000

@@ -1,6 +1,6 @@
 """MIG cards of a `mig` pool as the cycle plans on them, and where a placed MIG workload's instance is.
 
-A card of a MIG pool is a dynamic MIG card (`scheduling.engine.mig.MigCard`) whose instances are the ones
+A card of a MIG pool is a dynamic MIG card (`core.placement.mig.MigCard`) whose instances are the ones
 active placements hold (`PlacementGpu.mig_profile` / `mig_start`), so a released placement frees its
 position with no further step; or, when inventory reports a static layout the operator fixed
 (`Gpu.mig_layout`, from the device plugin's mixed strategy or a driver's ResourceSlices), a static card
@@ -27,12 +27,12 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from core.placement.mig import MigCard, MigInstance, MigLayoutMode, layout_errors
+from core.placement.mig_profiles import mig_geometry
 from core.units import MIB_PER_GIB
 from quotas.models import QuotaGroup
 from quotas.sharing import SharingMode
 from scheduling.choices import ACTIVE_RECONFIGURATION_STATES, MigReconfigurationState
-from scheduling.engine.mig import MigCard, MigInstance, MigLayoutMode, layout_errors
-from scheduling.engine.mig_profiles import mig_geometry
 from scheduling.models import Gpu, MigReconfiguration, PlacementGpu
 from scheduling.services.decide import MigSlot
 

@@ -17,7 +17,7 @@ row at a time, each in its own transaction, so one bad row never stops the other
 
 Every transition is a compare-and-set on the state (a retried or concurrent drive changes nothing
 twice) that appends ``{state, at, reason}`` to `transitions`: the audit trail of the machine, whose
-allowed moves are the engine's (`scheduling.engine.mig.RECONFIGURATION_TRANSITIONS`). Asking the backend
+allowed moves are the engine's (`core.placement.mig.RECONFIGURATION_TRANSITIONS`). Asking the backend
 again is harmless (`apply_mig_layout` is idempotent), so a crash between two steps only repeats a step.
 """
 
@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core.placement.mig import ReconfigurationState, advance, layout_errors
 from scheduling.backends.base import (
     Backend,
     BackendError,
@@ -43,7 +44,6 @@ from scheduling.backends.base import (
 from scheduling.backends.registry import get_backend
 from scheduling.choices import ACTIVE_RECONFIGURATION_STATES, WorkloadState
 from scheduling.choices import MigReconfigurationState as State
-from scheduling.engine.mig import ReconfigurationState, advance, layout_errors
 from scheduling.followups import followups
 from scheduling.lock_objects import lock_shards
 from scheduling.models import Gpu, MigReconfiguration, Placement, PlacementGpu, Workload

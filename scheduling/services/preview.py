@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.placement import plan_placements
+from core.placement.mig import MigRequest, plan_mig
 from quotas.admission import check_admission
 from quotas.models import Quota, QuotaGroup
 from scheduling.choices import WorkloadKind, WorkloadState
-from scheduling.engine import plan_placements
-from scheduling.engine.mig import MigRequest, plan_mig
 from scheduling.models import Workload
 from scheduling.services.charge import PoolCards
 from scheduling.services.mig_cards import mig_cards

@@ -29,10 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
-from core.units import milli_to_cores
-from quotas.reclaim import Victim
-from quotas.resources import Side
-from scheduling.engine import (
+from core.placement import (
     GPU_MILLI,
     Assignment,
     ClusterState,
@@ -41,8 +38,11 @@ from scheduling.engine import (
     TopologyLevel,
     TopologyPolicy,
 )
-from scheduling.engine.filters import admits_mask, feasible_mask
-from scheduling.engine.planner import plan_in_place
+from core.placement.filters import admits_mask, feasible_mask
+from core.placement.planner import plan_in_place
+from core.units import milli_to_cores
+from quotas.reclaim import Victim
+from quotas.resources import Side
 
 
 @dataclass(frozen=True, slots=True)

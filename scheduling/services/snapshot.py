@@ -18,10 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import F
 
-from quotas.models import QuotaGroup
-from quotas.usage import matching_node_ids
-from scheduling.choices import ACTIVE_STATES
-from scheduling.engine import (
+from core.placement import (
     GPU_MILLI,
     Assignment,
     ClusterState,
@@ -30,7 +27,10 @@ from scheduling.engine import (
     PlacementRequest,
     ReservationPolicy,
 )
-from scheduling.engine import TopologyPolicy as EngineTopology
+from core.placement import TopologyPolicy as EngineTopology
+from quotas.models import QuotaGroup
+from quotas.usage import matching_node_ids
+from scheduling.choices import ACTIVE_STATES
 from scheduling.models import Gpu, Node, Placement, PlacementGpu, Shard, Workload
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """When will a waiting workload start? A range with the reason, for every pending workload of a group.
 
 Read the group's engine snapshot (the cycle's, with the placed work applied), its pending workloads in queue
-order and the recorded run times of its finished workloads, then let `scheduling.simulation.estimate_starts`
+order and the recorded run times of its finished workloads, then let `core.simulation.estimate_starts`
 replay forward with no further arrivals, once with everything ending early and once late. Run times are
 looked up per template (a workload's kind, image and size: a codespace template or a job's pods), else per
 team (kind and quota), else per kind, the first with enough history; work still running counts as a run at
@@ -26,12 +26,8 @@ from django.core.cache import cache
 from django.db.models import F
 from django.utils import timezone
 
-from quotas.models import Quota, QuotaGroup
-from scheduling.choices import WorkloadState
-from scheduling.engine import typical_pods
-from scheduling.models import Workload
-from scheduling.services.snapshot import ensure_shard, snapshot_for_group, workload_request
-from scheduling.simulation import (
+from core.placement import typical_pods
+from core.simulation import (
     DurationModel,
     ReplayOptions,
     Running,
@@ -40,6 +36,10 @@ from scheduling.simulation import (
     TimedRequest,
     estimate_starts,
 )
+from quotas.models import Quota, QuotaGroup
+from scheduling.choices import WorkloadState
+from scheduling.models import Workload
+from scheduling.services.snapshot import ensure_shard, snapshot_for_group, workload_request
 
 #: Finished workloads whose run times feed the forecast (the most recent ones of the group).
 HISTORY = 2000

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.placement import TopologyLevel
 from quotas.models import QuotaGroup
-from scheduling.engine import TopologyLevel
 from scheduling.models import Gpu, PlacementGpu, Shard
 from scheduling.services.snapshot import group_nodes
 from scheduling.topology import pool_levels
@@ -48,7 +48,7 @@ def domain_rows(
 ) -> tuple[list[DomainRow], int]:
     """The pool's domains, each after its parent, from ``(labels, gpus, whole free GPUs)`` per node; and
     how many more domains there are than :data:`MAX_DOMAIN_ROWS`. A node lacking a level's label is in
-    no domain of that level (as in the engine, :func:`scheduling.engine.topology.domain_levels`)."""
+    no domain of that level (as in the engine, :func:`core.placement.topology.domain_levels`)."""
     totals: dict[tuple[str, ...], list[int]] = {}
     for labels, gpus, free in nodes:
         path: tuple[str, ...] = ()

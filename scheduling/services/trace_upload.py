@@ -16,9 +16,9 @@ import csv
 import io
 from dataclasses import dataclass
 
+from core.placement import GPU_MILLI, PlacementRequest
+from core.simulation import TimedRequest
 from portal.errors import InvalidInput
-from scheduling.engine import GPU_MILLI, PlacementRequest
-from scheduling.simulation import TimedRequest
 
 #: Largest upload (bytes) and most data rows.
 #: (a request body stays under `TESSERA_MAX_REQUEST_BODY_BYTES`' default of 1 MiB; an openb pod list

@@ -4,7 +4,7 @@ policy, GPU caps per team), side by side.
 
 Decide, then report: `plan_cluster` turns the change into the node list and `requests_under` the demand
 into what it would ask under the new sharing mode (pure data, `InvalidInput` naming the field when the
-change cannot apply), `run_whatif` replays both (`scheduling.simulation`) and returns figures and plot
+change cannot apply), `run_whatif` replays both (`core.simulation`) and returns figures and plot
 series. Nothing is stored or changed.
 """
 
@@ -19,15 +19,8 @@ import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
-from core.units import mig_gpu_equivalent_milli, mig_memory_mib
-from portal.errors import InvalidInput
-from quotas.models import QuotaGroup
-from quotas.sharing import Sharing, SharingMode, clean_sharing
-from scheduling.engine import GPU_MILLI, POLICIES, ClusterState, NodeSpec, typical_pods
-from scheduling.services.demand import pool_nodes, recorded_demand, timed_requests
-from scheduling.services.snapshot import reservation_policy
-from scheduling.services.trace_upload import UploadedTrace
-from scheduling.simulation import (
+from core.placement import GPU_MILLI, POLICIES, ClusterState, NodeSpec, typical_pods
+from core.simulation import (
     ReplayOptions,
     ReplayResult,
     Summary,
@@ -36,6 +29,13 @@ from scheduling.simulation import (
     replay,
     summarize,
 )
+from core.units import mig_gpu_equivalent_milli, mig_memory_mib
+from portal.errors import InvalidInput
+from quotas.models import QuotaGroup
+from quotas.sharing import Sharing, SharingMode, clean_sharing
+from scheduling.services.demand import pool_nodes, recorded_demand, timed_requests
+from scheduling.services.snapshot import reservation_policy
+from scheduling.services.trace_upload import UploadedTrace
 
 MAX_NODES_CHANGED = 500
 #: Points per plotted series at most (the step functions are sampled on an even grid).

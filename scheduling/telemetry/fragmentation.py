@@ -13,6 +13,18 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
+from core.placement import (
+    Assignment,
+    ClusterState,
+    FragModel,
+    GpuSpec,
+    NodeSpec,
+    PlacementRequest,
+    typical_pods,
+)
+from core.placement.filters import fit_counts
+from core.placement.mig import MigCard, MigInstance, MigRequest, plan_mig
+from core.placement.mig_profiles import MEMORY_SLICES
 from core.units import (
     MIB_PER_GIB,
     MIG_COMPUTE_SLICES,
@@ -26,18 +38,6 @@ from portal.errors import InvalidInput
 from quotas.models import Quota, QuotaGroup
 from quotas.sharing import SharingMode
 from scheduling.choices import ACTIVE_STATES, WorkloadState
-from scheduling.engine import (
-    Assignment,
-    ClusterState,
-    FragModel,
-    GpuSpec,
-    NodeSpec,
-    PlacementRequest,
-    typical_pods,
-)
-from scheduling.engine.filters import fit_counts
-from scheduling.engine.mig import MigCard, MigInstance, MigRequest, plan_mig
-from scheduling.engine.mig_profiles import MEMORY_SLICES
 from scheduling.models import Gpu, Node, PlacementGpu, Workload
 from scheduling.services.mig_cards import mig_cards
 

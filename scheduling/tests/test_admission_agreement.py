@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
+from core.placement import ClusterState, ReservationPolicy
+from core.placement.tests.builders import node
 from quotas.admission import AdmissionCode, check_admission
 from quotas.resources import Resources, Side
 from quotas.usage import (
@@ -23,11 +25,9 @@ from quotas.usage import (
     build_snapshot,
     usage_of,
 )
-from scheduling.engine import ClusterState, ReservationPolicy
 from scheduling.models import Gang, Workload
 from scheduling.services.decide import CycleInput, PendingWorkload, decide
 from scheduling.services.snapshot import workload_request
-from scheduling.tests.engine.builders import node
 
 CASES = 500
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

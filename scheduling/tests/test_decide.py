@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from core.placement import Assignment, ClusterState, PlacementRequest, ReservationPolicy
+from core.placement.tests.builders import node
 from quotas.models import QuotaGroup
 from quotas.resources import Resources, Side
 from quotas.usage import GroupCapacity, QuotaSpec, WorkloadUsage, aggregate, build_snapshot
-from scheduling.engine import Assignment, ClusterState, PlacementRequest, ReservationPolicy
 from scheduling.services.decide import CycleInput, PendingWorkload, Waiting, decide
-from scheduling.tests.engine.builders import node
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CARD_MIB = 40960

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+from core.placement.tests.builders import node
 from quotas.fairness import BudgetState, FairShare
 from scheduling.services.decide import decide
-from scheduling.tests.engine.builders import node
 from scheduling.tests.test_decide import codes, cycle_input, pending, placed, quota
 
 # team-a used 3x its share of the group's decayed GPU-hours last week (all of them), team-b none;

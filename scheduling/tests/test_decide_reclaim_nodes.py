@@ -11,9 +11,10 @@ from dataclasses import dataclass, replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.placement import GangSpec, PlacementRequest
+from core.placement.tests.builders import node
 from quotas.reclaim import Victim, reclaimable
 from quotas.usage import GroupSnapshot, WorkloadUsage
-from scheduling.engine import GangSpec, PlacementRequest
 from scheduling.services.decide import (
     CycleInput,
     PendingWorkload,
@@ -24,7 +25,6 @@ from scheduling.services.decide import (
     propose,
 )
 from scheduling.services.reclaim_fit import NodeChoice, _floor, choose_by_node
-from scheduling.tests.engine.builders import node
 from scheduling.tests.test_decide import cycle_input, pending, placed, quota, usage
 
 NODES = 4

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from core.simulation import ReplayOptions, replay
 from scheduling import services
 from scheduling.choices import WorkloadState
 from scheduling.models import Workload
 from scheduling.services.demand import empty_cluster, recorded_demand, timed_requests
-from scheduling.simulation import ReplayOptions, replay
 from scheduling.tests.factories import make_group, make_quota, small_cluster
 
 pytestmark = pytest.mark.django_db

@@ -16,12 +16,12 @@ import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from core.placement import ClusterState, PlacementRequest, ReservationPolicy
+from core.placement.tests.builders import node
 from quotas.fairness import BudgetState, UsageHour, decayed_usage, fair_shares
 from quotas.resources import Resources
 from quotas.usage import GroupCapacity, QuotaSpec, build_snapshot
-from scheduling.engine import ClusterState, PlacementRequest, ReservationPolicy
 from scheduling.services.decide import CycleInput, PendingWorkload, decide
-from scheduling.tests.engine.builders import node
 from scheduling.tests.test_decide import BIG, CARD_MIB, quota, usage
 
 START = datetime(2026, 11, 2, tzinfo=UTC)  # a Monday

@@ -21,10 +21,10 @@ from datetime import timedelta
 
 import pytest
 
+from core.placement import Assignment
 from quotas.fairness import EqualShare
 from quotas.reclaim_notices import LiveNotice, plan_notices
 from quotas.usage import QuotaSpec
-from scheduling.engine import Assignment
 from scheduling.services.decide import CycleDecision, decide
 from scheduling.tests.test_decide import cycle_input, pending, usage
 from scheduling.tests.test_fairness_simulation import HOURS, NODES, START, TEAMS, demand, specs

@@ -13,9 +13,9 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Sum
 
+from core.placement import explain
 from scheduling import services, tasks
 from scheduling.choices import ACTIVE_STATES, GangState, WorkloadState
-from scheduling.engine import explain
 from scheduling.lock_objects import SHARD_LOCK_CLASS
 from scheduling.models import Gpu, Node, Placement, PlacementGpu, Workload
 from scheduling.queues import worker_queues

@@ -10,11 +10,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.utils import timezone
 
+from core.placement import PlacementRequest
+from core.simulation import TimedRequest
 from quotas.sharing import Sharing
-from scheduling.engine import PlacementRequest
 from scheduling.services.trace_upload import parse_trace
 from scheduling.services.whatif import WhatIfChange, requests_under, run_whatif
-from scheduling.simulation import TimedRequest
 from scheduling.tests.factories import make_group, make_quota, small_cluster
 from scheduling.tests.test_demand import record
 

@@ -82,10 +82,10 @@ def test_the_check_sees_private_imports_and_attributes_of_other_modules() -> Non
         "fields = Quota._meta.fields\n"
         "name = create_quota.__name__\n"
     )
-    assert cross_module_private_uses(source, "scheduling.engine.replay", "r.py") == [
+    assert cross_module_private_uses(source, "core.placement.replay", "r.py") == [
         "r.py:1 from quotas.services import _audit",
-        "r.py:2 from scheduling.engine import _helpers",
-        "r.py:3 from scheduling.engine.planner import _order",
+        "r.py:2 from core.placement import _helpers",
+        "r.py:3 from core.placement.planner import _order",
         "r.py:8 qs._notify",
         "r.py:8 synthetic._unit",
     ]

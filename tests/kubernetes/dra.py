@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from scheduling.engine.mig_profiles import MEMORY_SLICES, mig_geometry
+from core.placement.mig_profiles import MEMORY_SLICES, mig_geometry
 
 DRIVER = "gpu.tessera.test"
 API = "/apis/resource.k8s.io/v1"

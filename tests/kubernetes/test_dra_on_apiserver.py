@@ -7,13 +7,13 @@ import uuid
 
 import pytest
 
+from core.placement.mig import MigRequest, plan_mig
 from scheduling.backends.kubernetes.mig import (
     claim_allocation,
     mig_cards_from_slices,
     mig_resource_claim,
     parent_uuid,
 )
-from scheduling.engine.mig import MigRequest, plan_mig
 from tests.kubernetes import dra
 from tests.kubernetes.cluster import bind, create_node, kwok_node, pod_phase, wait_for
 from tests.kubernetes.stack import KubeStack

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from core.placement.mig_profiles import MEMORY_SLICES, mig_geometry
 from core.units import MIB_PER_GIB, MILLI_PER_GPU, is_mig_profile
 from scheduling.backends.base import GpuBinding, GpuInventory, MaterializeRequest, NodeInventory
 from scheduling.backends.kubernetes import constants as c
@@ -43,7 +44,6 @@ from scheduling.backends.kubernetes.mig import (
     static_layout_of,
 )
 from scheduling.backends.kubernetes.quantity import bytes_to_mib
-from scheduling.engine.mig_profiles import MEMORY_SLICES, mig_geometry
 
 _UUID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.:]{0,127}$")
 _REQUEST = re.compile(r"^gpu-(\d{1,3})$")

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.placement.mig import MigCard, MigInstance, MigLayoutMode, MigPlacement
+from core.placement.mig_profiles import MEMORY_SLICES, mig_geometry
 from core.units import (
     MIB_PER_GIB,
     MILLI_PER_GPU,
@@ -35,8 +37,6 @@ from core.units import (
     mig_gpu_equivalent_milli,
     parse_mig_profile,
 )
-from scheduling.engine.mig import MigCard, MigInstance, MigLayoutMode, MigPlacement
-from scheduling.engine.mig_profiles import MEMORY_SLICES, mig_geometry
 
 JsonDict = dict[str, Any]
 

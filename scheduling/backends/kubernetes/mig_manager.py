@@ -28,8 +28,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.placement.mig import layout_errors
 from scheduling.backends.base import MigLayout, MigLayoutPhase, MigLayoutStatus
-from scheduling.engine.mig import layout_errors
 
 #: The node label the MIG manager watches: the name of the config to apply.
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"

@@ -12,6 +12,7 @@ from k8s_apiserver import LoopbackApiServer
 from k8s_builders import codespace, config
 from kubernetes import client
 
+from core.placement.mig import MigRequest, plan_mig
 from scheduling.backends.base import GpuBinding
 from scheduling.backends.kubernetes import constants as c
 from scheduling.backends.kubernetes.backend import KubernetesBackend
@@ -23,7 +24,6 @@ from scheduling.backends.kubernetes.mig import (
     mig_resource_claim,
     parent_uuid,
 )
-from scheduling.engine.mig import MigRequest, plan_mig
 from tests.kubernetes import dra
 
 NAMESPACE = "tessera-workloads"

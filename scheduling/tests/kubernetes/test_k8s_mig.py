@@ -8,6 +8,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from core.placement.mig import MigInstance, MigPlacement, MigRequest, plan_mig
 from scheduling.backends.kubernetes.mig import (
     claim_allocation,
     device_class_quota_milli,
@@ -19,7 +20,6 @@ from scheduling.backends.kubernetes.mig import (
     static_mig_limits,
     static_mig_node_selector,
 )
-from scheduling.engine.mig import MigInstance, MigPlacement, MigRequest, plan_mig
 from tests.kubernetes import dra
 
 DRA_VERSIONS = ["1.34", "1.35"]

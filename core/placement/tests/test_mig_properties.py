@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.units import MIG_COMPUTE_SLICES
-from scheduling.engine.mig import (
+from core.placement.mig import (
     MigCard,
     MigInstance,
     MigLayoutMode,
@@ -14,7 +13,8 @@ from scheduling.engine.mig import (
     MigRequest,
     plan_mig,
 )
-from scheduling.engine.mig_profiles import MIG_GEOMETRIES
+from core.placement.mig_profiles import MIG_GEOMETRIES
+from core.units import MIG_COMPUTE_SLICES
 
 MODELS = tuple(MIG_GEOMETRIES)
 ALL_PROFILES = sorted({p.name for g in MIG_GEOMETRIES.values() for p in g.profiles})

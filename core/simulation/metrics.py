@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduling.engine import GPU_MILLI, PlacementRequest, validate
+from core.placement import GPU_MILLI, PlacementRequest, validate
 
 from .types import IntArray, ReplayResult, TimedRequest
 

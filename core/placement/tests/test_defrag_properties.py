@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import (
+from core.placement import (
     Assignment,
     ClusterState,
     GpuSpec,
@@ -18,8 +18,8 @@ from scheduling.engine import (
     feasible_mask,
     plan_placements,
 )
-from scheduling.engine.defrag import DefragLimits, MoveCandidate, apply_plan, plan_defrag
-from scheduling.engine.gpu_select import make_assignment
+from core.placement.defrag import DefragLimits, MoveCandidate, apply_plan, plan_defrag
+from core.placement.gpu_select import make_assignment
 
 from .test_properties import clusters
 

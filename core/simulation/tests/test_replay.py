@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from scheduling.engine import ClusterState, PlacementRequest
-from scheduling.simulation import (
+from core.placement import ClusterState, PlacementRequest
+from core.placement.tests.builders import cluster, node
+from core.simulation import (
     ReplayOptions,
     TeamQuota,
     TimedRequest,
     replay,
     summarize,
 )
-from scheduling.tests.engine.builders import cluster, node
 
 
 def whole(rid: str, gpus: int = 1, priority: int = 0) -> PlacementRequest:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduling.engine import Assignment, UnplacedReason, explain
+from core.placement import Assignment, UnplacedReason, explain
 
 from .builders import cluster, node, req
 

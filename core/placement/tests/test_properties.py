@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import (
+from core.placement import (
     POLICIES,
     ClusterState,
     GpuSpec,

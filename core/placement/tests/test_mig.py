@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine.mig import (
+from core.placement.mig import (
     MigCard,
     MigInstance,
     MigLayoutMode,
@@ -17,7 +17,7 @@ from scheduling.engine.mig import (
     advance,
     plan_mig,
 )
-from scheduling.engine.mig_profiles import MIG_GEOMETRIES, mig_geometry
+from core.placement.mig_profiles import MIG_GEOMETRIES, mig_geometry
 
 
 def placed(plan_placements: tuple[MigPlacement, ...]) -> dict[str, tuple[str, int, str, int]]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduling.engine import (
+from core.placement import (
     GPU_MILLI,
     POLICIES,
     Assignment,
@@ -109,7 +109,7 @@ def may_fit(state: ClusterState, r: PlacementRequest, nodes: IntArray) -> bool:
 
 class Replay:
     """The replay's mutable state; :func:`replay` is the entry point (the defragmentation replay,
-    `scheduling.simulation.defrag`, extends it)."""
+    `core.simulation.defrag`, extends it)."""
 
     def __init__(
         self,

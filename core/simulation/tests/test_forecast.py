@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from scheduling.engine import Assignment, PlacementRequest
-from scheduling.simulation import (
+from core.placement import Assignment, PlacementRequest
+from core.placement.tests.builders import cluster, node
+from core.simulation import (
     DurationModel,
     ReplayOptions,
     Running,
@@ -11,7 +12,6 @@ from scheduling.simulation import (
     TimedRequest,
     estimate_starts,
 )
-from scheduling.tests.engine.builders import cluster, node
 
 TRAIN = DurationModel({"train": tuple(range(100, 1001, 100))})  # 100, 200, ..., 1000 s
 

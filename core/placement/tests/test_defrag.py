@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine import ClusterState, PlacementRequest, place_one
-from scheduling.engine.defrag import (
+from core.placement import ClusterState, PlacementRequest, place_one
+from core.placement.defrag import (
     DefragLimits,
     MoveCandidate,
     apply_plan,
     plan_defrag,
 )
-from scheduling.engine.gpu_select import make_assignment
-from scheduling.engine.policies import POLICIES
+from core.placement.gpu_select import make_assignment
+from core.placement.policies import POLICIES
 
 from .builders import cluster, node, req
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from scheduling.engine import ClusterState, explain
+from core.placement import ClusterState, explain
 
 from .replay import Running, replay
 from .types import ReplayOptions, TimedRequest

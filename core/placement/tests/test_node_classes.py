@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from scheduling.engine import (
+from core.placement import (
     POLICIES,
     Assignment,
     ClusterState,
@@ -17,9 +17,9 @@ from scheduling.engine import (
     TypicalPod,
     plan_placements,
 )
-from scheduling.engine.filters import feasible_mask, preferred_subset
-from scheduling.engine.gpu_select import make_assignment
-from scheduling.engine.placer import node_local, place_one, representatives
+from core.placement.filters import feasible_mask, preferred_subset
+from core.placement.gpu_select import make_assignment
+from core.placement.placer import node_local, place_one, representatives
 
 from .builders import cluster, node
 

@@ -1,6 +1,6 @@
 """UnplacedReason.is_capacity: which refusals freed capacity (reclaim) can change."""
 
-from scheduling.engine import UnplacedReason
+from core.placement import UnplacedReason
 
 
 def test_only_reasons_about_free_capacity_count_as_capacity() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduling.engine import POLICIES, PlacementRequest, TypicalPod, place_one
-from scheduling.engine.fragmentation import FragModel, typical_pods
-from scheduling.engine.policies.bestfit import normalize
-from scheduling.engine.policies.fgd import fgd_score
-from scheduling.engine.policies.tessera import cpu_fragment, cpu_per_gpu_milli, model_pressure
+from core.placement import POLICIES, PlacementRequest, TypicalPod, place_one
+from core.placement.fragmentation import FragModel, typical_pods
+from core.placement.policies.bestfit import normalize
+from core.placement.policies.fgd import fgd_score
+from core.placement.policies.tessera import cpu_fragment, cpu_per_gpu_milli, model_pressure
 
 from .builders import cluster, node, req
 
@@ -47,7 +47,7 @@ def test_firstfit_takes_the_lowest_priority_node_and_tightest_gpu() -> None:
 
 
 def _assign(rid: str, n: str, gpu: int, milli: int):  # type: ignore[no-untyped-def]
-    from scheduling.engine import Assignment
+    from core.placement import Assignment
 
     return Assignment(rid, n, (gpu,), milli, 0, 0, 0)
 

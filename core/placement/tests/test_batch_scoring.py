@@ -8,11 +8,11 @@ import random
 import numpy as np
 import pytest
 
-from scheduling.engine import POLICIES, ClusterState, PlacementRequest, TypicalPod, place_one
-from scheduling.engine.filters import feasible_mask
-from scheduling.engine.fragmentation import FragModel
-from scheduling.engine.memo import LruTables, TwoGenerationMemo
-from scheduling.engine.policies.fgd import FgdPolicy, fgd_score, fgd_scores
+from core.placement import POLICIES, ClusterState, PlacementRequest, TypicalPod, place_one
+from core.placement.filters import feasible_mask
+from core.placement.fragmentation import FragModel
+from core.placement.memo import LruTables, TwoGenerationMemo
+from core.placement.policies.fgd import FgdPolicy, fgd_score, fgd_scores
 
 from .builders import cluster, node
 

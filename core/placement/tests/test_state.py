@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine import Assignment, ClusterState, ReservationPolicy
-from scheduling.engine.filters import fit_counts
+from core.placement import Assignment, ClusterState, ReservationPolicy
+from core.placement.filters import fit_counts
 
 from .builders import cluster, node, req
 

@@ -1,7 +1,7 @@
 """Tessera's dynamic replay on the production engine: timed requests arrive, queue, start by the service's
 order and policy, and leave; figures of a replay; estimated start times of waiting requests.
 
-Pure like :mod:`scheduling.engine` (numpy, the standard library and the engine only; no Django, clock,
+Pure like :mod:`core.placement` (numpy, the standard library and the engine only; no Django, clock,
 environment or I/O), so the planner, the bench and later the defragmentation planner share it::
 
     result = replay(ClusterState.from_nodes(nodes), timed_requests, ReplayOptions(policy="tessera"))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from scheduling.engine import ClusterState, PlacementRequest
-from scheduling.simulation import ReplayOptions, TimedRequest, replay
-from scheduling.simulation.defrag import DefragOptions, replay_with_defrag
-from scheduling.tests.engine.builders import cluster, node
+from core.placement import ClusterState, PlacementRequest
+from core.placement.tests.builders import cluster, node
+from core.simulation import ReplayOptions, TimedRequest, replay
+from core.simulation.defrag import DefragOptions, replay_with_defrag
 
 
 def whole(rid: str, gpus: int = 1) -> PlacementRequest:

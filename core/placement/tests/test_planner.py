@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduling.engine import (
+from core.placement import (
     GangSpec,
     ReservationPolicy,
     TopologyPolicy,
@@ -105,7 +105,7 @@ def test_topology_restricted_and_preferred() -> None:
 
 
 def _a(rid: str, n: str, gpu: int):  # type: ignore[no-untyped-def]
-    from scheduling.engine import Assignment
+    from core.placement import Assignment
 
     return Assignment(rid, n, (gpu,), 1000, 40960, 0, 0)
 
@@ -124,7 +124,7 @@ def test_invalid_requests_come_back_as_data() -> None:
 
 
 def test_same_input_same_plan_for_every_policy() -> None:
-    from scheduling.engine import POLICIES
+    from core.placement import POLICIES
 
     reqs = [req(f"r{i}", cpu=500 * (i % 3 + 1), gpus=1, milli=150 * (i % 6 + 1)) for i in range(20)]
     for policy in POLICIES:

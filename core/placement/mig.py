@@ -1,7 +1,7 @@
 """MIG placement: which card and which memory-slice position a GPU-instance request gets.
 
 A card in MIG mode is carved into GPU instances; the valid profiles and positions per model come from
-:mod:`scheduling.engine.mig_profiles`. Two layout modes:
+:mod:`core.placement.mig_profiles`. Two layout modes:
 
 - ``STATIC``: the operator fixed the layout (inventory reports its instances); a request takes a free instance of
   exactly its profile, Tessera never creates or destroys one.

@@ -1,5 +1,5 @@
 """The dynamic replay with defragmentation: after each cycle, when the move budget allows, the engine's
-:func:`~scheduling.engine.defrag.plan_defrag` moves running work so that blocked GPU requests start.
+:func:`~core.placement.defrag.plan_defrag` moves running work so that blocked GPU requests start.
 
 Budget: every placement earns ``moves_per_100_placements / 100`` move tokens (at most
 ``max_moves_per_plan`` are kept, so moves cannot be hoarded for a burst); a plan may use the whole tokens
@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduling.engine import GPU_MILLI, ClusterState, PlacementRequest, typical_pods
-from scheduling.engine.defrag import (
+from core.placement import GPU_MILLI, ClusterState, PlacementRequest, typical_pods
+from core.placement.defrag import (
     DefragLimits,
     MoveCandidate,
     feasible_mask_static,
     plan_defrag,
 )
-from scheduling.engine.gpu_select import make_assignment
+from core.placement.gpu_select import make_assignment
 
 from .replay import CAPACITY, ClassKey, Replay
 from .types import ReplayOptions, ReplayResult, TimedRequest
@@ -45,7 +45,7 @@ class DefragOptions:
     min_running_seconds: int = 0
     max_waiting: int = 24
     retry_after_placements: int = 100
-    #: Let the planner chain two moves (:attr:`~scheduling.engine.defrag.DefragLimits.chains`).
+    #: Let the planner chain two moves (:attr:`~core.placement.defrag.DefragLimits.chains`).
     chains: bool = False
 
 
@@ -61,7 +61,7 @@ class DefragStats:
     #: node could hold by its free compute alone (the sum of its free slices reaches the request's cards).
     blocked_whole: int = 0
     fragment_fit_whole: int = 0
-    #: Over all plans, the planner's refusals (:attr:`~scheduling.engine.defrag.DefragPlan.refusals`).
+    #: Over all plans, the planner's refusals (:attr:`~core.placement.defrag.DefragPlan.refusals`).
     refusals: tuple[tuple[str, int], ...] = ()
 
 
@@ -217,12 +217,12 @@ def replay_with_defrag(
     options: ReplayOptions = ReplayOptions(),  # noqa: B008 (frozen value)
     defrag: DefragOptions = DefragOptions(),  # noqa: B008 (frozen value)
 ) -> tuple[ReplayResult, DefragStats]:
-    """:func:`~scheduling.simulation.replay` with defragmentation (see the module docstring).
+    """:func:`~core.simulation.replay` with defragmentation (see the module docstring).
 
     Args:
         state: the empty cluster at the start (never mutated).
         requests: the timed requests.
-        options: as for :func:`~scheduling.simulation.replay`.
+        options: as for :func:`~core.simulation.replay`.
         defrag: the move budget and cost.
 
     Returns:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduling.engine import (
+from core.placement import (
     ClusterState,
     GpuSpec,
     NodeSpec,

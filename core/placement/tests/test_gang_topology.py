@@ -7,7 +7,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import (
+from core.placement import (
     Assignment,
     ClusterState,
     GangSpec,
@@ -19,7 +19,7 @@ from scheduling.engine import (
     UnplacedReason,
     plan_placements,
 )
-from scheduling.engine.topology import domain_levels
+from core.placement.topology import domain_levels
 
 from .builders import cluster, node, req
 

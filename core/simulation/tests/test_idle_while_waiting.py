@@ -3,15 +3,15 @@ out by hand on a two-GPU node."""
 
 from __future__ import annotations
 
-from scheduling.engine import PlacementRequest
-from scheduling.simulation import (
+from core.placement import PlacementRequest
+from core.placement.tests.builders import cluster, node
+from core.simulation import (
     ReplayOptions,
     TimedRequest,
     idle_while_waiting_pct,
     replay,
     waiting_gpu_milli,
 )
-from scheduling.tests.engine.builders import cluster, node
 
 
 def piece(rid: str, milli: int) -> PlacementRequest:

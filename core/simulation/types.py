@@ -1,7 +1,7 @@
 """Value types of the dynamic replay: timed requests and quotas in, outcomes and time series out.
 
 Times are integer seconds on the replay's own clock (any origin); durations are seconds of running once
-started. Resources use the engine's units (:mod:`scheduling.engine.types`).
+started. Resources use the engine's units (:mod:`core.placement.types`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from scheduling.engine import PlacementRequest, TypicalPod
+from core.placement import PlacementRequest, TypicalPod
 
 IntArray = npt.NDArray[np.int64]
 
