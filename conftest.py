@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from portal.celery import app as celery_app
+from tests import celery_state
 from tests.skip_summary import summarise
 
 pytest_plugins = [
@@ -22,6 +24,19 @@ pytest_plugins = [
     "tests.browser.fixtures",
     "tests.sso_fixtures",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _celery_left_usable() -> Iterator[None]:
+    """Fail the test that leaves this process' Celery app unable to send (its broker pools closed) or
+    its settings changed: otherwise a later test fails for it, only in a full run (tests/celery_state.py)."""
+    before = celery_state.conf_values()
+    yield
+    left = celery_state.problems(before)
+    if left:
+        celery_app.conf.update(**before)  # the next test starts from a usable app
+        celery_state.reset_connections()
+        pytest.fail("this test left Celery changed for the tests after it: " + "; ".join(left))
 
 
 def _skip_reason(report: Any) -> str:

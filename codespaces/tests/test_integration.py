@@ -15,19 +15,8 @@ from codespaces.choices import CodespaceState as S
 from codespaces.models import Codespace
 from scheduling.models import Workload
 from scheduling.queues import worker_queues
-from scheduling.services import snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_pools() -> Any:
-    from kombu import pools
-
-    pools.reset()
-    yield
-    pools.reset()
-    snapshot.forget()
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:

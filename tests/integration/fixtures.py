@@ -24,9 +24,9 @@ from urllib.parse import urlparse
 import pytest
 from celery._state import _set_task_join_will_block
 from django.db import connection
-from kombu import pools as kombu_pools
 
 from portal.celery import app as celery_app
+from tests import celery_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,54 +130,41 @@ class WorkerProcess:
         self.start()
 
 
-def _reset_connections() -> None:
-    """Drop pooled broker connections so the next send uses the broker now configured (kombu also keeps
-    a global registry of pools per URL: reset it, or a later test gets 'Acquire on closed pool')."""
-    if celery_app._pool is not None:
-        celery_app._pool.force_close_all()
-        celery_app._pool = None
-    celery_app.amqp._producer_pool = None
-    kombu_pools.reset()
-    # app.backend is cached per thread; drop it so results go to the backend configured now
-    celery_app._local.__dict__.pop("backend", None)
-
-
 @pytest.fixture
 def start_celery_worker(transactional_db: Any) -> Iterator[Any]:
     """Factory: start_celery_worker(queues=("default",), concurrency=2) -> WorkerProcess."""
     url = require_broker()
     workers: list[WorkerProcess] = []
-    previous = {
-        "task_always_eager": celery_app.conf.task_always_eager,
-        "broker_url": celery_app.conf.broker_url,
-        "result_backend": celery_app.conf.result_backend,
-        "broker_transport_options": celery_app.conf.broker_transport_options,
-    }
-    celery_app.conf.update(
-        task_always_eager=False, broker_url=url, result_backend=url, broker_transport_options={}
-    )
-    # Eager tasks mark "inside a task" in a process-wide flag that they save and restore; eager tasks
-    # in concurrent threads (an earlier test) can leave it set, and then result.get() here refuses.
-    _set_task_join_will_block(False)
-    _reset_connections()
-    with celery_app.connection_for_write() as conn:  # start from an empty test broker
-        conn.default_channel.client.flushdb()  # type: ignore[attr-defined]
-
-    def start(queues: Sequence[str] = ("default",), concurrency: int = 2) -> WorkerProcess:
-        env = dict(os.environ)
-        env.update(
-            DJANGO_SETTINGS_MODULE="portal.settings_test",
-            TESSERA_TEST_WORKER="1",
-            TESSERA_TEST_BROKER_URL=url,
-            DATABASE_URL=_database_url(),
+    previous = celery_state.conf_values()
+    try:  # put the app back whatever fails (a worker that does not start or stop): later tests send
+        celery_app.conf.update(
+            task_always_eager=False, broker_url=url, result_backend=url, broker_transport_options={}
         )
-        worker = WorkerProcess(queues=queues, env=env, concurrency=concurrency)
-        workers.append(worker)  # registered first, so a failed start is still cleaned up
-        worker.start()
-        return worker
+        # Eager tasks mark "inside a task" in a process-wide flag that they save and restore; eager tasks
+        # in concurrent threads (an earlier test) can leave it set, and then result.get() here refuses.
+        _set_task_join_will_block(False)
+        celery_state.reset_connections()
+        with celery_app.connection_for_write() as conn:  # start from an empty test broker
+            conn.default_channel.client.flushdb()  # type: ignore[attr-defined]
 
-    yield start
-    for worker in workers:
-        worker.stop()
-    celery_app.conf.update(**previous)
-    _reset_connections()
+        def start(queues: Sequence[str] = ("default",), concurrency: int = 2) -> WorkerProcess:
+            env = dict(os.environ)
+            env.update(
+                DJANGO_SETTINGS_MODULE="portal.settings_test",
+                TESSERA_TEST_WORKER="1",
+                TESSERA_TEST_BROKER_URL=url,
+                DATABASE_URL=_database_url(),
+            )
+            worker = WorkerProcess(queues=queues, env=env, concurrency=concurrency)
+            workers.append(worker)  # registered first, so a failed start is still cleaned up
+            worker.start()
+            return worker
+
+        yield start
+    finally:
+        try:
+            for worker in workers:
+                worker.stop()
+        finally:
+            celery_app.conf.update(**previous)
+            celery_state.reset_connections()

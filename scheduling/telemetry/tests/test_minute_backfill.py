@@ -86,7 +86,9 @@ def test_a_day_of_minutes_every_hour_rolled_up_from_its_minutes(telemetry_cluste
     pools = PoolSample.objects.filter(resolution=Resolution.MINUTE)
     assert pools.values("ts").distinct().count() == 24 * 60 + 1
     assert pools.order_by("ts").first().ts == start  # type: ignore[union-attr]
-    # every hour's rollup is the sum of its minutes (same samples, two resolutions)
+    # every hour's rollup is the sum of its minutes (same samples, two resolutions). Whether a past
+    # hour holds any workload depends on the workloads' pks (`_held`'s draws), which depend on the
+    # tests run before this one: an hour nobody held sums to nothing on both sides.
     for hour in (T0.replace(minute=0) - timedelta(hours=h) for h in (0, 5, 23)):
         end = hour + timedelta(hours=1)
         minutes = WorkloadSample.objects.filter(ts__gte=hour, ts__lt=end).aggregate(
@@ -95,7 +97,10 @@ def test_a_day_of_minutes_every_hour_rolled_up_from_its_minutes(telemetry_cluste
         hourly = WorkloadHourly.objects.filter(hour=hour).aggregate(
             n=Sum("minutes"), milli=Sum("allocated_milli_minutes")
         )
-        assert (hourly["n"], hourly["milli"]) == (minutes["n"], float(minutes["milli"]))
+        assert (hourly["n"] or 0, hourly["milli"] or 0.0) == (
+            minutes["n"],
+            float(minutes["milli"] or 0),
+        )
     # the current hour counts every workload placed now (older hours follow each profile's
     # schedule): 4 workloads in each of its 31 minutes
     current = WorkloadSample.objects.filter(ts__gte=T0.replace(minute=0)).count()
