@@ -56,14 +56,21 @@ def template_retire_impact(template: CodespaceTemplate) -> ActionImpact:
     )
     if not template.active:
         summary = f"Nothing: template {template.name} is already retired."
+        done = ""
     else:
         summary = (
             f"Template {template.name} is no longer offered: developers cannot create codespaces from "
             f"it. Its {counts['kept']} codespace(s) of {counts['teams']} team(s) "
             f"({counts['running']} running or queued) keep working. Its settings are kept."
         )
+        done = (
+            f"Template {template.name} was retired: developers can no longer create codespaces from "
+            f"it. Its {counts['kept']} codespace(s) of {counts['teams']} team(s) "
+            f"({counts['running']} running or queued) kept working. Its settings were kept."
+        )
     return ActionImpact(
         summary=summary,
+        done=done,
         codespaces=counts["kept"],
         details={"running": counts["running"], "teams_count": counts["teams"]},
     )

@@ -22,13 +22,21 @@ def quota_delete_impact(quota: Quota) -> ActionImpact:
             f"Nothing: {referencing} workload(s) still reference quota {quota.name}, so the delete "
             "will be refused; set its max to 0 to stop new work instead."
         )
+        done = ""
     else:
         summary = (
             f"Quota {quota.name} of team {quota.tenant.slug} leaves group {quota.group.name}: the "
             "team can no longer start work there. Its history is kept."
         )
+        done = (
+            f"Quota {quota.name} of team {quota.tenant.slug} left group {quota.group.name}: the "
+            "team can no longer start work there. Its history was kept."
+        )
     return ActionImpact(
-        summary=summary, teams=(quota.tenant.slug,), details={"workloads_referencing": referencing}
+        summary=summary,
+        done=done,
+        teams=(quota.tenant.slug,),
+        details={"workloads_referencing": referencing},
     )
 
 
@@ -54,6 +62,11 @@ def group_delete_impact(group: QuotaGroup) -> ActionImpact:
             f"Group {group.name} and its scheduling queue are removed: its {nodes} node(s) with "
             f"{gpus} GPU(s) take no work through it any more. No quota or workload is affected. "
             "Its history is kept."
+        ),
+        done=(
+            f"Group {group.name} and its scheduling queue were removed: its {nodes} node(s) with "
+            f"{gpus} GPU(s) take no work through it any more. No quota or workload was affected. "
+            "Its history was kept."
         ),
         details={"quotas": 0, "nodes": nodes, "gpus": gpus},
     )

@@ -94,8 +94,8 @@ def test_quota_delete_is_in_the_activity_log_with_its_note(operator: Any) -> Non
         "team left",
     )
     assert entry.summary == (
-        "Quota empty of team empty leaves group training: the team can no longer start work "
-        "there. Its history is kept."
+        "Quota empty of team empty left group training: the team can no longer start work "
+        "there. Its history was kept."
     )
 
 
