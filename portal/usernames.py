@@ -66,7 +66,9 @@ def _is_one_script(username: str) -> bool:
     return len(scripts) <= 1 or any(scripts <= allowed for allowed in _SCRIPT_SETS)
 
 
-def check_new_username(username: str, *, user_pk: int | None = None) -> str:
+def check_new_username(
+    username: str, *, user_pk: int | None = None, others_named_alike_only: bool = False
+) -> str:
     """The username an account is made with (or renamed to), NFKC-normalised; raises ValidationError
     naming `username` when it mixes scripts or is confusable with another account's name (any
     case). `user_pk`: the account being renamed, which may keep looking like itself.
@@ -86,6 +88,8 @@ def check_new_username(username: str, *, user_pk: int | None = None) -> str:
     others = get_user_model().objects.values_list("username", flat=True)
     if user_pk is not None:
         others = others.exclude(pk=user_pk)
+    if others_named_alike_only:
+        others = others.exclude(username=name)
     for existing in others.iterator():
         if username_skeleton(existing) == skeleton:
             raise ValidationError(
@@ -97,3 +101,12 @@ def check_new_username(username: str, *, user_pk: int | None = None) -> str:
                 }
             )
     return name
+
+
+def validate_username(value: str) -> None:
+    """The rule as a validator of the user model's username field (portal.apps), so that every way an
+    account is made through Django's own code, `manage.py createsuperuser` included, applies it."""
+    try:
+        check_new_username(value, others_named_alike_only=True)
+    except ValidationError as exc:
+        raise ValidationError(exc.message_dict["username"]) from exc

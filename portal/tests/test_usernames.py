@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
+from django.core.management import CommandError, call_command
 
 from portal.tests.factories import UserFactory
 from portal.usernames import check_new_username, username_skeleton
@@ -110,3 +111,25 @@ def test_the_demo_seed_refuses_to_create_a_user_beside_a_look_alike() -> None:
     assert "Demo user 'ops'" in str(caught.value)
     assert "too much like the existing account" in str(caught.value)
     assert not User.objects.filter(username="ops").exists()
+
+
+def test_createsuperuser_refuses_a_look_alike_of_an_existing_username(
+    db: Any, monkeypatch: Any
+) -> None:
+    # issue 38, defect 8: Django's own createsuperuser made "оps" (Cyrillic о) beside "ops"
+    User.objects.create_user("ops", password="x")
+    monkeypatch.setenv("DJANGO_SUPERUSER_PASSWORD", "a-long-password-1")
+    with pytest.raises(CommandError, match="mixes scripts"):
+        call_command("createsuperuser", "--noinput", username="\u043eps", email="o@example.com")
+    all_cyrillic = "\u043e\u0440\u0455"  # орѕ
+    with pytest.raises(CommandError, match="looks too much like the existing account 'ops'"):
+        call_command("createsuperuser", "--noinput", username=all_cyrillic, email="o@example.com")
+    assert not User.objects.filter(username__in=["\u043eps", all_cyrillic]).exists()
+    call_command("createsuperuser", "--noinput", username="ops2", email="o@example.com")
+    assert User.objects.filter(username="ops2", is_superuser=True).exists()
+
+
+def test_an_account_whose_name_is_unchanged_still_validates(db: Any) -> None:
+    # the field's validator does not know the account: it must not see a user as its own look-alike
+    user = User.objects.create_user("carol", password="x")
+    user.full_clean()
