@@ -72,7 +72,9 @@ def placed(quota: Any, django_capture_on_commit_callbacks: Any) -> Workload:
 
 def add_share(placed: Workload, *, gpu_milli: int, gpu_memory_mib: int) -> Placement:
     """Another active placement on the same GPU as `placed`, written past the scheduler."""
-    other = submit(placed.quota, "intruder", gpu_count=1, gpu_milli=gpu_milli)
+    other = submit(
+        placed.quota, "intruder", gpu_count=1, gpu_milli=gpu_milli, gpu_memory_mib=gpu_memory_mib
+    )
     Workload.objects.filter(pk=other.pk).update(state=WorkloadState.PLACED)
     share = PlacementGpu.objects.get(placement__workload=placed, placement__released_at=None)
     placement = Placement.objects.create(

@@ -32,7 +32,7 @@ def placed(quota: Any, *names: str) -> list[Workload]:
     workloads = [
         services.submit_workload(
             tenant=quota.tenant, quota=quota, kind="job_pod", name=name,
-            cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500,
+            cpu_milli=1000, memory_mib=1024, gpu_count=1, gpu_milli=500, gpu_memory_mib=1024,
         )
         for name in names
     ]  # fmt: skip
