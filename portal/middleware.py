@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import get_resolver
 
 from portal.api.errors import error_body
 from portal.scoping import tenants_for
@@ -70,6 +71,9 @@ class StyledNotFoundMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, Http404):
             return None
-        from portal.views import page_not_found  # portal.views imports this module
-
-        return page_not_found(request, exception)
+        # The project's handler404 (portal.urls), looked up the way Django does, not imported: the
+        # views module imports this one.
+        handler: Callable[..., HttpResponse] = get_resolver(
+            getattr(request, "urlconf", None)
+        ).resolve_error_handler(404)
+        return handler(request, exception)

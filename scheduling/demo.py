@@ -15,6 +15,7 @@ from typing import TextIO
 from django.conf import settings
 from django.utils import timezone
 
+from quotas.models import Quota
 from scheduling.choices import WorkloadKind, WorkloadState
 from scheduling.inventory import load_configured_inventory, sync_inventory_rows
 from scheduling.models import Gpu, Node, Workload
@@ -74,8 +75,6 @@ HISTORY_SHAPES: dict[
 def seed_demand_history(stdout: TextIO, now: datetime | None = None) -> None:
     """Record `HISTORY_DAYS` of finished demand in every demo pool, spread over each pool's quotas
     (deterministic; written only when no history row exists, so a second seed adds nothing)."""
-    from quotas.models import Quota
-
     if Workload.objects.filter(name__startswith=HISTORY_PREFIX).exists():
         stdout.write("Demand history: already recorded\n")
         return

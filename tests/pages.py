@@ -36,7 +36,7 @@ PUBLIC_PAGES = ("login", "api-root")
 # Route prefixes and names that are not pages a person reads: the API (its docs are checked on their own),
 # Django's admin, JSON / CSV / text endpoints that pages poll, and POST-only actions.
 NOT_PAGES = re.compile(
-    r"^(\^api|admin/|metrics$|favicon\.ico$)"
+    r"^(\^api|admin/|metrics$|healthz$|favicon\.ico$)"  # /healthz: a monitor's plain answer
     r"|(data/|\.json|\.csv|what-if/)$"
     r"|/(revoke|start|stop|delete|keep|cancel|fairness|apply|move-consent)/$"  # POST-only actions
     r"|^dashboards/fragmentation/defrag/$"  # POST-only: preview a defragmentation plan

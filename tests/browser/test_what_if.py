@@ -33,7 +33,7 @@ def test_operator_adds_a_node_in_the_what_if_planner_and_sees_both_runs_plotted(
     page.goto("/cluster/what-if/")
     page.select_option("#id_group", str(quota.group_id))
     page.fill("#id_days", "30")
-    page.fill("#id_add_model", "A100")
+    page.select_option("#id_add_model", "A100")
     page.fill("#id_add_count", "1")
     page.click("[data-testid=run-what-if]")
 
@@ -42,7 +42,7 @@ def test_operator_adds_a_node_in_the_what_if_planner_and_sees_both_runs_plotted(
     assert "90 recorded requests of the last 30 days" in page.inner_text(
         "[data-testid=what-if-results]"
     )
-    assert page.inner_text("[data-testid=gpus-0]") == "1 nodes, 1 GPUs"
+    assert page.inner_text("[data-testid=gpus-0]") == "1 node, 1 GPU"
     assert page.inner_text("[data-testid=gpus-1]") == "2 nodes, 2 GPUs"
     assert page.inner_text("[data-testid=waits-0]") == "1.5 min / 2.2 min / 2.2 min"
     assert page.inner_text("[data-testid=waits-1]") == "0 s / 40 s / 40 s"
