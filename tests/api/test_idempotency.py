@@ -297,8 +297,9 @@ def test_outside_a_transaction_the_request_and_its_answer_are_one_transaction(
     client = api_as(alice)
     client.get("/api/v1/me/")  # the token's last-used write happens once a minute
     # BEGIN, lock, record, token lookup (with memberships), rate upsert, the view's savepoint with
-    # its INSERT, the answer's INSERT, COMMIT
-    with django_assert_num_queries(10) as ctx:
+    # the parent token's row lock (a token minted through a token is locked against its revocation,
+    # issue 38 defect 3) and its INSERT, the answer's INSERT, COMMIT
+    with django_assert_num_queries(11) as ctx:
         first = _post(client, {"name": "ci"}, "one")
     assert first.status_code == 201
     sqls = [query["sql"] for query in ctx.captured_queries]
@@ -306,8 +307,13 @@ def test_outside_a_transaction_the_request_and_its_answer_are_one_transaction(
     assert sqls[1].startswith("SELECT pg_try_advisory_xact_lock(")
     assert 'FROM "portal_idempotencyrecord"' in sqls[2]
     # authentication read the lookup's rows instead of querying again
-    token_lookups = [i for i, sql in enumerate(sqls) if 'FROM "portal_apitoken"' in sql]
+    token_lookups = [
+        i
+        for i, sql in enumerate(sqls)
+        if 'FROM "portal_apitoken"' in sql and "FOR UPDATE" not in sql
+    ]
     assert token_lookups == [3]
+    assert sum('FROM "portal_apitoken"' in sql and "FOR UPDATE" in sql for sql in sqls) == 1
     assert sqls[-2].startswith('INSERT INTO "portal_idempotencyrecord"')
     assert (sqls.count("BEGIN"), sqls.count("COMMIT"), sqls[-1]) == (1, 1, "COMMIT")
     record = IdempotencyRecord.objects.get()
